@@ -1,0 +1,130 @@
+//! The `pier` command line.
+
+use std::path::PathBuf;
+
+use anyhow::{Context as _, bail};
+use clap::{Parser, Subcommand};
+
+use crate::config::Config;
+use crate::intake::generic::is_digest;
+use crate::store::{Enqueued, NewDeployment, Store, Trigger};
+
+#[derive(Parser, Debug)]
+#[command(name = "pier", version, about = "Deploys exactly the image digest a registry push names.")]
+pub struct Cli {
+    /// The configuration file.
+    #[arg(long, short, global = true, env = "PIER_CONFIG", default_value = "pier.toml")]
+    pub config: PathBuf,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the HTTP server (webhooks, status page, API) and the workers.
+    Serve,
+    /// Run workers only (more processes may share one database).
+    Worker,
+    /// Apply database migrations and exit.
+    Migrate,
+    /// Queue a deployment of an app's tag, or of an exact digest.
+    Deploy {
+        app: String,
+        /// Deploy exactly this digest (sha256:…) instead of resolving the tag.
+        #[arg(long)]
+        digest: Option<String>,
+    },
+    /// Show what runs and the latest deployments.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    let config = Config::load(&cli.config)?;
+    match cli.command {
+        Command::Serve => crate::serve::run(config, true).await,
+        Command::Worker => crate::serve::run(config, false).await,
+        Command::Migrate => {
+            let store = store(&config)?;
+            store.migrate().await.context("migrate")?;
+            println!("migrations applied");
+            Ok(())
+        }
+        Command::Deploy { app, digest } => deploy(&config, &app, digest).await,
+        Command::Status { json } => status(&config, json).await,
+    }
+}
+
+fn store(config: &Config) -> anyhow::Result<Store> {
+    Ok(Store::connect_lazy(config.server.database_url.expose())?)
+}
+
+async fn deploy(config: &Config, app: &str, digest: Option<String>) -> anyhow::Result<()> {
+    let Some(a) = config.app(app) else {
+        bail!("no app `{app}` in the configuration");
+    };
+    if let Some(d) = &digest {
+        if !is_digest(d) {
+            bail!("`{d}` is not a sha256 digest");
+        }
+    }
+    let store = store(config)?;
+    let enqueued = store
+        .enqueue(NewDeployment {
+            app: a.name.clone(),
+            trigger: Trigger::Manual,
+            delivery_id: None,
+            image: a.image.clone(),
+            requested_tag: digest.is_none().then(|| a.tag.clone()),
+            pinned: digest.is_some(),
+            claimed_digest: digest,
+        })
+        .await
+        .context("queue deployment")?;
+    match enqueued {
+        Enqueued::Queued { id, superseded, .. } => {
+            println!("queued deployment {id}");
+            for s in superseded {
+                println!("superseded queued deployment {s}");
+            }
+        }
+        Enqueued::AlreadyPending { id, .. } => println!("already queued or running: {id}"),
+    }
+    Ok(())
+}
+
+async fn status(config: &Config, json: bool) -> anyhow::Result<()> {
+    let store = store(config)?;
+    let mut apps = Vec::new();
+    for a in &config.apps {
+        let generation = store.generation(&a.name).await?;
+        let latest = store.app_deployments(&a.name, 1).await?.into_iter().next();
+        apps.push(serde_json::json!({
+            "name": a.name,
+            "image": a.image,
+            "tag": a.tag,
+            "generation": generation,
+            "latest_deployment": latest,
+        }));
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&apps)?);
+        return Ok(());
+    }
+    for a in &apps {
+        let serving = a["generation"]["digest"].as_str().unwrap_or("nothing deployed");
+        let latest = &a["latest_deployment"];
+        println!(
+            "{:<20} {}:{}\n  serving: {serving}\n  latest:  {} {} {}",
+            a["name"].as_str().unwrap_or(""),
+            a["image"].as_str().unwrap_or(""),
+            a["tag"].as_str().unwrap_or(""),
+            latest["id"].as_str().unwrap_or("-"),
+            latest["state"].as_str().unwrap_or(""),
+            latest["error"].as_str().unwrap_or(""),
+        );
+    }
+    Ok(())
+}

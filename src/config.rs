@@ -1,0 +1,589 @@
+//! `pier.toml`: parsed, secrets resolved and every cross-reference checked at start-up, so
+//! that a typo fails loudly before any webhook is accepted.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("parse {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("secret {what}: environment variable {name} is not set")]
+    MissingEnv { what: String, name: String },
+    #[error("secret {what}: read {path}: {source}")]
+    SecretFile {
+        what: String,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid config: {0}")]
+    Invalid(String),
+}
+
+/// A secret's value. Never printed: `Debug` and `Display` show only that it is set.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+    /// `env:NAME` reads an environment variable, `file:PATH` a file (trailing newline
+    /// dropped); anything else is the value itself.
+    pub fn resolve(what: &str, spec: &str, base: &Path) -> Result<Self, ConfigError> {
+        if let Some(name) = spec.strip_prefix("env:") {
+            return std::env::var(name)
+                .map(Secret)
+                .map_err(|_| ConfigError::MissingEnv {
+                    what: what.to_owned(),
+                    name: name.to_owned(),
+                });
+        }
+        if let Some(path) = spec.strip_prefix("file:") {
+            let path = base.join(path);
+            return std::fs::read_to_string(&path)
+                .map(|s| Secret(s.trim_end_matches(['\n', '\r']).to_owned()))
+                .map_err(|source| ConfigError::SecretFile {
+                    what: what.to_owned(),
+                    path,
+                    source,
+                });
+        }
+        Ok(Secret(spec.to_owned()))
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub registries: Vec<RegistryConfig>,
+    pub sources: Vec<SourceConfig>,
+    pub apps: Vec<AppConfig>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub database_url: Secret,
+    pub admin_token: Option<Secret>,
+    pub docker_host: Option<String>,
+    pub workers: usize,
+    pub lease: Duration,
+    pub sweep_interval: Duration,
+    pub max_body_bytes: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct RegistryConfig {
+    pub host: String,
+    pub insecure: bool,
+    pub username: Option<String>,
+    pub password: Option<Secret>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SourceKind {
+    Distribution,
+    Generic,
+}
+
+#[derive(Debug, Clone)]
+pub struct SourceConfig {
+    pub name: String,
+    pub kind: SourceKind,
+    pub token: Option<Secret>,
+    pub hmac_secret: Option<Secret>,
+    pub signature_header: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Strategy {
+    #[default]
+    Recreate,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthConfig {
+    pub path: String,
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct AppConfig {
+    pub name: String,
+    /// Repository with its registry host, no tag: `127.0.0.1:5000/demo/web`.
+    pub image: String,
+    pub tag: String,
+    pub port: u16,
+    pub publish: Option<SocketAddr>,
+    pub health: Option<HealthConfig>,
+    pub env: BTreeMap<String, Secret>,
+    pub memory_bytes: Option<i64>,
+    pub cpus: Option<f64>,
+    pub restart: String,
+    pub strategy: Strategy,
+    pub stop_timeout: Duration,
+}
+
+impl AppConfig {
+    /// The registry host part of `image` (`127.0.0.1:5000`).
+    pub fn registry_host(&self) -> &str {
+        self.image.split_once('/').map_or("docker.io", |(h, _)| h)
+    }
+    /// The repository path inside the registry (`demo/web`).
+    pub fn repository(&self) -> &str {
+        self.image.split_once('/').map_or(&self.image, |(_, r)| r)
+    }
+}
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Self::parse(&text, base).map_err(|e| match e {
+            ConfigError::Parse { message, .. } => ConfigError::Parse {
+                path: path.to_owned(),
+                message,
+            },
+            other => other,
+        })
+    }
+
+    pub fn parse(text: &str, base: &Path) -> Result<Self, ConfigError> {
+        let raw: raw::Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: PathBuf::new(),
+            message: e.to_string(),
+        })?;
+        raw.resolve(base)
+    }
+
+    pub fn app(&self, name: &str) -> Option<&AppConfig> {
+        self.apps.iter().find(|a| a.name == name)
+    }
+
+    pub fn source(&self, name: &str) -> Option<&SourceConfig> {
+        self.sources.iter().find(|s| s.name == name)
+    }
+
+    pub fn registry(&self, host: &str) -> Option<&RegistryConfig> {
+        self.registries.iter().find(|r| r.host == host)
+    }
+}
+
+/// Parses sizes such as `512m`, `1g`, `1048576`.
+pub fn parse_bytes(text: &str) -> Result<i64, String> {
+    let t = text.trim().to_ascii_lowercase();
+    let t = t.strip_suffix('b').unwrap_or(&t);
+    let (num, mult) = match t.chars().last() {
+        Some('k') => (&t[..t.len() - 1], 1i64 << 10),
+        Some('m') => (&t[..t.len() - 1], 1 << 20),
+        Some('g') => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    num.trim()
+        .parse::<i64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .filter(|n| *n > 0)
+        .ok_or_else(|| format!("`{text}` is not a size such as 512m or 1g"))
+}
+
+mod raw {
+    //! The file's shape, before secrets are resolved and references checked.
+    use super::*;
+
+    fn default_listen() -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], 8080))
+    }
+    fn default_workers() -> usize {
+        2
+    }
+    fn default_lease() -> Duration {
+        Duration::from_secs(30)
+    }
+    fn default_sweep() -> Duration {
+        Duration::from_secs(30)
+    }
+    fn default_max_body() -> String {
+        "1m".into()
+    }
+    fn default_tag() -> String {
+        "latest".into()
+    }
+    fn default_restart() -> String {
+        "unless-stopped".into()
+    }
+    fn default_health_timeout() -> Duration {
+        Duration::from_secs(60)
+    }
+    fn default_stop_timeout() -> Duration {
+        Duration::from_secs(10)
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct Config {
+        server: Server,
+        #[serde(default)]
+        registries: Vec<Registry>,
+        #[serde(default)]
+        sources: Vec<Source>,
+        #[serde(default)]
+        apps: Vec<App>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Server {
+        #[serde(default = "default_listen")]
+        listen: SocketAddr,
+        database_url: String,
+        admin_token: Option<String>,
+        docker_host: Option<String>,
+        #[serde(default = "default_workers")]
+        workers: usize,
+        #[serde(default = "default_lease", with = "humantime_serde")]
+        lease: Duration,
+        #[serde(default = "default_sweep", with = "humantime_serde")]
+        sweep_interval: Duration,
+        #[serde(default = "default_max_body")]
+        max_body: String,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Registry {
+        host: String,
+        #[serde(default)]
+        insecure: bool,
+        username: Option<String>,
+        password: Option<String>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Source {
+        name: String,
+        kind: SourceKind,
+        token: Option<String>,
+        hmac_secret: Option<String>,
+        signature_header: Option<String>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Health {
+        path: String,
+        #[serde(default = "default_health_timeout", with = "humantime_serde")]
+        timeout: Duration,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct App {
+        name: String,
+        image: String,
+        #[serde(default = "default_tag")]
+        tag: String,
+        port: u16,
+        publish: Option<SocketAddr>,
+        health: Option<Health>,
+        #[serde(default)]
+        env: BTreeMap<String, String>,
+        memory: Option<String>,
+        cpus: Option<f64>,
+        #[serde(default = "default_restart")]
+        restart: String,
+        #[serde(default)]
+        strategy: Strategy,
+        #[serde(default = "default_stop_timeout", with = "humantime_serde")]
+        stop_timeout: Duration,
+    }
+
+    fn invalid(msg: impl Into<String>) -> ConfigError {
+        ConfigError::Invalid(msg.into())
+    }
+
+    fn valid_name(name: &str) -> bool {
+        !name.is_empty()
+            && name.len() <= 48
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+    }
+
+    impl Config {
+        pub fn resolve(self, base: &Path) -> Result<super::Config, ConfigError> {
+            let s = self.server;
+            if s.workers == 0 {
+                return Err(invalid("server.workers must be at least 1"));
+            }
+            if s.lease < Duration::from_secs(3) {
+                return Err(invalid("server.lease must be at least 3s"));
+            }
+            let server = ServerConfig {
+                listen: s.listen,
+                database_url: Secret::resolve("server.database_url", &s.database_url, base)?,
+                admin_token: s
+                    .admin_token
+                    .map(|t| Secret::resolve("server.admin_token", &t, base))
+                    .transpose()?
+                    .filter(|t| !t.expose().is_empty()),
+                docker_host: s.docker_host,
+                workers: s.workers,
+                lease: s.lease,
+                sweep_interval: s.sweep_interval,
+                max_body_bytes: parse_bytes(&s.max_body)
+                    .map_err(|e| invalid(format!("server.max_body: {e}")))?
+                    as usize,
+            };
+
+            let mut registries = Vec::new();
+            for r in self.registries {
+                let what = format!("registries[{}].password", r.host);
+                registries.push(RegistryConfig {
+                    password: r
+                        .password
+                        .map(|p| Secret::resolve(&what, &p, base))
+                        .transpose()?,
+                    host: r.host,
+                    insecure: r.insecure,
+                    username: r.username,
+                });
+            }
+
+            let mut sources: Vec<SourceConfig> = Vec::new();
+            for src in self.sources {
+                if !valid_name(&src.name) {
+                    return Err(invalid(format!(
+                        "source name `{}`: use lower-case letters, digits, - and _",
+                        src.name
+                    )));
+                }
+                if sources.iter().any(|o| o.name == src.name) {
+                    return Err(invalid(format!("source `{}` is defined twice", src.name)));
+                }
+                let token = src
+                    .token
+                    .map(|t| Secret::resolve(&format!("sources.{}.token", src.name), &t, base))
+                    .transpose()?;
+                let hmac_secret = src
+                    .hmac_secret
+                    .map(|t| {
+                        Secret::resolve(&format!("sources.{}.hmac_secret", src.name), &t, base)
+                    })
+                    .transpose()?;
+                let empty = |s: &Option<Secret>| s.as_ref().is_none_or(|s| s.expose().is_empty());
+                match src.kind {
+                    SourceKind::Distribution if empty(&token) && empty(&hmac_secret) => {
+                        return Err(invalid(format!(
+                            "source `{}`: a distribution source needs `token` or `hmac_secret`; \
+                             Pier never accepts unauthenticated webhooks",
+                            src.name
+                        )));
+                    }
+                    SourceKind::Generic if empty(&hmac_secret) => {
+                        return Err(invalid(format!(
+                            "source `{}`: a generic source needs `hmac_secret`",
+                            src.name
+                        )));
+                    }
+                    _ => {}
+                }
+                let default_header = match src.kind {
+                    SourceKind::Distribution => "X-Hub-Signature-256",
+                    SourceKind::Generic => "X-Pier-Signature",
+                };
+                sources.push(SourceConfig {
+                    name: src.name,
+                    kind: src.kind,
+                    token: token.filter(|t| !t.expose().is_empty()),
+                    hmac_secret: hmac_secret.filter(|t| !t.expose().is_empty()),
+                    signature_header: src
+                        .signature_header
+                        .unwrap_or_else(|| default_header.to_owned()),
+                });
+            }
+
+            let mut apps: Vec<AppConfig> = Vec::new();
+            for a in self.apps {
+                if !valid_name(&a.name) {
+                    return Err(invalid(format!(
+                        "app name `{}`: use lower-case letters, digits, - and _",
+                        a.name
+                    )));
+                }
+                if apps.iter().any(|o| o.name == a.name) {
+                    return Err(invalid(format!("app `{}` is defined twice", a.name)));
+                }
+                if a.image.contains('@') || a.image.rsplit('/').next().is_some_and(|l| l.contains(':'))
+                {
+                    return Err(invalid(format!(
+                        "app `{}`: image `{}` must be a repository without tag or digest; \
+                         put the tag in `tag`",
+                        a.name, a.image
+                    )));
+                }
+                if !a.image.contains('/') {
+                    return Err(invalid(format!(
+                        "app `{}`: image `{}` must name its registry host, e.g. \
+                         127.0.0.1:5000/{}",
+                        a.name, a.image, a.image
+                    )));
+                }
+                if a.health.is_some() && a.publish.is_none() {
+                    return Err(invalid(format!(
+                        "app `{}`: an HTTP health check needs `publish`",
+                        a.name
+                    )));
+                }
+                if let Some(h) = &a.health {
+                    if !h.path.starts_with('/') {
+                        return Err(invalid(format!(
+                            "app `{}`: health.path must start with /",
+                            a.name
+                        )));
+                    }
+                }
+                if let Some(c) = a.cpus {
+                    if !(c > 0.0 && c <= 1024.0) {
+                        return Err(invalid(format!("app `{}`: cpus must be > 0", a.name)));
+                    }
+                }
+                let mut env = BTreeMap::new();
+                for (k, v) in a.env {
+                    let what = format!("apps.{}.env.{k}", a.name);
+                    env.insert(k, Secret::resolve(&what, &v, base)?);
+                }
+                let memory_bytes = a
+                    .memory
+                    .map(|m| parse_bytes(&m))
+                    .transpose()
+                    .map_err(|e| invalid(format!("app `{}`: memory: {e}", a.name)))?;
+                apps.push(AppConfig {
+                    name: a.name,
+                    image: a.image,
+                    tag: a.tag,
+                    port: a.port,
+                    publish: a.publish,
+                    health: a.health.map(|h| HealthConfig {
+                        path: h.path,
+                        timeout: h.timeout,
+                    }),
+                    env,
+                    memory_bytes,
+                    cpus: a.cpus,
+                    restart: a.restart,
+                    strategy: a.strategy,
+                    stop_timeout: a.stop_timeout,
+                });
+            }
+            for r in &registries {
+                if r.username.is_some() != r.password.is_some() {
+                    return Err(invalid(format!(
+                        "registry `{}`: give both username and password, or neither",
+                        r.host
+                    )));
+                }
+            }
+            Ok(super::Config {
+                server,
+                registries,
+                sources,
+                apps,
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+        [server]
+        database_url = "postgres://localhost/pier"
+        [[sources]]
+        name = "local"
+        kind = "distribution"
+        token = "env:PIER_TEST_CONFIG_TOKEN"
+        [[apps]]
+        name = "web"
+        image = "127.0.0.1:5000/demo/web"
+        port = 8080
+        publish = "127.0.0.1:8081"
+        health = { path = "/health" }
+        memory = "256m"
+    "#;
+
+    #[test]
+    fn secrets_come_from_the_environment_and_never_print() {
+        // SAFETY: only this test reads this variable.
+        unsafe { std::env::set_var("PIER_TEST_CONFIG_TOKEN", "s3cret") };
+        let c = Config::parse(MINIMAL, Path::new(".")).unwrap();
+        let token = c.sources[0].token.as_ref().unwrap();
+        assert_eq!(token.expose(), "s3cret");
+        assert!(!format!("{c:?}").contains("s3cret"));
+        assert_eq!(c.apps[0].memory_bytes, Some(256 << 20));
+        assert_eq!(c.apps[0].tag, "latest");
+        assert_eq!(c.apps[0].registry_host(), "127.0.0.1:5000");
+        assert_eq!(c.apps[0].repository(), "demo/web");
+        assert_eq!(c.apps[0].health.as_ref().unwrap().timeout.as_secs(), 60);
+    }
+
+    #[test]
+    fn a_missing_secret_names_the_variable_not_a_value() {
+        let text = MINIMAL.replace("PIER_TEST_CONFIG_TOKEN", "PIER_TEST_CONFIG_UNSET");
+        let err = Config::parse(&text, Path::new(".")).unwrap_err().to_string();
+        assert!(err.contains("PIER_TEST_CONFIG_UNSET"), "{err}");
+    }
+
+    #[test]
+    fn a_source_without_credentials_is_refused() {
+        let text = MINIMAL.replace("token = \"env:PIER_TEST_CONFIG_TOKEN\"", "");
+        let err = Config::parse(&text, Path::new(".")).unwrap_err().to_string();
+        assert!(err.contains("never accepts unauthenticated"), "{err}");
+    }
+
+    #[test]
+    fn an_image_with_a_tag_is_refused() {
+        // SAFETY: only this module's tests set this variable, to the same value.
+        unsafe { std::env::set_var("PIER_TEST_CONFIG_TOKEN", "s3cret") };
+        let text = MINIMAL.replace("demo/web\"", "demo/web:v1\"");
+        let err = Config::parse(&text, Path::new(".")).unwrap_err().to_string();
+        assert!(err.contains("without tag"), "{err}");
+    }
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_bytes("1g"), Ok(1 << 30));
+        assert_eq!(parse_bytes("512M"), Ok(512 << 20));
+        assert_eq!(parse_bytes("100"), Ok(100));
+        assert!(parse_bytes("lots").is_err());
+        assert!(parse_bytes("0").is_err());
+    }
+}

@@ -1,0 +1,234 @@
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bollard::models::{ContainerCreateBody, HostConfig, PortBinding, RestartPolicy, RestartPolicyNameEnum};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, ListContainersOptionsBuilder, LogsOptionsBuilder,
+    RemoveContainerOptionsBuilder, StopContainerOptionsBuilder,
+};
+use futures_util::StreamExt;
+use serde::Serialize;
+
+use super::{Engine, Result, err, label_filters, status_of};
+
+/// Everything the `create` step asks of the engine.
+#[derive(Debug, Clone)]
+pub struct ContainerSpec {
+    pub name: String,
+    /// `repository@sha256:…`
+    pub image: String,
+    pub env: Vec<String>,
+    pub labels: HashMap<String, String>,
+    pub port: u16,
+    pub publish: Option<SocketAddr>,
+    pub memory_bytes: Option<i64>,
+    pub nano_cpus: Option<i64>,
+    pub restart: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Health {
+    /// The image has no HEALTHCHECK.
+    None,
+    Starting,
+    Healthy,
+    Unhealthy,
+}
+
+/// A container as the pipeline and the status page see it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ContainerFacts {
+    pub id: String,
+    pub name: String,
+    pub image: String,
+    pub running: bool,
+    pub status: String,
+    pub exit_code: Option<i64>,
+    pub health: Health,
+    pub labels: HashMap<String, String>,
+}
+
+impl ContainerFacts {
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels.get(key).map(String::as_str)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stopped {
+    Stopped,
+    WasNotRunning,
+    Gone,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Removed {
+    Removed,
+    AlreadyGone,
+}
+
+impl Engine {
+    pub async fn create_container(&self, spec: &ContainerSpec) -> Result<String> {
+        let port_key = format!("{}/tcp", spec.port);
+        let port_bindings = spec.publish.map(|addr| {
+            HashMap::from([(
+                port_key.clone(),
+                Some(vec![PortBinding {
+                    host_ip: Some(addr.ip().to_string()),
+                    host_port: Some(addr.port().to_string()),
+                }]),
+            )])
+        });
+        let restart = match spec.restart.as_str() {
+            "no" => RestartPolicyNameEnum::NO,
+            "always" => RestartPolicyNameEnum::ALWAYS,
+            "on-failure" => RestartPolicyNameEnum::ON_FAILURE,
+            _ => RestartPolicyNameEnum::UNLESS_STOPPED,
+        };
+        let body = ContainerCreateBody {
+            image: Some(spec.image.clone()),
+            env: Some(spec.env.clone()),
+            labels: Some(spec.labels.clone()),
+            exposed_ports: Some(vec![port_key]),
+            host_config: Some(HostConfig {
+                port_bindings,
+                restart_policy: Some(RestartPolicy {
+                    name: Some(restart),
+                    maximum_retry_count: None,
+                }),
+                memory: spec.memory_bytes,
+                nano_cpus: spec.nano_cpus,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let options = CreateContainerOptionsBuilder::default()
+            .name(&spec.name)
+            .build();
+        let created = self
+            .docker
+            .create_container(Some(options), body)
+            .await
+            .map_err(|e| err(format!("create container {}", spec.name), e))?;
+        Ok(created.id)
+    }
+
+    pub async fn inspect_container(&self, id: &str) -> Result<Option<ContainerFacts>> {
+        let c = match self.docker.inspect_container(id, None).await {
+            Ok(c) => c,
+            Err(e) if status_of(&e) == Some(404) => return Ok(None),
+            Err(e) => return Err(err(format!("inspect container {id}"), e)),
+        };
+        let state = c.state.unwrap_or_default();
+        let health = match state.health.and_then(|h| h.status).map(|s| s.to_string()) {
+            Some(s) if s == "healthy" => Health::Healthy,
+            Some(s) if s == "unhealthy" => Health::Unhealthy,
+            Some(s) if s == "starting" => Health::Starting,
+            _ => Health::None,
+        };
+        let config = c.config.unwrap_or_default();
+        Ok(Some(ContainerFacts {
+            id: c.id.unwrap_or_default(),
+            name: c.name.unwrap_or_default().trim_start_matches('/').to_owned(),
+            image: config.image.unwrap_or_default(),
+            running: state.running.unwrap_or(false),
+            status: state.status.map(|s| s.to_string()).unwrap_or_default(),
+            exit_code: state.exit_code,
+            health,
+            labels: config.labels.unwrap_or_default(),
+        }))
+    }
+
+    /// Containers Pier manages, found by label, never by name.
+    pub async fn managed_containers(
+        &self,
+        app: Option<&str>,
+        deployment: Option<&str>,
+    ) -> Result<Vec<ContainerFacts>> {
+        let options = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&label_filters(app, deployment))
+            .build();
+        let list = self
+            .docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|e| err("list containers", e))?;
+        Ok(list
+            .into_iter()
+            .map(|c| ContainerFacts {
+                id: c.id.unwrap_or_default(),
+                name: c
+                    .names
+                    .and_then(|n| n.into_iter().next())
+                    .unwrap_or_default()
+                    .trim_start_matches('/')
+                    .to_owned(),
+                image: c.image.unwrap_or_default(),
+                running: c.state.as_ref().is_some_and(|s| s.to_string() == "running"),
+                status: c.status.unwrap_or_default(),
+                exit_code: None,
+                health: Health::None,
+                labels: c.labels.unwrap_or_default(),
+            })
+            .collect())
+    }
+
+    /// Starting a running container is not an error: replays reach the same state.
+    pub async fn start_container(&self, id: &str) -> Result<()> {
+        match self.docker.start_container(id, None).await {
+            Ok(()) => Ok(()),
+            Err(e) if status_of(&e) == Some(304) => Ok(()),
+            Err(e) => Err(err(format!("start container {id}"), e)),
+        }
+    }
+
+    pub async fn stop_container(&self, id: &str, grace: Duration) -> Result<Stopped> {
+        let options = StopContainerOptionsBuilder::default()
+            .t(grace.as_secs().min(i32::MAX as u64) as i32)
+            .build();
+        match self.docker.stop_container(id, Some(options)).await {
+            Ok(()) => Ok(Stopped::Stopped),
+            Err(e) if status_of(&e) == Some(304) => Ok(Stopped::WasNotRunning),
+            Err(e) if status_of(&e) == Some(404) => Ok(Stopped::Gone),
+            Err(e) => Err(err(format!("stop container {id}"), e)),
+        }
+    }
+
+    pub async fn remove_container(&self, id: &str) -> Result<Removed> {
+        let options = RemoveContainerOptionsBuilder::default()
+            .force(true)
+            .v(true)
+            .build();
+        match self.docker.remove_container(id, Some(options)).await {
+            Ok(()) => Ok(Removed::Removed),
+            Err(e) if status_of(&e) == Some(404) => Ok(Removed::AlreadyGone),
+            // 409: removal already in progress; it will be gone.
+            Err(e) if status_of(&e) == Some(409) => Ok(Removed::Removed),
+            Err(e) => Err(err(format!("remove container {id}"), e)),
+        }
+    }
+
+    /// The last `lines` lines of a container's output, for a failed deployment's record.
+    pub async fn logs_tail(&self, id: &str, lines: usize) -> Result<String> {
+        let options = LogsOptionsBuilder::default()
+            .stdout(true)
+            .stderr(true)
+            .tail(&lines.to_string())
+            .build();
+        let mut stream = self.docker.logs(id, Some(options));
+        let mut out = String::new();
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(chunk) => out.push_str(&String::from_utf8_lossy(&chunk.into_bytes())),
+                Err(e) if status_of(&e) == Some(404) => break,
+                Err(e) => return Err(err(format!("logs of {id}"), e)),
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,171 @@
+//! The Docker calls Pier makes, and nothing else. Every answer is reduced to the facts the
+//! pipeline needs; "not found" is a value, not an error, because replays depend on it.
+
+mod containers;
+
+use std::collections::HashMap;
+
+use bollard::Docker;
+use bollard::auth::DockerCredentials;
+use bollard::errors::Error as DockerError;
+use bollard::query_parameters::CreateImageOptionsBuilder;
+use futures_util::StreamExt;
+
+use crate::registry::Platform;
+pub use containers::{ContainerFacts, ContainerSpec, Health, Removed, Stopped};
+
+pub const LABEL_MANAGED: &str = "pier.managed";
+pub const LABEL_APP: &str = "pier.app";
+pub const LABEL_DEPLOYMENT: &str = "pier.deployment";
+pub const LABEL_DIGEST: &str = "pier.digest";
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The engine cannot be reached or answered 5xx: worth retrying.
+    #[error("docker engine unavailable during {action}: {message}")]
+    Unavailable { action: String, message: String },
+    #[error("docker {action}: {message}")]
+    Refused { action: String, message: String },
+}
+
+impl EngineError {
+    pub fn is_transient(&self) -> bool {
+        matches!(self, EngineError::Unavailable { .. })
+    }
+}
+
+pub type Result<T> = std::result::Result<T, EngineError>;
+
+fn err(action: impl Into<String>, e: DockerError) -> EngineError {
+    let action = action.into();
+    match e {
+        DockerError::DockerResponseServerError {
+            status_code,
+            message,
+        } if status_code < 500 => EngineError::Refused { action, message },
+        DockerError::DockerResponseServerError { message, .. } => {
+            EngineError::Unavailable { action, message }
+        }
+        DockerError::DockerStreamError { error } => EngineError::Refused {
+            action,
+            message: error,
+        },
+        other => EngineError::Unavailable {
+            action,
+            message: other.to_string(),
+        },
+    }
+}
+
+fn status_of(e: &DockerError) -> Option<u16> {
+    match e {
+        DockerError::DockerResponseServerError { status_code, .. } => Some(*status_code),
+        _ => None,
+    }
+}
+
+/// A local image, as far as the `verify` step cares.
+#[derive(Debug, Clone)]
+pub struct ImageFacts {
+    pub id: String,
+    pub repo_digests: Vec<String>,
+    pub platform: Platform,
+    pub has_healthcheck: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct Engine {
+    docker: Docker,
+}
+
+impl Engine {
+    /// Connects to `host` (`unix:///…`, `tcp://…`) or, without one, to `DOCKER_HOST` or
+    /// the platform default, and agrees on an API version the engine speaks.
+    pub async fn connect(host: Option<&str>) -> Result<Self> {
+        let docker = match host {
+            Some(h) => Docker::connect_with_host(h),
+            None => Docker::connect_with_defaults(),
+        }
+        .map_err(|e| err("connect", e))?;
+        let docker = docker
+            .negotiate_version()
+            .await
+            .map_err(|e| err("negotiate API version", e))?;
+        Ok(Self { docker })
+    }
+
+    pub async fn ping(&self) -> Result<()> {
+        self.docker.ping().await.map_err(|e| err("ping", e))?;
+        Ok(())
+    }
+
+    /// The platform images must be built for to run here.
+    pub async fn platform(&self) -> Result<Platform> {
+        let v = self.docker.version().await.map_err(|e| err("version", e))?;
+        Ok(Platform::from_engine(
+            v.os.as_deref().unwrap_or("linux"),
+            v.arch.as_deref().unwrap_or("amd64"),
+        ))
+    }
+
+    /// Pulls `repository@digest`; never by tag, so what lands is what was resolved.
+    pub async fn pull(
+        &self,
+        repository: &str,
+        digest: &str,
+        credentials: Option<(String, String)>,
+    ) -> Result<()> {
+        let options = CreateImageOptionsBuilder::default()
+            .from_image(repository)
+            .tag(digest)
+            .build();
+        let creds = credentials.map(|(username, password)| DockerCredentials {
+            username: Some(username),
+            password: Some(password),
+            serveraddress: repository.split('/').next().map(str::to_owned),
+            ..Default::default()
+        });
+        let mut stream = self.docker.create_image(Some(options), None, creds);
+        while let Some(item) = stream.next().await {
+            item.map_err(|e| err(format!("pull {repository}@{digest}"), e))?;
+        }
+        Ok(())
+    }
+
+    pub async fn image(&self, reference: &str) -> Result<Option<ImageFacts>> {
+        match self.docker.inspect_image(reference).await {
+            Ok(i) => Ok(Some(ImageFacts {
+                id: i.id.unwrap_or_default(),
+                repo_digests: i.repo_digests.unwrap_or_default(),
+                platform: Platform {
+                    os: i.os.unwrap_or_default(),
+                    architecture: i.architecture.unwrap_or_default(),
+                    variant: i.variant,
+                },
+                has_healthcheck: i
+                    .config
+                    .and_then(|c| c.healthcheck)
+                    .and_then(|h| h.test)
+                    .is_some_and(|t| t.first().is_some_and(|f| f != "NONE")),
+            })),
+            Err(e) if status_of(&e) == Some(404) => Ok(None),
+            Err(e) => Err(err(format!("inspect image {reference}"), e)),
+        }
+    }
+
+    pub fn docker(&self) -> &Docker {
+        &self.docker
+    }
+}
+
+/// Filters for containers Pier manages, optionally of one app or one deployment.
+pub fn label_filters(app: Option<&str>, deployment: Option<&str>) -> HashMap<String, Vec<String>> {
+    let mut labels = vec![format!("{LABEL_MANAGED}=true")];
+    if let Some(a) = app {
+        labels.push(format!("{LABEL_APP}={a}"));
+    }
+    if let Some(d) = deployment {
+        labels.push(format!("{LABEL_DEPLOYMENT}={d}"));
+    }
+    HashMap::from([("label".to_owned(), labels)])
+}

@@ -1,0 +1,14 @@
+//! Pier: deploys exactly the image digest a registry push names, onto your own Docker
+//! host, with a journal of every step.
+
+pub mod cli;
+pub mod config;
+pub mod engine;
+pub mod faults;
+pub mod intake;
+pub mod pipeline;
+pub mod registry;
+pub mod serve;
+pub mod store;
+pub mod web;
+pub mod worker;

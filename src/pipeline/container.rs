@@ -1,0 +1,308 @@
+//! create, stop_old, start, retire and rollback: the container side effects, each
+//! idempotent on replay by the IDs in the journal and the `pier.*` labels.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::image::VerifiedImage;
+use super::journal::{Begun, IntentCheck};
+use super::{PipelineError, Run, Step, StepError};
+use crate::engine::{
+    ContainerSpec, LABEL_APP, LABEL_DEPLOYMENT, LABEL_DIGEST, LABEL_MANAGED, Removed, Stopped,
+};
+use crate::registry::Resolved;
+use crate::store::StepState;
+
+/// What `create` asks for. Env values are journaled only as a hash: they may be secrets.
+#[derive(Serialize)]
+struct CreateIntent<'a> {
+    name: &'a str,
+    image: &'a str,
+    env_names: Vec<&'a str>,
+    env_sha256: String,
+    port: u16,
+    publish: Option<SocketAddr>,
+    memory_bytes: Option<i64>,
+    nano_cpus: Option<i64>,
+    restart: &'a str,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Candidate {
+    pub id: String,
+    pub name: String,
+    /// True when a replay found the container already created and took it over.
+    #[serde(default)]
+    pub adopted: bool,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct OldGeneration {
+    /// Containers that were running when the step began: stopped now, and started
+    /// again if the deployment fails.
+    pub running: Vec<String>,
+    /// Other containers of the app (stopped leftovers): removed by `retire`.
+    pub idle: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Retired {
+    pub removed: Vec<String>,
+    pub already_gone: Vec<String>,
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RolledBack {
+    pub removed_candidates: Vec<String>,
+    pub restarted: Vec<String>,
+    pub warnings: Vec<String>,
+    pub logs: Option<String>,
+}
+
+impl RolledBack {
+    pub fn summary(&self) -> String {
+        let mut parts = Vec::new();
+        if self.removed_candidates.is_empty() {
+            parts.push("no candidate container to remove".to_owned());
+        } else {
+            parts.push(format!("removed candidate {}", short(&self.removed_candidates)));
+        }
+        if !self.restarted.is_empty() {
+            parts.push(format!("restarted previous generation {}", short(&self.restarted)));
+        }
+        parts.extend(self.warnings.iter().cloned());
+        parts.join("; ")
+    }
+}
+
+fn short(ids: &[String]) -> String {
+    ids.iter()
+        .map(|i| i.chars().take(12).collect::<String>())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[derive(Serialize, Deserialize)]
+struct RollbackIntent {
+    candidates: Vec<String>,
+    restore: Vec<String>,
+}
+
+impl Run<'_> {
+    fn spec(&self, r: &Resolved) -> ContainerSpec {
+        let labels = HashMap::from([
+            (LABEL_MANAGED.to_owned(), "true".to_owned()),
+            (LABEL_APP.to_owned(), self.app.name.clone()),
+            (LABEL_DEPLOYMENT.to_owned(), self.dep.id.to_string()),
+            (LABEL_DIGEST.to_owned(), r.digest.clone()),
+        ]);
+        ContainerSpec {
+            name: format!("pier-{}-{}", self.app.name, self.dep.short_id()),
+            image: self.reference(r),
+            env: self
+                .app
+                .env
+                .iter()
+                .map(|(k, v)| format!("{k}={}", v.expose()))
+                .collect(),
+            labels,
+            port: self.app.port,
+            publish: self.app.publish,
+            memory_bytes: self.app.memory_bytes,
+            nano_cpus: self.app.cpus.map(|c| (c * 1e9) as i64),
+            restart: self.app.restart.clone(),
+        }
+    }
+
+    /// Journaled in its own committed write before anything starts it, so a crash cannot
+    /// leave an untracked container; a replay adopts the container its label names.
+    pub(super) async fn create(&self, r: &Resolved, _image: &VerifiedImage) -> Result<Candidate, PipelineError> {
+        let spec = self.spec(r);
+        let env_sha256 = hex::encode(Sha256::digest(spec.env.join("\n").as_bytes()));
+        let intent = CreateIntent {
+            name: &spec.name,
+            image: &spec.image,
+            env_names: self.app.env.keys().map(String::as_str).collect(),
+            env_sha256,
+            port: spec.port,
+            publish: spec.publish,
+            memory_bytes: spec.memory_bytes,
+            nano_cpus: spec.nano_cpus,
+            restart: &spec.restart,
+        };
+        if let Begun::Done(c) = self.begin::<Candidate>(Step::Create, &intent, IntentCheck::Strict).await? {
+            return Ok(c);
+        }
+        let res = self
+            .retrying(Step::Create, || async {
+                let dep = self.dep.id.to_string();
+                let existing = self.ctx.engine.managed_containers(Some(&self.app.name), Some(&dep)).await?;
+                if let Some(c) = existing.into_iter().next() {
+                    return Ok(Candidate { id: c.id, name: c.name, adopted: true });
+                }
+                let id = self.ctx.engine.create_container(&spec).await?;
+                Ok(Candidate { id, name: spec.name.clone(), adopted: false })
+            })
+            .await;
+        match res {
+            Ok(c) => {
+                self.succeed(Step::Create, &c).await?;
+                Ok(c)
+            }
+            Err(e) => Err(self.failed(Step::Create, e).await),
+        }
+    }
+
+    /// `recreate` frees the fixed host port: the serving generation is stopped (kept, not
+    /// removed) so that a failed candidate can give the port back to it.
+    pub(super) async fn stop_old(&self, candidate: &Candidate) -> Result<OldGeneration, PipelineError> {
+        let observed = match self.observe_old(candidate).await {
+            Ok(o) => o,
+            Err(e) => return Err(self.failed_before_begin(Step::StopOld, e).await),
+        };
+        let plan = match self.begin::<OldGeneration>(Step::StopOld, &observed, IntentCheck::Recorded).await? {
+            Begun::Done(o) => return Ok(o),
+            Begun::Fresh => observed,
+            Begun::Resumed(recorded) => serde_json::from_value(recorded)
+                .map_err(|e| PipelineError::Journal(format!("stop_old intent: {e}")))?,
+        };
+        for id in &plan.running {
+            let res = self
+                .retrying(Step::StopOld, || async {
+                    Ok(self.ctx.engine.stop_container(id, self.app.stop_timeout).await?)
+                })
+                .await;
+            match res {
+                Ok(Stopped::Stopped | Stopped::WasNotRunning | Stopped::Gone) => {}
+                Err(e) => return Err(self.failed(Step::StopOld, e).await),
+            }
+        }
+        self.succeed(Step::StopOld, &plan).await?;
+        Ok(plan)
+    }
+
+    async fn observe_old(&self, candidate: &Candidate) -> Result<OldGeneration, StepError> {
+        let all = self.ctx.engine.managed_containers(Some(&self.app.name), None).await?;
+        let mut old = OldGeneration::default();
+        for c in all.into_iter().filter(|c| c.id != candidate.id) {
+            if c.running {
+                old.running.push(c.id);
+            } else {
+                old.idle.push(c.id);
+            }
+        }
+        Ok(old)
+    }
+
+    /// An error while observing, before the step's intent exists: journal the step as begun
+    /// and failed so that the timeline shows where it stopped.
+    async fn failed_before_begin(&self, step: Step, e: StepError) -> PipelineError {
+        if let Err(p) = self.begin::<serde_json::Value>(step, &serde_json::json!({}), IntentCheck::Recorded).await {
+            return p;
+        }
+        self.failed(step, e).await
+    }
+
+    pub(super) async fn start(&self, candidate: &Candidate) -> Result<(), PipelineError> {
+        let intent = serde_json::json!({ "container": candidate.id });
+        if let Begun::Done(()) = self.begin::<()>(Step::Start, &intent, IntentCheck::Strict).await? {
+            return Ok(());
+        }
+        let res = self
+            .retrying(Step::Start, || async { Ok(self.ctx.engine.start_container(&candidate.id).await?) })
+            .await;
+        match res {
+            Ok(()) => self.succeed(Step::Start, &()).await,
+            Err(e) => Err(self.failed(Step::Start, e).await),
+        }
+    }
+
+    /// The new generation serves: the old containers are removed. A container already gone
+    /// counts as retired; any other trouble is a warning, never a failed deployment, since
+    /// the new generation is healthy and switched.
+    pub(super) async fn retire(&self, candidate: &Candidate, old: &OldGeneration) -> Result<Retired, PipelineError> {
+        let mut ids: Vec<String> = old.running.iter().chain(&old.idle).cloned().collect();
+        ids.retain(|i| i != &candidate.id);
+        let intent = serde_json::json!({ "containers": ids });
+        if let Begun::Done(r) = self.begin::<Retired>(Step::Retire, &intent, IntentCheck::Strict).await? {
+            return Ok(r);
+        }
+        let mut retired = Retired::default();
+        for id in ids {
+            match self.ctx.engine.remove_container(&id).await {
+                Ok(Removed::Removed) => retired.removed.push(id),
+                Ok(Removed::AlreadyGone) => retired.already_gone.push(id),
+                Err(e) => retired.warnings.push(format!("remove {id}: {e}")),
+            }
+        }
+        self.succeed(Step::Retire, &retired).await?;
+        Ok(retired)
+    }
+
+    /// Undoes a failed deployment: removes every container of this deployment (by the
+    /// journal and by label) and starts the generation `stop_old` stopped. Does nothing once
+    /// `switch` succeeded: then the new generation is the one serving.
+    pub(super) async fn rollback(&self) -> Result<RolledBack, PipelineError> {
+        let steps = self.store_retry(|| self.ctx.store.steps(self.dep.id)).await?;
+        let find = |s: Step| steps.iter().find(|r| r.step == s.as_str());
+        if find(Step::Switch).is_some_and(|r| r.state() == StepState::Succeeded) {
+            return Ok(RolledBack {
+                warnings: vec!["new generation already switched; nothing rolled back".into()],
+                ..Default::default()
+            });
+        }
+        let dep = self.dep.id.to_string();
+        let mut candidates: Vec<String> = find(Step::Create)
+            .and_then(|r| r.result.clone())
+            .and_then(|v| serde_json::from_value::<Candidate>(v).ok())
+            .map(|c| vec![c.id])
+            .unwrap_or_default();
+        let labelled = self
+            .ctx
+            .engine
+            .managed_containers(Some(&self.app.name), Some(&dep))
+            .await
+            .map_err(|e| PipelineError::Failed { step: Step::Rollback, reason: e.to_string(), cleanup: true })?;
+        for c in labelled {
+            if !candidates.contains(&c.id) {
+                candidates.push(c.id);
+            }
+        }
+        let restore: Vec<String> = find(Step::StopOld)
+            .and_then(|r| serde_json::from_value::<OldGeneration>(r.intent.clone()).ok())
+            .map(|o| o.running)
+            .unwrap_or_default();
+        let intent = RollbackIntent { candidates, restore };
+        if intent.candidates.is_empty() && intent.restore.is_empty() && find(Step::Rollback).is_none() {
+            return Ok(RolledBack::default());
+        }
+        let plan = match self.begin::<RolledBack>(Step::Rollback, &intent, IntentCheck::Recorded).await? {
+            Begun::Done(r) => return Ok(r),
+            Begun::Fresh => intent,
+            Begun::Resumed(recorded) => serde_json::from_value(recorded)
+                .map_err(|e| PipelineError::Journal(format!("rollback intent: {e}")))?,
+        };
+        let mut out = RolledBack::default();
+        for id in &plan.candidates {
+            if out.logs.is_none() {
+                out.logs = self.ctx.engine.logs_tail(id, 30).await.ok().filter(|l| !l.is_empty());
+            }
+            match self.ctx.engine.remove_container(id).await {
+                Ok(_) => out.removed_candidates.push(id.clone()),
+                Err(e) => out.warnings.push(format!("remove candidate {id}: {e}")),
+            }
+        }
+        for id in &plan.restore {
+            match self.ctx.engine.start_container(id).await {
+                Ok(()) => out.restarted.push(id.clone()),
+                Err(e) => out.warnings.push(format!("restart previous generation {id}: {e}")),
+            }
+        }
+        self.succeed(Step::Rollback, &out).await?;
+        Ok(out)
+    }
+}

@@ -1,0 +1,170 @@
+//! health and switch: the candidate proves itself, then becomes the serving generation.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+
+use super::container::Candidate;
+use super::journal::{Begun, IntentCheck};
+use super::{PipelineError, Run, Step, StepError};
+use crate::engine::Health;
+use crate::registry::Resolved;
+
+/// How the candidate is judged healthy.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "mode", rename_all = "snake_case")]
+enum Probe {
+    /// HTTP GET on the published port until a 2xx.
+    Http { url: String, timeout_ms: u64 },
+    /// The image's own HEALTHCHECK, as the engine reports it.
+    Healthcheck { timeout_ms: u64 },
+    /// Nothing to probe: running is all that can be checked.
+    Running,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Healthy {
+    pub probes: u32,
+    pub elapsed_ms: u64,
+    pub detail: String,
+}
+
+impl std::fmt::Display for Healthy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} after {} probe(s), {} ms", self.detail, self.probes, self.elapsed_ms)
+    }
+}
+
+/// Probe backoff: starts fast so a quick app is live in milliseconds, and backs off so a
+/// slow one is not hammered.
+pub const FIRST_PROBE_DELAY: Duration = Duration::from_millis(25);
+pub const MAX_PROBE_DELAY: Duration = Duration::from_secs(1);
+
+impl Run<'_> {
+    fn probe(&self) -> Probe {
+        match (&self.app.health, self.app.publish) {
+            (Some(h), Some(addr)) => Probe::Http {
+                url: format!("http://{addr}{}", h.path),
+                timeout_ms: h.timeout.as_millis() as u64,
+            },
+            _ => Probe::Running,
+        }
+    }
+
+    pub(super) async fn health(&self, candidate: &Candidate) -> Result<Healthy, PipelineError> {
+        let mut probe = self.probe();
+        if probe == Probe::Running {
+            let verified = self.ctx.store.step(self.dep.id, Step::Verify.as_str()).await.ok().flatten();
+            let has_hc = verified
+                .and_then(|r| r.result)
+                .and_then(|v| v.get("has_healthcheck").and_then(|b| b.as_bool()))
+                .unwrap_or(false);
+            if has_hc {
+                probe = Probe::Healthcheck { timeout_ms: 120_000 };
+            }
+        }
+        if let Begun::Done(h) = self.begin::<Healthy>(Step::Health, &probe, IntentCheck::Strict).await? {
+            return Ok(h);
+        }
+        match self.wait_healthy(&probe, &candidate.id).await {
+            Ok(h) => {
+                self.succeed(Step::Health, &h).await?;
+                Ok(h)
+            }
+            Err(e) => Err(self.failed(Step::Health, e).await),
+        }
+    }
+
+    async fn wait_healthy(&self, probe: &Probe, id: &str) -> Result<Healthy, StepError> {
+        let started = Instant::now();
+        let timeout = match probe {
+            Probe::Http { timeout_ms, .. } | Probe::Healthcheck { timeout_ms } => Duration::from_millis(*timeout_ms),
+            Probe::Running => Duration::from_secs(10),
+        };
+        let deadline = started + timeout;
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(2))
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| StepError::Check(format!("http client: {e}")))?;
+        let mut delay = FIRST_PROBE_DELAY;
+        let mut probes = 0u32;
+        let mut last = String::from("no answer yet");
+        loop {
+            probes += 1;
+            let state = self.ctx.engine.inspect_container(id).await?;
+            let Some(state) = state else {
+                return Err(StepError::Check("candidate container disappeared".into()));
+            };
+            if !state.running {
+                return Err(StepError::Check(format!(
+                    "container exited (status {}, exit code {}) before becoming healthy",
+                    state.status,
+                    state.exit_code.map_or("unknown".into(), |c| c.to_string())
+                )));
+            }
+            let done = match probe {
+                Probe::Http { url, .. } => match client.get(url).send().await {
+                    Ok(r) if r.status().is_success() => Some(format!("GET {url} answered {}", r.status().as_u16())),
+                    Ok(r) => {
+                        last = format!("GET {url} answered {}", r.status().as_u16());
+                        None
+                    }
+                    Err(e) => {
+                        last = format!("GET {url}: {}", if e.is_timeout() { "timed out" } else { "no connection" });
+                        None
+                    }
+                },
+                Probe::Healthcheck { .. } => match state.health {
+                    Health::Healthy => Some("image HEALTHCHECK reports healthy".to_owned()),
+                    Health::Unhealthy => {
+                        return Err(StepError::Check("image HEALTHCHECK reports unhealthy".into()));
+                    }
+                    _ => {
+                        last = "image HEALTHCHECK still starting".into();
+                        None
+                    }
+                },
+                Probe::Running => Some("running (no health check configured)".to_owned()),
+            };
+            if let Some(detail) = done {
+                return Ok(Healthy { probes, elapsed_ms: started.elapsed().as_millis() as u64, detail });
+            }
+            if Instant::now() + delay > deadline {
+                return Err(StepError::Check(format!(
+                    "not healthy within {}s: {last}",
+                    timeout.as_secs_f32()
+                )));
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(MAX_PROBE_DELAY);
+        }
+    }
+
+    /// The app's serving generation changes in the same transaction that journals this
+    /// step: the status page and the journal can never disagree about what serves.
+    pub(super) async fn switch(&self, r: &Resolved, candidate: &Candidate) -> Result<(), PipelineError> {
+        let intent = serde_json::json!({ "container": candidate.id, "digest": r.digest });
+        if let Begun::Done(_) = self
+            .begin::<serde_json::Value>(Step::Switch, &intent, IntentCheck::Strict)
+            .await?
+        {
+            return Ok(());
+        }
+        let result = serde_json::json!({ "container": candidate.id, "name": candidate.name });
+        self.store_retry(|| {
+            self.ctx.store.switch_generation(
+                self.dep.id,
+                &self.owner,
+                &self.app.name,
+                &r.digest,
+                &candidate.id,
+                &result,
+            )
+        })
+        .await?;
+        crate::faults::crash_point(Step::Switch.as_str(), "after");
+        Ok(())
+    }
+}

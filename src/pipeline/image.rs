@@ -1,0 +1,143 @@
+//! resolve, pull, verify: from a tag to a local image that is exactly the pinned digest.
+
+use serde::{Deserialize, Serialize};
+
+use super::journal::{Begun, IntentCheck};
+use super::{PipelineError, Run, Step, StepError};
+use crate::registry::{Resolved, Wanted};
+
+#[derive(Serialize)]
+struct ResolveIntent<'a> {
+    image: &'a str,
+    tag: Option<&'a str>,
+    digest: Option<&'a str>,
+    platform: String,
+}
+
+#[derive(Serialize)]
+struct ImageIntent<'a> {
+    reference: &'a str,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct VerifiedImage {
+    pub image_id: String,
+    pub has_healthcheck: bool,
+}
+
+impl Run<'_> {
+    pub(super) fn reference(&self, r: &Resolved) -> String {
+        format!("{}@{}", self.app.image, r.digest)
+    }
+
+    /// Resolved once and journaled: a replay uses the recorded digest even if the tag
+    /// moved since, so a deployment never changes its digest midway.
+    pub(super) async fn resolve(&self) -> Result<Resolved, PipelineError> {
+        let pinned = self.dep.pinned.then_some(self.dep.claimed_digest.as_deref()).flatten();
+        let intent = ResolveIntent {
+            image: &self.app.image,
+            tag: if pinned.is_some() { None } else { self.dep.requested_tag.as_deref() },
+            digest: pinned,
+            platform: self.ctx.platform.to_string(),
+        };
+        let resolved = match self.begin::<Resolved>(Step::Resolve, &intent, IntentCheck::Strict).await? {
+            Begun::Done(r) => r,
+            Begun::Fresh | Begun::Resumed(_) => {
+                let wanted = match (pinned, self.dep.requested_tag.as_deref()) {
+                    (Some(d), _) => Wanted::Digest(d),
+                    (None, Some(t)) => Wanted::Tag(t),
+                    (None, None) => Wanted::Tag(&self.app.tag),
+                };
+                let res = self
+                    .retrying(Step::Resolve, || async {
+                        Ok(self
+                            .ctx
+                            .registry
+                            .resolve(self.app, wanted.clone(), &self.ctx.platform)
+                            .await?)
+                    })
+                    .await;
+                let r = match res {
+                    Ok(r) => r,
+                    Err(e) => return Err(self.failed(Step::Resolve, e).await),
+                };
+                self.succeed(Step::Resolve, &r).await?;
+                r
+            }
+        };
+        self.store_retry(|| {
+            self.ctx
+                .store
+                .set_resolved(self.dep.id, &self.owner, &resolved.digest, &resolved.platform)
+        })
+        .await?;
+        Ok(resolved)
+    }
+
+    pub(super) async fn pull(&self, r: &Resolved) -> Result<(), PipelineError> {
+        let reference = self.reference(r);
+        let intent = ImageIntent { reference: &reference };
+        if let Begun::Done(()) = self.begin::<()>(Step::Pull, &intent, IntentCheck::Strict).await? {
+            return Ok(());
+        }
+        let creds = self.ctx.registry.credentials(self.app.registry_host());
+        let res = self
+            .retrying(Step::Pull, || async {
+                Ok(self
+                    .ctx
+                    .engine
+                    .pull(&self.app.image, &r.digest, creds.clone())
+                    .await?)
+            })
+            .await;
+        if let Err(e) = res {
+            return Err(self.failed(Step::Pull, e).await);
+        }
+        self.succeed(Step::Pull, &()).await
+    }
+
+    /// The engine's own record of the image must name the resolved digest, and the image
+    /// must be for this engine's platform: what runs is what was resolved, nothing else.
+    pub(super) async fn verify(&self, r: &Resolved) -> Result<VerifiedImage, PipelineError> {
+        let reference = self.reference(r);
+        let intent = ImageIntent { reference: &reference };
+        if let Begun::Done(v) = self
+            .begin::<VerifiedImage>(Step::Verify, &intent, IntentCheck::Strict)
+            .await?
+        {
+            return Ok(v);
+        }
+        let res = self
+            .retrying(Step::Verify, || async {
+                let Some(image) = self.ctx.engine.image(&reference).await? else {
+                    return Err(StepError::Check(format!("{reference} is not in the engine after the pull")));
+                };
+                if !image.repo_digests.iter().any(|d| d == &reference) {
+                    return Err(StepError::Check(format!(
+                        "digest mismatch: the engine's image {} has repo digests [{}], not {reference}",
+                        image.id,
+                        image.repo_digests.join(", ")
+                    )));
+                }
+                let want = &self.ctx.platform;
+                if image.platform.os != want.os || image.platform.architecture != want.architecture {
+                    return Err(StepError::Check(format!(
+                        "platform mismatch: image is {}, engine runs {want}",
+                        image.platform
+                    )));
+                }
+                Ok(VerifiedImage {
+                    image_id: image.id,
+                    has_healthcheck: image.has_healthcheck,
+                })
+            })
+            .await;
+        match res {
+            Ok(v) => {
+                self.succeed(Step::Verify, &v).await?;
+                Ok(v)
+            }
+            Err(e) => Err(self.failed(Step::Verify, e).await),
+        }
+    }
+}

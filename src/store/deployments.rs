@@ -1,0 +1,399 @@
+use std::fmt;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::{Postgres, Transaction};
+use uuid::Uuid;
+
+use super::{Result, Store, StoreError};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Trigger {
+    Webhook,
+    Manual,
+    Rollback,
+    Reconcile,
+}
+
+impl Trigger {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Webhook => "webhook",
+            Trigger::Manual => "manual",
+            Trigger::Rollback => "rollback",
+            Trigger::Reconcile => "reconcile",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeploymentState {
+    Queued,
+    Running,
+    Succeeded,
+    Failed,
+    Superseded,
+    Cancelled,
+}
+
+impl DeploymentState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Running => "running",
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+            Self::Superseded => "superseded",
+            Self::Cancelled => "cancelled",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "queued" => Self::Queued,
+            "running" => Self::Running,
+            "succeeded" => Self::Succeeded,
+            "failed" => Self::Failed,
+            "superseded" => Self::Superseded,
+            "cancelled" => Self::Cancelled,
+            _ => return None,
+        })
+    }
+    pub fn is_final(self) -> bool {
+        !matches!(self, Self::Queued | Self::Running)
+    }
+}
+
+impl fmt::Display for DeploymentState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
+pub struct Deployment {
+    pub id: Uuid,
+    pub app: String,
+    pub trigger: String,
+    pub delivery_id: Option<Uuid>,
+    pub image: String,
+    pub requested_tag: Option<String>,
+    pub claimed_digest: Option<String>,
+    pub pinned: bool,
+    pub resolved_digest: Option<String>,
+    pub platform: Option<String>,
+    pub state: String,
+    pub attempt: i32,
+    #[serde(skip)]
+    pub lease_owner: Option<String>,
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    pub superseded_by: Option<Uuid>,
+    pub outcome: Option<String>,
+    pub error: Option<String>,
+    pub candidate_logs: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl Deployment {
+    pub fn state(&self) -> DeploymentState {
+        DeploymentState::parse(&self.state).unwrap_or(DeploymentState::Failed)
+    }
+    pub fn short_id(&self) -> String {
+        self.id.simple().to_string()[..8].to_owned()
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct NewDeployment {
+    pub app: String,
+    pub trigger: Trigger,
+    pub delivery_id: Option<Uuid>,
+    pub image: String,
+    pub requested_tag: Option<String>,
+    pub claimed_digest: Option<String>,
+    /// The operator named the digest: deploy exactly it, do not resolve the tag.
+    pub pinned: bool,
+}
+
+/// What asking for a deployment did.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum Enqueued {
+    /// A new queued deployment; `superseded` lists the queued ones it replaced.
+    Queued {
+        id: Uuid,
+        app: String,
+        superseded: Vec<Uuid>,
+    },
+    /// The same digest is already queued or running for this app.
+    AlreadyPending { id: Uuid, app: String },
+}
+
+/// The generation that serves an app now, as the `switch` step recorded it.
+#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
+pub struct Generation {
+    pub app: String,
+    pub deployment_id: Uuid,
+    pub digest: String,
+    pub container_id: String,
+    pub switched_at: DateTime<Utc>,
+}
+
+fn millis(d: Duration) -> i64 {
+    d.as_millis().min(i64::MAX as u128) as i64
+}
+
+/// Per app, enqueueing is serialized by an advisory lock so that concurrent deliveries
+/// cannot both see "nothing queued" and race on the one-queued-per-app index.
+pub(super) async fn enqueue_in(
+    tx: &mut Transaction<'_, Postgres>,
+    d: NewDeployment,
+) -> Result<Enqueued> {
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('pier:app:' || $1))")
+        .bind(&d.app)
+        .execute(&mut **tx)
+        .await?;
+    if let Some(digest) = &d.claimed_digest {
+        let existing: Option<Uuid> = sqlx::query_scalar(
+            "SELECT id FROM deployments
+             WHERE app = $1 AND state IN ('queued', 'running')
+               AND (claimed_digest = $2 OR resolved_digest = $2)
+             ORDER BY created_at DESC LIMIT 1",
+        )
+        .bind(&d.app)
+        .bind(digest)
+        .fetch_optional(&mut **tx)
+        .await?;
+        if let Some(id) = existing {
+            return Ok(Enqueued::AlreadyPending { id, app: d.app });
+        }
+    }
+    let id = Uuid::new_v4();
+    let superseded: Vec<Uuid> = sqlx::query_scalar(
+        "UPDATE deployments
+         SET state = 'superseded', superseded_by = $2, finished_at = now(), updated_at = now(),
+             outcome = 'superseded by a newer deployment before it started'
+         WHERE app = $1 AND state = 'queued'
+         RETURNING id",
+    )
+    .bind(&d.app)
+    .bind(id)
+    .fetch_all(&mut **tx)
+    .await?;
+    sqlx::query(
+        "INSERT INTO deployments
+           (id, app, trigger, delivery_id, image, requested_tag, claimed_digest, pinned)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+    )
+    .bind(id)
+    .bind(&d.app)
+    .bind(d.trigger.as_str())
+    .bind(d.delivery_id)
+    .bind(&d.image)
+    .bind(&d.requested_tag)
+    .bind(&d.claimed_digest)
+    .bind(d.pinned)
+    .execute(&mut **tx)
+    .await?;
+    Ok(Enqueued::Queued {
+        id,
+        app: d.app,
+        superseded,
+    })
+}
+
+impl Store {
+    pub async fn enqueue(&self, d: NewDeployment) -> Result<Enqueued> {
+        let mut tx = self.pool.begin().await?;
+        let out = enqueue_in(&mut tx, d).await?;
+        tx.commit().await?;
+        Ok(out)
+    }
+
+    /// Claims the oldest runnable deployment: a running one whose lease expired (its
+    /// worker died; resumed from the journal) before any queued one, and a queued one only
+    /// when nothing runs for its app. The partial unique index on running deployments is
+    /// the final guard: losing that race is "nothing claimed", not an error.
+    pub async fn claim(&self, owner: &str, lease: Duration) -> Result<Option<Deployment>> {
+        let res = sqlx::query_as::<_, Deployment>(
+            "WITH candidate AS (
+               SELECT d.id FROM deployments d
+               WHERE (d.state = 'running' AND d.lease_expires_at < now())
+                  OR (d.state = 'queued' AND NOT EXISTS (
+                        SELECT 1 FROM deployments r WHERE r.app = d.app AND r.state = 'running'))
+               ORDER BY (d.state = 'running') DESC, d.created_at
+               LIMIT 1
+               FOR UPDATE SKIP LOCKED
+             )
+             UPDATE deployments d
+             SET state = 'running', attempt = d.attempt + 1, lease_owner = $1,
+                 lease_expires_at = now() + $2 * interval '1 millisecond',
+                 started_at = coalesce(d.started_at, now()), updated_at = now()
+             FROM candidate WHERE d.id = candidate.id
+             RETURNING d.*",
+        )
+        .bind(owner)
+        .bind(millis(lease))
+        .fetch_optional(&self.pool)
+        .await;
+        match res {
+            Ok(d) => Ok(d),
+            Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("23505") => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Extends the lease; `LeaseLost` when another worker took the deployment over.
+    pub async fn heartbeat(&self, id: Uuid, owner: &str, lease: Duration) -> Result<()> {
+        let n = sqlx::query(
+            "UPDATE deployments SET lease_expires_at = now() + $3 * interval '1 millisecond'
+             WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
+        )
+        .bind(id)
+        .bind(owner)
+        .bind(millis(lease))
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(StoreError::LeaseLost)
+        }
+    }
+
+    pub async fn set_resolved(
+        &self,
+        id: Uuid,
+        owner: &str,
+        digest: &str,
+        platform: &str,
+    ) -> Result<()> {
+        let n = sqlx::query(
+            "UPDATE deployments SET resolved_digest = $3, platform = $4, updated_at = now()
+             WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
+        )
+        .bind(id)
+        .bind(owner)
+        .bind(digest)
+        .bind(platform)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(StoreError::LeaseLost)
+        }
+    }
+
+    /// Moves a running deployment to its final state; only its lease holder may.
+    pub async fn finish(
+        &self,
+        id: Uuid,
+        owner: &str,
+        state: DeploymentState,
+        outcome: &str,
+        error: Option<&str>,
+        candidate_logs: Option<&str>,
+    ) -> Result<()> {
+        debug_assert!(state.is_final());
+        let n = sqlx::query(
+            "UPDATE deployments
+             SET state = $3, outcome = $4, error = $5, candidate_logs = $6,
+                 finished_at = now(), updated_at = now(), lease_owner = NULL, lease_expires_at = NULL
+             WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
+        )
+        .bind(id)
+        .bind(owner)
+        .bind(state.as_str())
+        .bind(outcome)
+        .bind(error)
+        .bind(candidate_logs)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(StoreError::LeaseLost)
+        }
+    }
+
+    /// Gives a deployment back to the queue on shutdown: its lease ends now, so the next
+    /// worker resumes it from the journal without waiting for the lease to expire.
+    pub async fn release(&self, id: Uuid, owner: &str) -> Result<()> {
+        sqlx::query(
+            "UPDATE deployments SET lease_expires_at = now() - interval '1 second', updated_at = now()
+             WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
+        )
+        .bind(id)
+        .bind(owner)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    pub async fn deployment(&self, id: Uuid) -> Result<Option<Deployment>> {
+        Ok(
+            sqlx::query_as("SELECT * FROM deployments WHERE id = $1")
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await?,
+        )
+    }
+
+    pub async fn recent_deployments(&self, limit: i64) -> Result<Vec<Deployment>> {
+        Ok(
+            sqlx::query_as("SELECT * FROM deployments ORDER BY created_at DESC LIMIT $1")
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await?,
+        )
+    }
+
+    pub async fn app_deployments(&self, app: &str, limit: i64) -> Result<Vec<Deployment>> {
+        Ok(sqlx::query_as(
+            "SELECT * FROM deployments WHERE app = $1 ORDER BY created_at DESC LIMIT $2",
+        )
+        .bind(app)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    pub async fn generation(&self, app: &str) -> Result<Option<Generation>> {
+        Ok(
+            sqlx::query_as("SELECT * FROM app_generations WHERE app = $1")
+                .bind(app)
+                .fetch_optional(&self.pool)
+                .await?,
+        )
+    }
+
+    pub async fn generations(&self) -> Result<Vec<Generation>> {
+        Ok(
+            sqlx::query_as("SELECT * FROM app_generations ORDER BY app")
+                .fetch_all(&self.pool)
+                .await?,
+        )
+    }
+}
+
+impl Store {
+    /// Time until the earliest running deployment's lease expires, if any runs.
+    pub async fn next_lease_expiry(&self) -> Result<Option<Duration>> {
+        let ms: Option<f64> = sqlx::query_scalar(
+            "SELECT GREATEST(0, EXTRACT(EPOCH FROM (min(lease_expires_at) - now())) * 1000)::float8
+             FROM deployments WHERE state = 'running'",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(ms.map(|m| Duration::from_millis(m as u64)))
+    }
+}

@@ -1,0 +1,99 @@
+//! All SQL lives here. Handlers and workers call these functions; none of them writes SQL.
+
+mod deliveries;
+mod deployments;
+mod steps;
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+
+pub use deliveries::{Delivery, DeliveryOutcome, NewDelivery};
+pub use deployments::{
+    Deployment, DeploymentState, Enqueued, Generation, NewDeployment, Trigger,
+};
+pub use steps::{StepRecord, StepState};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database cannot be reached: callers answer 503 or retry later.
+    #[error("database unavailable: {0}")]
+    Unavailable(#[source] sqlx::Error),
+    #[error("database error: {0}")]
+    Query(#[source] sqlx::Error),
+    /// This worker no longer holds the deployment's lease; another one may have taken over.
+    #[error("lease on deployment lost")]
+    LeaseLost,
+}
+
+impl StoreError {
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_))
+    }
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        let unavailable = match &e {
+            sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::Protocol(_)
+            | sqlx::Error::WorkerCrashed => true,
+            // Class 08 is connection exceptions, 57P0x the server shutting down or starting.
+            sqlx::Error::Database(db) => db
+                .code()
+                .is_some_and(|c| c.starts_with("08") || c.starts_with("57P")),
+            _ => false,
+        };
+        if unavailable {
+            StoreError::Unavailable(e)
+        } else {
+            StoreError::Query(e)
+        }
+    }
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+#[derive(Clone, Debug)]
+pub struct Store {
+    pool: PgPool,
+}
+
+impl Store {
+    /// A lazy pool: Pier starts (and answers 503) even while the database is down, and
+    /// reconnects on its own once it is back.
+    pub fn connect_lazy(url: &str) -> Result<Self> {
+        let pool = PgPoolOptions::new()
+            .max_connections(16)
+            .acquire_timeout(Duration::from_secs(3))
+            .connect_lazy(url)?;
+        Ok(Self { pool })
+    }
+
+    pub fn from_pool(pool: PgPool) -> Self {
+        Self { pool }
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    pub async fn migrate(&self) -> Result<()> {
+        sqlx::migrate!("./migrations")
+            .run(&self.pool)
+            .await
+            .map_err(|e| match e {
+                sqlx::migrate::MigrateError::Execute(e) => StoreError::from(e),
+                other => StoreError::Query(sqlx::Error::Migrate(Box::new(other))),
+            })
+    }
+
+    pub async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+}

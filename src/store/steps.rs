@@ -1,0 +1,206 @@
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::{Postgres, Transaction};
+use uuid::Uuid;
+
+use super::{Result, Store, StoreError};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StepState {
+    Started,
+    Succeeded,
+    Failed,
+}
+
+#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
+pub struct StepRecord {
+    pub id: i64,
+    pub deployment_id: Uuid,
+    pub step: String,
+    pub state: String,
+    pub intent: serde_json::Value,
+    pub result: Option<serde_json::Value>,
+    pub error: Option<String>,
+    pub attempt: i32,
+    pub replays: i32,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+impl StepRecord {
+    pub fn state(&self) -> StepState {
+        match self.state.as_str() {
+            "succeeded" => StepState::Succeeded,
+            "failed" => StepState::Failed,
+            _ => StepState::Started,
+        }
+    }
+}
+
+/// Every journal write checks that the writer still holds the deployment's lease, so a
+/// worker that lost it (paused, partitioned) cannot overwrite its successor's record.
+async fn holds_lease(
+    tx: &mut Transaction<'_, Postgres>,
+    deployment: Uuid,
+    owner: &str,
+) -> Result<()> {
+    let held: Option<Uuid> = sqlx::query_scalar(
+        "SELECT id FROM deployments WHERE id = $1 AND lease_owner = $2 AND state = 'running'
+         FOR UPDATE",
+    )
+    .bind(deployment)
+    .bind(owner)
+    .fetch_optional(&mut **tx)
+    .await?;
+    held.map(|_| ()).ok_or(StoreError::LeaseLost)
+}
+
+impl Store {
+    pub async fn steps(&self, deployment: Uuid) -> Result<Vec<StepRecord>> {
+        Ok(sqlx::query_as(
+            "SELECT * FROM deployment_steps WHERE deployment_id = $1 ORDER BY id",
+        )
+        .bind(deployment)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    pub async fn step(&self, deployment: Uuid, step: &str) -> Result<Option<StepRecord>> {
+        Ok(sqlx::query_as(
+            "SELECT * FROM deployment_steps WHERE deployment_id = $1 AND step = $2",
+        )
+        .bind(deployment)
+        .bind(step)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    /// Records a step's intent, committed before its side effect.
+    pub async fn step_begin(
+        &self,
+        deployment: Uuid,
+        owner: &str,
+        step: &str,
+        intent: &serde_json::Value,
+        attempt: i32,
+    ) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        holds_lease(&mut tx, deployment, owner).await?;
+        sqlx::query(
+            "INSERT INTO deployment_steps (deployment_id, step, state, intent, attempt)
+             VALUES ($1, $2, 'started', $3, $4)",
+        )
+        .bind(deployment)
+        .bind(step)
+        .bind(intent)
+        .bind(attempt)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Marks a started step as being replayed after a crash or a lost lease.
+    pub async fn step_replay(
+        &self,
+        deployment: Uuid,
+        owner: &str,
+        step: &str,
+        attempt: i32,
+    ) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        holds_lease(&mut tx, deployment, owner).await?;
+        sqlx::query(
+            "UPDATE deployment_steps SET replays = replays + 1, attempt = $3
+             WHERE deployment_id = $1 AND step = $2",
+        )
+        .bind(deployment)
+        .bind(step)
+        .bind(attempt)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn step_succeed(
+        &self,
+        deployment: Uuid,
+        owner: &str,
+        step: &str,
+        result: &serde_json::Value,
+    ) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        holds_lease(&mut tx, deployment, owner).await?;
+        finish_step(&mut tx, deployment, step, "succeeded", Some(result), None).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn step_fail(
+        &self,
+        deployment: Uuid,
+        owner: &str,
+        step: &str,
+        error: &str,
+    ) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        holds_lease(&mut tx, deployment, owner).await?;
+        finish_step(&mut tx, deployment, step, "failed", None, Some(error)).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The `switch` step: the app's serving generation and the step's result change in
+    /// one transaction, so the status page never names a generation the journal does not.
+    pub async fn switch_generation(
+        &self,
+        deployment: Uuid,
+        owner: &str,
+        app: &str,
+        digest: &str,
+        container_id: &str,
+        result: &serde_json::Value,
+    ) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        holds_lease(&mut tx, deployment, owner).await?;
+        sqlx::query(
+            "INSERT INTO app_generations (app, deployment_id, digest, container_id)
+             VALUES ($1, $2, $3, $4)
+             ON CONFLICT (app) DO UPDATE SET deployment_id = $2, digest = $3,
+                 container_id = $4, switched_at = now()",
+        )
+        .bind(app)
+        .bind(deployment)
+        .bind(digest)
+        .bind(container_id)
+        .execute(&mut *tx)
+        .await?;
+        finish_step(&mut tx, deployment, "switch", "succeeded", Some(result), None).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+async fn finish_step(
+    tx: &mut Transaction<'_, Postgres>,
+    deployment: Uuid,
+    step: &str,
+    state: &str,
+    result: Option<&serde_json::Value>,
+    error: Option<&str>,
+) -> Result<()> {
+    sqlx::query(
+        "UPDATE deployment_steps SET state = $3, result = $4, error = $5, finished_at = now()
+         WHERE deployment_id = $1 AND step = $2",
+    )
+    .bind(deployment)
+    .bind(step)
+    .bind(state)
+    .bind(result)
+    .bind(error)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,82 @@
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use serde::Deserialize;
+use uuid::Uuid;
+
+use super::views::{self, AppView, DeploymentView};
+use super::{AppState, WebError, check_admin, hooks};
+use crate::intake::generic::is_digest;
+use crate::store::{NewDeployment, Trigger};
+
+pub(super) async fn apps(State(s): State<AppState>) -> Result<Json<Vec<AppView>>, WebError> {
+    let (all, err) = views::containers_by_app(&s).await;
+    let mut out = Vec::new();
+    for app in &s.config.apps {
+        out.push(views::app_view(&s, app, &all, err.as_deref(), 10).await?);
+    }
+    Ok(Json(out))
+}
+
+pub(super) async fn app(
+    State(s): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<AppView>, WebError> {
+    Ok(Json(views::one_app(&s, &name, 20).await?))
+}
+
+pub(super) async fn deployment(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<DeploymentView>, WebError> {
+    let id = Uuid::parse_str(&id).map_err(|_| WebError::NotFound(format!("deployment {id}")))?;
+    Ok(Json(views::deployment_view(&s, id).await?))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct DeployRequest {
+    /// Deploy exactly this digest instead of resolving the app's tag.
+    digest: Option<String>,
+}
+
+/// `POST /api/apps/{app}/deploy` (admin bearer token): queues a manual deployment of the
+/// app's tag, or of a pinned digest given as `{"digest": "sha256:…"}`.
+pub(super) async fn deploy(
+    State(s): State<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<impl IntoResponse, WebError> {
+    check_admin(&s.config, &headers, None)?;
+    let app = s
+        .config
+        .app(&name)
+        .ok_or_else(|| WebError::NotFound(format!("app `{name}`")))?;
+    let req: DeployRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        DeployRequest::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| WebError::BadRequest(format!("invalid body: {e}")))?
+    };
+    if let Some(d) = &req.digest {
+        if !is_digest(d) {
+            return Err(WebError::BadRequest(format!("`{d}` is not a sha256 digest")));
+        }
+    }
+    let enqueued = s.store.enqueue(manual(app, req.digest)).await?;
+    Ok((StatusCode::ACCEPTED, Json(serde_json::json!({ "deployment": hooks::deployment_ref(enqueued) }))))
+}
+
+pub(super) fn manual(app: &crate::config::AppConfig, digest: Option<String>) -> NewDeployment {
+    NewDeployment {
+        app: app.name.clone(),
+        trigger: Trigger::Manual,
+        delivery_id: None,
+        image: app.image.clone(),
+        requested_tag: digest.is_none().then(|| app.tag.clone()),
+        pinned: digest.is_some(),
+        claimed_digest: digest,
+    }
+}

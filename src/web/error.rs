@@ -1,0 +1,134 @@
+//! The one place where errors become HTTP answers. A 500 says nothing of its cause; the
+//! cause goes to the log.
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+
+use crate::intake::IntakeError;
+use crate::store::StoreError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum WebError {
+    #[error("{0} not found")]
+    NotFound(String),
+    #[error("authentication required")]
+    Unauthorized,
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("unsupported content type")]
+    UnsupportedMediaType(String),
+    #[error("database unavailable, retry later")]
+    Unavailable,
+    #[error("internal error")]
+    Internal(String),
+}
+
+impl From<StoreError> for WebError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Unavailable(_) => {
+                tracing::warn!(error = %e, "database unavailable");
+                WebError::Unavailable
+            }
+            other => WebError::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<IntakeError> for WebError {
+    fn from(e: IntakeError) -> Self {
+        match e {
+            IntakeError::UnknownSource => WebError::NotFound("webhook source".into()),
+            IntakeError::Unauthenticated(_) => WebError::Unauthorized,
+            IntakeError::UnsupportedMediaType(t) => WebError::UnsupportedMediaType(t),
+            IntakeError::Malformed(m) => WebError::BadRequest(m.0),
+            IntakeError::Store(s) => s.into(),
+        }
+    }
+}
+
+impl WebError {
+    fn status(&self) -> StatusCode {
+        match self {
+            WebError::NotFound(_) => StatusCode::NOT_FOUND,
+            WebError::Unauthorized => StatusCode::UNAUTHORIZED,
+            WebError::Forbidden(_) => StatusCode::FORBIDDEN,
+            WebError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            WebError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            WebError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            WebError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn public_message(&self) -> String {
+        match self {
+            WebError::Internal(cause) => {
+                tracing::error!(%cause, "internal error");
+                "internal error".into()
+            }
+            WebError::UnsupportedMediaType(t) => format!("unsupported content type `{t}`"),
+            other => other.to_string(),
+        }
+    }
+
+    fn finish(&self, mut resp: Response) -> Response {
+        *resp.status_mut() = self.status();
+        match self {
+            WebError::Unavailable => {
+                resp.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            }
+            WebError::Unauthorized => {
+                resp.headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            _ => {}
+        }
+        resp
+    }
+
+    /// The same error as an HTML page, for browser routes.
+    pub fn html(self) -> Response {
+        let msg = self.public_message();
+        let body = format!(
+            "<!doctype html><title>Pier: {code}</title><link rel=stylesheet href=/static/pier.css>\
+             <main><h1>{code}</h1><p>{msg}</p><p><a href=/>Back to the status page</a></p></main>",
+            code = self.status(),
+            msg = html_escape(&msg)
+        );
+        self.finish(Html(body).into_response())
+    }
+}
+
+impl IntoResponse for WebError {
+    fn into_response(self) -> Response {
+        let body = Json(serde_json::json!({ "error": self.public_message() }));
+        self.finish(body.into_response())
+    }
+}
+
+pub fn html_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&#39;")
+}
+
+/// A browser route's error, rendered as HTML.
+pub struct PageError(pub WebError);
+
+impl<E: Into<WebError>> From<E> for PageError {
+    fn from(e: E) -> Self {
+        PageError(e.into())
+    }
+}
+
+impl IntoResponse for PageError {
+    fn into_response(self) -> Response {
+        self.0.html()
+    }
+}

@@ -1,0 +1,156 @@
+//! Server-rendered pages (askama templates in `templates/`).
+
+use askama::Template;
+use askama_web::WebTemplate;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, header};
+use axum::response::{IntoResponse, Redirect};
+use serde::Deserialize;
+use uuid::Uuid;
+
+use super::error::PageError;
+use super::views::{self, AppView, DeploymentView, short_digest, took, when};
+use super::{AppState, WebError, api, check_admin};
+use crate::store::{Delivery, Deployment, Enqueued, StepRecord};
+
+/// Template helpers, reachable from every template as methods on the page.
+pub(super) trait Fmt {
+    fn short(&self, d: &str) -> String {
+        short_digest(d)
+    }
+    fn opt_short(&self, d: &Option<String>) -> String {
+        d.as_deref().map(short_digest).unwrap_or_else(|| "—".into())
+    }
+    fn at(&self, t: &chrono::DateTime<chrono::Utc>) -> String {
+        when(t)
+    }
+    fn took(&self, d: &Deployment) -> String {
+        took(d.started_at.as_ref(), d.finished_at.as_ref())
+    }
+    fn step_took(&self, s: &StepRecord) -> String {
+        took(Some(&s.started_at), s.finished_at.as_ref())
+    }
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "index.html")]
+pub(super) struct IndexPage {
+    apps: Vec<AppView>,
+    recent: Vec<Deployment>,
+    engine_error: Option<String>,
+    live: bool,
+}
+impl Fmt for IndexPage {}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "app.html")]
+pub(super) struct AppPage {
+    app: AppView,
+    admin_enabled: bool,
+    live: bool,
+}
+impl Fmt for AppPage {}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "deployment.html")]
+pub(super) struct DeploymentPage {
+    d: DeploymentView,
+    live: bool,
+}
+impl Fmt for DeploymentPage {}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "deliveries.html")]
+pub(super) struct DeliveriesPage {
+    deliveries: Vec<Delivery>,
+    live: bool,
+}
+impl Fmt for DeliveriesPage {}
+
+fn any_active(ds: &[Deployment]) -> bool {
+    ds.iter().any(|d| !d.state().is_final())
+}
+
+pub(super) async fn index(State(s): State<AppState>) -> Result<IndexPage, PageError> {
+    let (all, engine_error) = views::containers_by_app(&s).await;
+    let mut apps = Vec::new();
+    for app in &s.config.apps {
+        apps.push(views::app_view(&s, app, &all, engine_error.as_deref(), 5).await?);
+    }
+    let recent = s.store.recent_deployments(25).await?;
+    let live = any_active(&recent);
+    Ok(IndexPage {
+        apps,
+        recent,
+        engine_error,
+        live,
+    })
+}
+
+pub(super) async fn app(
+    State(s): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<AppPage, PageError> {
+    let app = views::one_app(&s, &name, 50).await?;
+    let live = any_active(&app.deployments);
+    Ok(AppPage {
+        app,
+        admin_enabled: s.config.server.admin_token.is_some(),
+        live,
+    })
+}
+
+pub(super) async fn deployment(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<DeploymentPage, PageError> {
+    let id = Uuid::parse_str(&id).map_err(|_| WebError::NotFound(format!("deployment {id}")))?;
+    let d = views::deployment_view(&s, id).await?;
+    let live = !d.deployment.state().is_final();
+    Ok(DeploymentPage { d, live })
+}
+
+pub(super) async fn deliveries(State(s): State<AppState>) -> Result<DeliveriesPage, PageError> {
+    Ok(DeliveriesPage {
+        deliveries: s.store.recent_deliveries(100).await?,
+        live: false,
+    })
+}
+
+#[derive(Deserialize)]
+pub(super) struct RedeployForm {
+    admin_token: Option<String>,
+}
+
+/// `POST /apps/{app}/redeploy`: needs the admin token; runs the pipeline again for the
+/// app's tag, and sends the browser to the new deployment's timeline.
+pub(super) async fn redeploy(
+    State(s): State<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<impl IntoResponse, PageError> {
+    // The token comes as a form field from the page, or as a bearer header from scripts.
+    let form: RedeployForm = serde_urlencoded::from_bytes(&body)
+        .map_err(|e| WebError::BadRequest(format!("invalid form: {e}")))?;
+    check_admin(&s.config, &headers, form.admin_token.as_deref())?;
+    let app = s
+        .config
+        .app(&name)
+        .ok_or_else(|| WebError::NotFound(format!("app `{name}`")))?;
+    let id = match s.store.enqueue(api::manual(app, None)).await? {
+        Enqueued::Queued { id, .. } | Enqueued::AlreadyPending { id, .. } => id,
+    };
+    Ok(Redirect::to(&format!("/deployments/{id}")))
+}
+
+pub(super) async fn stylesheet() -> impl IntoResponse {
+    (
+        [
+            (header::CONTENT_TYPE, "text/css"),
+            (header::CACHE_CONTROL, "max-age=300"),
+        ],
+        include_str!("../../templates/pier.css"),
+    )
+}

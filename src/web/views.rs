@@ -1,0 +1,135 @@
+//! What the pages and the JSON API show, built from the same rows the workers write plus
+//! the engine's live view of Pier's containers, side by side, so the page cannot lie.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::{AppState, WebError};
+use crate::config::AppConfig;
+use crate::engine::{ContainerFacts, LABEL_APP};
+use crate::store::{Deployment, Generation, StepRecord};
+
+#[derive(Serialize)]
+pub struct AppView {
+    pub name: String,
+    pub image: String,
+    pub tag: String,
+    pub publish: Option<String>,
+    /// What the journal says serves (written by the `switch` step).
+    pub generation: Option<Generation>,
+    /// What the engine says exists for this app, found by label.
+    pub containers: Vec<ContainerFacts>,
+    pub engine_error: Option<String>,
+    pub latest_deployment: Option<Deployment>,
+    pub deployments: Vec<Deployment>,
+}
+
+impl AppView {
+    /// The serving container as the engine sees it, if it exists.
+    pub fn serving(&self) -> Option<&ContainerFacts> {
+        let g = self.generation.as_ref()?;
+        self.containers.iter().find(|c| c.id == g.container_id)
+    }
+
+    /// One line for the page: does the engine agree with the journal?
+    pub fn serving_state(&self) -> String {
+        match (&self.generation, self.serving(), &self.engine_error) {
+            (_, _, Some(_)) => "engine unreachable".into(),
+            (None, _, _) => "nothing deployed yet".into(),
+            (Some(_), Some(c), _) if c.running => "running".into(),
+            (Some(_), Some(c), _) => format!("not running ({})", c.status),
+            (Some(_), None, _) => "container missing".into(),
+        }
+    }
+
+    pub fn is_healthy_view(&self) -> bool {
+        self.serving().is_some_and(|c| c.running)
+    }
+}
+
+#[derive(Serialize)]
+pub struct DeploymentView {
+    #[serde(flatten)]
+    pub deployment: Deployment,
+    pub steps: Vec<StepRecord>,
+}
+
+pub async fn containers_by_app(s: &AppState) -> (Vec<ContainerFacts>, Option<String>) {
+    match s.engine.managed_containers(None, None).await {
+        Ok(c) => (c, None),
+        Err(e) => (vec![], Some(e.to_string())),
+    }
+}
+
+pub async fn app_view(
+    s: &AppState,
+    app: &AppConfig,
+    all: &[ContainerFacts],
+    engine_error: Option<&str>,
+    history: i64,
+) -> Result<AppView, WebError> {
+    let generation = s.store.generation(&app.name).await?;
+    let deployments = s.store.app_deployments(&app.name, history).await?;
+    Ok(AppView {
+        name: app.name.clone(),
+        image: app.image.clone(),
+        tag: app.tag.clone(),
+        publish: app.publish.map(|a| a.to_string()),
+        generation,
+        containers: all
+            .iter()
+            .filter(|c| c.label(LABEL_APP) == Some(app.name.as_str()))
+            .cloned()
+            .collect(),
+        engine_error: engine_error.map(str::to_owned),
+        latest_deployment: deployments.first().cloned(),
+        deployments,
+    })
+}
+
+pub async fn one_app(s: &AppState, name: &str, history: i64) -> Result<AppView, WebError> {
+    let app = s
+        .config
+        .app(name)
+        .ok_or_else(|| WebError::NotFound(format!("app `{name}`")))?;
+    let (all, err) = match s.engine.managed_containers(Some(name), None).await {
+        Ok(c) => (c, None),
+        Err(e) => (vec![], Some(e.to_string())),
+    };
+    app_view(s, app, &all, err.as_deref(), history).await
+}
+
+pub async fn deployment_view(s: &AppState, id: Uuid) -> Result<DeploymentView, WebError> {
+    let deployment = s
+        .store
+        .deployment(id)
+        .await?
+        .ok_or_else(|| WebError::NotFound(format!("deployment {id}")))?;
+    let steps = s.store.steps(id).await?;
+    Ok(DeploymentView { deployment, steps })
+}
+
+pub fn short_digest(d: &str) -> String {
+    let hex = d.strip_prefix("sha256:").unwrap_or(d);
+    format!("sha256:{}", hex.chars().take(12).collect::<String>())
+}
+
+pub fn when(t: &DateTime<Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
+}
+
+pub fn took(from: Option<&DateTime<Utc>>, to: Option<&DateTime<Utc>>) -> String {
+    match (from, to) {
+        (Some(a), Some(b)) => {
+            let ms = (*b - *a).num_milliseconds().max(0);
+            if ms < 10_000 {
+                format!("{ms} ms")
+            } else {
+                format!("{:.1} s", ms as f64 / 1000.0)
+            }
+        }
+        (Some(_), None) => "…".into(),
+        _ => String::new(),
+    }
+}

@@ -1,0 +1,251 @@
+//! Issue: a push to a real registry deploys exactly that digest.
+//! Real Docker engine, real Distribution registry sending its own notifications, real Postgres.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::Value;
+use support::*;
+
+const DEPLOY: Duration = Duration::from_secs(60);
+
+/// Waits until the app's latest deployment reaches a final state and returns it.
+async fn latest_final(env: &TestEnv, not: &[&str]) -> Value {
+    let app = env.app().to_owned();
+    let not: Vec<String> = not.iter().map(|s| s.to_string()).collect();
+    wait_until(&format!("a new final deployment of {app}"), DEPLOY, || {
+        let not = not.clone();
+        let app = app.clone();
+        async move {
+            let (status, v) = env.api_get(&format!("/apps/{app}")).await;
+            let d = v.get("latest_deployment")?.clone();
+            let id = d.get("id")?.as_str()?.to_owned();
+            let state = d.get("state")?.as_str()?;
+            (status == 200 && !not.contains(&id) && !matches!(state, "queued" | "running"))
+                .then_some(d)
+        }
+    })
+    .await
+}
+
+async fn running_digests(env: &TestEnv) -> Vec<String> {
+    env.engine
+        .running_containers_of_app(env.app())
+        .await
+        .into_iter()
+        .map(|c| c.labels.unwrap_or_default().get("pier.digest").cloned().unwrap_or_default())
+        .collect()
+}
+
+#[tokio::test]
+async fn push_of_v1_then_v2_runs_exactly_the_pushed_digest_in_one_container() {
+    let env = TestEnv::start().await;
+
+    let v1 = env.push(&TestImage::healthy("v1"), "main").await;
+    env.wait_app_version("v1", DEPLOY).await;
+    let d1 = latest_final(&env, &[]).await;
+    assert_eq!(d1["state"], "succeeded", "{d1:#}");
+    assert_eq!(d1["resolved_digest"], v1.as_str());
+    assert_eq!(d1["trigger"], "webhook");
+    assert_eq!(running_digests(&env).await, vec![v1.clone()]);
+
+    // The container carries the contract's labels, pinned to the digest.
+    let containers = env.engine.containers_of_app(env.app()).await;
+    assert_eq!(containers.len(), 1);
+    let labels = containers[0].labels.clone().unwrap_or_default();
+    assert_eq!(labels.get("pier.managed").map(String::as_str), Some("true"));
+    assert_eq!(labels.get("pier.app").map(String::as_str), Some(env.app()));
+    assert_eq!(labels.get("pier.deployment"), d1["id"].as_str().map(str::to_owned).as_ref());
+    assert_eq!(containers[0].image.as_deref(), Some(format!("{}@{v1}", env.image()).as_str()));
+
+    let v2 = env.push(&TestImage::healthy("v2"), "main").await;
+    assert_ne!(v1, v2);
+    env.wait_app_version("v2", DEPLOY).await;
+    let d2 = latest_final(&env, &[d1["id"].as_str().unwrap()]).await;
+    assert_eq!(d2["state"], "succeeded", "{d2:#}");
+    assert_eq!(d2["resolved_digest"], v2.as_str());
+
+    // Exactly one container of the app remains: the old generation was retired.
+    let all = env.engine.containers_of_app(env.app()).await;
+    assert_eq!(all.len(), 1, "containers left: {all:#?}");
+    assert_eq!(running_digests(&env).await, vec![v2.clone()]);
+
+    // The journal has every step, each with its intent before and result after.
+    let (_, dep) = env.api_get(&format!("/deployments/{}", d2["id"].as_str().unwrap())).await;
+    let steps: Vec<&str> = dep["steps"].as_array().unwrap().iter().map(|s| s["step"].as_str().unwrap()).collect();
+    assert_eq!(
+        steps,
+        ["resolve", "pull", "verify", "create", "stop_old", "start", "health", "switch", "retire"]
+    );
+    assert!(dep["steps"].as_array().unwrap().iter().all(|s| s["state"] == "succeeded"));
+
+    // The status page and the API tell the same story as the engine.
+    let (_, app) = env.api_get(&format!("/apps/{}", env.app())).await;
+    assert_eq!(app["generation"]["digest"], v2.as_str());
+    let (code, page) = http_get(&env.pier_url("/")).await.unwrap();
+    assert_eq!(code, 200);
+    assert!(page.contains(env.app()), "status page lists the app");
+    assert!(page.contains(&v2["sha256:".len().."sha256:".len() + 12]), "status page shows the serving digest");
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_push_that_never_becomes_healthy_leaves_the_previous_version_serving() {
+    let env = TestEnv::builder().health_timeout(Duration::from_secs(3)).start().await;
+    let v2 = env.push(&TestImage::healthy("v2"), "main").await;
+    env.wait_app_version("v2", DEPLOY).await;
+    let good = latest_final(&env, &[]).await;
+    assert_eq!(good["state"], "succeeded");
+
+    let bad = env.push(&TestImage::no_health_file("v3"), "main").await;
+    let failed = latest_final(&env, &[good["id"].as_str().unwrap()]).await;
+    assert_eq!(failed["state"], "failed", "{failed:#}");
+    assert_eq!(failed["resolved_digest"], bad.as_str());
+    let error = failed["error"].as_str().unwrap_or_default();
+    assert!(error.contains("health") && error.contains("404"), "the reason names the probe: {error}");
+
+    // v2 still answers, from the same container, and no candidate is left behind.
+    env.wait_app_version("v2", Duration::from_secs(10)).await;
+    let all = env.engine.containers_of_app(env.app()).await;
+    assert_eq!(all.len(), 1, "containers left: {all:#?}");
+    assert_eq!(running_digests(&env).await, vec![v2.clone()]);
+    let (_, app) = env.api_get(&format!("/apps/{}", env.app())).await;
+    assert_eq!(app["generation"]["digest"], v2.as_str());
+    assert_eq!(app["generation"]["deployment_id"], good["id"]);
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_container_that_exits_at_once_fails_fast_with_its_logs() {
+    let env = TestEnv::builder().health_timeout(Duration::from_secs(30)).start().await;
+    let v1 = env.push(&TestImage::healthy("v1"), "main").await;
+    env.wait_app_version("v1", DEPLOY).await;
+    let good = latest_final(&env, &[]).await;
+
+    env.push(&TestImage::exits_at_once("v2"), "main").await;
+    let failed = latest_final(&env, &[good["id"].as_str().unwrap()]).await;
+    assert_eq!(failed["state"], "failed", "{failed:#}");
+    let error = failed["error"].as_str().unwrap_or_default();
+    assert!(error.contains("exited"), "{error}");
+    env.wait_app_version("v1", Duration::from_secs(10)).await;
+    assert_eq!(running_digests(&env).await, vec![v1]);
+    assert_eq!(env.engine.containers_of_app(env.app()).await.len(), 1);
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_delivery_with_a_wrong_token_or_signature_is_refused_and_stores_nothing() {
+    let env = TestEnv::builder().without_notifications().start().await;
+    let fixture = std::fs::read("tests/fixtures/distribution_push_v1.json").unwrap();
+    let media = "application/vnd.docker.distribution.events.v1+json";
+    let cases: Vec<(&str, Vec<(&str, String)>)> = vec![
+        ("local", vec![("Content-Type", media.into())]),
+        ("local", vec![("Content-Type", media.into()), ("Authorization", "Bearer wrong".into())]),
+        ("local", vec![("Content-Type", media.into()), ("Authorization", format!("Bearer {}x", env.distribution_token))]),
+        ("gen", vec![("Content-Type", "application/json".into())]),
+        ("gen", vec![("Content-Type", "application/json".into()), ("X-Pier-Signature", sign_hmac_sha256("not-the-secret", &fixture))]),
+        ("gen", vec![("Content-Type", "application/json".into()), ("X-Pier-Signature", "sha256=00".into())]),
+    ];
+    for (source, headers) in &cases {
+        let h: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let (code, body) = env.post_hook(source, &h, &fixture).await;
+        assert_eq!(code, 401, "{source} {headers:?}: {body}");
+        assert!(!body.contains(&env.distribution_token) && !body.contains(&env.generic_secret));
+    }
+    for table in ["deliveries", "deployments", "deployment_steps"] {
+        let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {table}")))
+            .fetch_one(&env.db.pool)
+            .await
+            .unwrap();
+        assert_eq!(n, 0, "{table} must stay empty");
+    }
+    // The refusals are counted.
+    let (_, metrics) = http_get(&env.pier_url("/metrics")).await.unwrap();
+    assert!(metrics.contains("result=\"unauthenticated\""), "{metrics}");
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn bad_requests_get_their_own_status_codes() {
+    let env = TestEnv::builder().without_notifications().start().await;
+    let token = format!("Bearer {}", env.distribution_token);
+    let media = "application/vnd.docker.distribution.events.v1+json";
+    let auth = [("Content-Type", media), ("Authorization", token.as_str())];
+    // Authentic but malformed: 400, nothing stored.
+    assert_eq!(env.post_hook("local", &auth, b"{not json").await.0, 400);
+    // Wrong content type: 415.
+    let plain = [("Content-Type", "text/plain"), ("Authorization", token.as_str())];
+    assert_eq!(env.post_hook("local", &plain, b"{\"events\":[]}").await.0, 415);
+    // Too large: 413.
+    let big = vec![b' '; 2 << 20];
+    assert_eq!(env.post_hook("local", &auth, &big).await.0, 413);
+    // Unknown source: 404.
+    assert_eq!(env.post_hook("nope", &auth, b"{}").await.0, 404);
+    // Authentic, well-formed, nothing to deploy: 200, recorded as ignored.
+    let blob = br#"{"events":[{"id":"b1","action":"push","target":{"mediaType":"application/octet-stream","digest":"sha256:00","repository":"demo/x"}}]}"#;
+    let (code, body) = env.post_hook("local", &auth, blob).await;
+    assert_eq!(code, 200, "{body}");
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM deliveries WHERE verdict = 'ignored'")
+        .fetch_one(&env.db.pool)
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM deployments").fetch_one(&env.db.pool).await.unwrap();
+    assert_eq!(n, 0);
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_signed_generic_delivery_deploys_the_resolved_digest() {
+    let env = TestEnv::builder().without_notifications().start().await;
+    let digest = env.push(&TestImage::healthy("g1"), "main").await;
+    let body = format!(r#"{{"repository":"{}","tag":"main"}}"#, env.image());
+    let (code, answer) = env.post_generic(body.as_bytes()).await;
+    assert_eq!(code, 202, "{answer}");
+    let answer: Value = serde_json::from_str(&answer).unwrap();
+    let status_url = answer["deployments"][0]["status_url"].as_str().unwrap().to_owned();
+    assert!(status_url.starts_with("/api/deployments/"));
+    env.wait_app_version("g1", DEPLOY).await;
+    let d = wait_until("generic deployment final", DEPLOY, || async {
+        let (_, d) = env.api_get(status_url.trim_start_matches("/api")).await;
+        (d["state"] == "succeeded").then_some(d)
+    })
+    .await;
+    assert_eq!(d["resolved_digest"], digest.as_str());
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn redeploy_runs_a_new_deployment_of_the_same_digest() {
+    let env = TestEnv::start().await;
+    let v1 = env.push(&TestImage::healthy("v1"), "main").await;
+    env.wait_app_version("v1", DEPLOY).await;
+    let first = latest_final(&env, &[]).await;
+    let first_container = env.engine.running_containers_of_app(env.app()).await[0].id.clone();
+
+    // Never open: without the admin token it is refused.
+    let url = env.pier_url(&format!("/apps/{}/redeploy", env.app()));
+    let form = [("Content-Type", "application/x-www-form-urlencoded")];
+    let (code, _) = http_post(&url, &form, b"admin_token=wrong".to_vec()).await.unwrap();
+    assert_eq!(code, 401);
+    let (code, _) = http_post(&url, &form, Vec::new()).await.unwrap();
+    assert_eq!(code, 401);
+
+    let body = format!("admin_token={}", env.admin_token).into_bytes();
+    let (code, _) = http_post(&url, &form, body).await.unwrap();
+    assert!(code == 303 || code == 200, "redeploy answered {code}");
+    let second = latest_final(&env, &[first["id"].as_str().unwrap()]).await;
+    assert_eq!(second["state"], "succeeded", "{second:#}");
+    assert_eq!(second["trigger"], "manual");
+    assert_eq!(second["resolved_digest"], v1.as_str());
+    assert_ne!(second["id"], first["id"]);
+
+    // It really ran again: a new container of the same digest replaced the first.
+    let running = env.engine.running_containers_of_app(env.app()).await;
+    assert_eq!(running.len(), 1);
+    assert_ne!(running[0].id.as_deref(), first_container.as_deref());
+    assert_eq!(running_digests(&env).await, vec![v1]);
+    env.wait_app_version("v1", Duration::from_secs(5)).await;
+    env.cleanup().await;
+}
