@@ -46,6 +46,8 @@ pub struct ContainerFacts {
     pub running: bool,
     pub status: String,
     pub exit_code: Option<i64>,
+    /// Times the engine restarted it after it exited (restart policy): a crash loop.
+    pub restarts: i64,
     pub health: Health,
     pub labels: HashMap<String, String>,
 }
@@ -131,6 +133,7 @@ impl Engine {
             _ => Health::None,
         };
         let config = c.config.unwrap_or_default();
+        let restarts = c.restart_count.unwrap_or(0) + i64::from(state.restarting.unwrap_or(false));
         Ok(Some(ContainerFacts {
             id: c.id.unwrap_or_default(),
             name: c.name.unwrap_or_default().trim_start_matches('/').to_owned(),
@@ -138,6 +141,7 @@ impl Engine {
             running: state.running.unwrap_or(false),
             status: state.status.map(|s| s.to_string()).unwrap_or_default(),
             exit_code: state.exit_code,
+            restarts,
             health,
             labels: config.labels.unwrap_or_default(),
         }))
@@ -172,6 +176,7 @@ impl Engine {
                 running: c.state.as_ref().is_some_and(|s| s.to_string() == "running"),
                 status: c.status.unwrap_or_default(),
                 exit_code: None,
+                restarts: 0,
                 health: Health::None,
                 labels: c.labels.unwrap_or_default(),
             })

@@ -97,7 +97,7 @@ impl Run<'_> {
             let Some(state) = state else {
                 return Err(StepError::Check("candidate container disappeared".into()));
             };
-            if !state.running {
+            if !state.running || state.restarts > 0 {
                 return Err(StepError::Check(format!(
                     "container exited (status {}, exit code {}) before becoming healthy",
                     state.status,
