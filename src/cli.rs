@@ -10,10 +10,20 @@ use crate::intake::generic::is_digest;
 use crate::store::{Enqueued, NewDeployment, Store, Trigger};
 
 #[derive(Parser, Debug)]
-#[command(name = "pier", version, about = "Deploys exactly the image digest a registry push names.")]
+#[command(
+    name = "pier",
+    version,
+    about = "Deploys exactly the image digest a registry push names."
+)]
 pub struct Cli {
     /// The configuration file.
-    #[arg(long, short, global = true, env = "PIER_CONFIG", default_value = "pier.toml")]
+    #[arg(
+        long,
+        short,
+        global = true,
+        env = "PIER_CONFIG",
+        default_value = "pier.toml"
+    )]
     pub config: PathBuf,
     #[command(subcommand)]
     pub command: Command,
@@ -65,10 +75,10 @@ async fn deploy(config: &Config, app: &str, digest: Option<String>) -> anyhow::R
     let Some(a) = config.app(app) else {
         bail!("no app `{app}` in the configuration");
     };
-    if let Some(d) = &digest {
-        if !is_digest(d) {
-            bail!("`{d}` is not a sha256 digest");
-        }
+    if let Some(d) = &digest
+        && !is_digest(d)
+    {
+        bail!("`{d}` is not a sha256 digest");
     }
     let store = store(config)?;
     let enqueued = store
@@ -114,7 +124,9 @@ async fn status(config: &Config, json: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     for a in &apps {
-        let serving = a["generation"]["digest"].as_str().unwrap_or("nothing deployed");
+        let serving = a["generation"]["digest"]
+            .as_str()
+            .unwrap_or("nothing deployed");
         let latest = &a["latest_deployment"];
         println!(
             "{:<20} {}:{}\n  serving: {serving}\n  latest:  {} {} {}",

@@ -440,7 +440,8 @@ mod raw {
                 if apps.iter().any(|o| o.name == a.name) {
                     return Err(invalid(format!("app `{}` is defined twice", a.name)));
                 }
-                if a.image.contains('@') || a.image.rsplit('/').next().is_some_and(|l| l.contains(':'))
+                if a.image.contains('@')
+                    || a.image.rsplit('/').next().is_some_and(|l| l.contains(':'))
                 {
                     return Err(invalid(format!(
                         "app `{}`: image `{}` must be a repository without tag or digest; \
@@ -461,18 +462,18 @@ mod raw {
                         a.name
                     )));
                 }
-                if let Some(h) = &a.health {
-                    if !h.path.starts_with('/') {
-                        return Err(invalid(format!(
-                            "app `{}`: health.path must start with /",
-                            a.name
-                        )));
-                    }
+                if let Some(h) = &a.health
+                    && !h.path.starts_with('/')
+                {
+                    return Err(invalid(format!(
+                        "app `{}`: health.path must start with /",
+                        a.name
+                    )));
                 }
-                if let Some(c) = a.cpus {
-                    if !(c > 0.0 && c <= 1024.0) {
-                        return Err(invalid(format!("app `{}`: cpus must be > 0", a.name)));
-                    }
+                if let Some(c) = a.cpus
+                    && !(c > 0.0 && c <= 1024.0)
+                {
+                    return Err(invalid(format!("app `{}`: cpus must be > 0", a.name)));
                 }
                 let mut env = BTreeMap::new();
                 for (k, v) in a.env {
@@ -558,14 +559,18 @@ mod tests {
     #[test]
     fn a_missing_secret_names_the_variable_not_a_value() {
         let text = MINIMAL.replace("PIER_TEST_CONFIG_TOKEN", "PIER_TEST_CONFIG_UNSET");
-        let err = Config::parse(&text, Path::new(".")).unwrap_err().to_string();
+        let err = Config::parse(&text, Path::new("."))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("PIER_TEST_CONFIG_UNSET"), "{err}");
     }
 
     #[test]
     fn a_source_without_credentials_is_refused() {
         let text = MINIMAL.replace("token = \"env:PIER_TEST_CONFIG_TOKEN\"", "");
-        let err = Config::parse(&text, Path::new(".")).unwrap_err().to_string();
+        let err = Config::parse(&text, Path::new("."))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("never accepts unauthenticated"), "{err}");
     }
 
@@ -574,7 +579,9 @@ mod tests {
         // SAFETY: only this module's tests set this variable, to the same value.
         unsafe { std::env::set_var("PIER_TEST_CONFIG_TOKEN", "s3cret") };
         let text = MINIMAL.replace("demo/web\"", "demo/web:v1\"");
-        let err = Config::parse(&text, Path::new(".")).unwrap_err().to_string();
+        let err = Config::parse(&text, Path::new("."))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("without tag"), "{err}");
     }
 

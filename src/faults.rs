@@ -8,15 +8,19 @@ use std::sync::OnceLock;
 fn target() -> Option<&'static str> {
     static TARGET: OnceLock<Option<String>> = OnceLock::new();
     TARGET
-        .get_or_init(|| std::env::var("PIER_CRASH_AT").ok().filter(|s| !s.is_empty()))
+        .get_or_init(|| {
+            std::env::var("PIER_CRASH_AT")
+                .ok()
+                .filter(|s| !s.is_empty())
+        })
         .as_deref()
 }
 
 pub fn crash_point(step: &str, when: &str) {
-    if let Some(t) = target() {
-        if t.split_once(':') == Some((step, when)) {
-            eprintln!("PIER_CRASH_AT={t}: aborting");
-            std::process::abort();
-        }
+    if let Some(t) = target()
+        && t.split_once(':') == Some((step, when))
+    {
+        eprintln!("PIER_CRASH_AT={t}: aborting");
+        std::process::abort();
     }
 }

@@ -18,8 +18,12 @@ use crate::worker::{self, Workers};
 
 pub fn init_tracing() {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("pier=info,warn"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_target(false).init();
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("pier=info,warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .init();
 }
 
 /// Exactly one TLS crypto provider: oci-client's reqwest brings aws-lc-rs.
@@ -41,7 +45,11 @@ pub async fn connect(config: Config, migrate: bool) -> anyhow::Result<Parts> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let mut delay = Duration::from_millis(100);
     loop {
-        let res = if migrate { store.migrate().await } else { store.ping().await };
+        let res = if migrate {
+            store.migrate().await
+        } else {
+            store.ping().await
+        };
         match res {
             Ok(()) => break,
             Err(e) if e.is_unavailable() && tokio::time::Instant::now() < deadline => {
@@ -49,13 +57,23 @@ pub async fn connect(config: Config, migrate: bool) -> anyhow::Result<Parts> {
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(2));
             }
-            Err(e) => return Err(e).context(if migrate { "migrate database" } else { "connect to database" }),
+            Err(e) => {
+                return Err(e).context(if migrate {
+                    "migrate database"
+                } else {
+                    "connect to database"
+                });
+            }
         }
     }
     let engine = Engine::connect(config.server.docker_host.as_deref())
         .await
         .context("connect to the Docker engine")?;
-    Ok(Parts { config: Arc::new(config), store, engine })
+    Ok(Parts {
+        config: Arc::new(config),
+        store,
+        engine,
+    })
 }
 
 /// `pier serve` (HTTP and workers) or `pier worker` (workers only).
@@ -63,8 +81,15 @@ pub async fn run(config: Config, http: bool) -> anyhow::Result<()> {
     let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
         .install_recorder()
         .ok();
-    let Parts { config, store, engine } = connect(config, true).await?;
-    let platform = engine.platform().await.context("ask the engine its platform")?;
+    let Parts {
+        config,
+        store,
+        engine,
+    } = connect(config, true).await?;
+    let platform = engine
+        .platform()
+        .await
+        .context("ask the engine its platform")?;
     let ctx = Arc::new(Context {
         store: store.clone(),
         engine: engine.clone(),
@@ -79,14 +104,25 @@ pub async fn run(config: Config, http: bool) -> anyhow::Result<()> {
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(worker::listen(store.clone(), wake_tx, shutdown.clone()));
     tasks.spawn(
-        Workers { ctx, config: config.clone(), wake: wake_rx, shutdown: shutdown.clone() }.run(),
+        Workers {
+            ctx,
+            config: config.clone(),
+            wake: wake_rx,
+            shutdown: shutdown.clone(),
+        }
+        .run(),
     );
     if http {
         let listener = tokio::net::TcpListener::bind(config.server.listen)
             .await
             .with_context(|| format!("listen on {}", config.server.listen))?;
         tracing::info!(addr = %listener.local_addr()?, "listening");
-        let app = web::router(AppState { config: config.clone(), store, engine, metrics });
+        let app = web::router(AppState {
+            config: config.clone(),
+            store,
+            engine,
+            metrics,
+        });
         let stop = shutdown.clone();
         tasks.spawn(async move {
             let served = axum::serve(listener, app)

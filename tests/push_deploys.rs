@@ -34,7 +34,13 @@ async fn running_digests(env: &TestEnv) -> Vec<String> {
         .running_containers_of_app(env.app())
         .await
         .into_iter()
-        .map(|c| c.labels.unwrap_or_default().get("pier.digest").cloned().unwrap_or_default())
+        .map(|c| {
+            c.labels
+                .unwrap_or_default()
+                .get("pier.digest")
+                .cloned()
+                .unwrap_or_default()
+        })
         .collect()
 }
 
@@ -56,8 +62,14 @@ async fn push_of_v1_then_v2_runs_exactly_the_pushed_digest_in_one_container() {
     let labels = containers[0].labels.clone().unwrap_or_default();
     assert_eq!(labels.get("pier.managed").map(String::as_str), Some("true"));
     assert_eq!(labels.get("pier.app").map(String::as_str), Some(env.app()));
-    assert_eq!(labels.get("pier.deployment"), d1["id"].as_str().map(str::to_owned).as_ref());
-    assert_eq!(containers[0].image.as_deref(), Some(format!("{}@{v1}", env.image()).as_str()));
+    assert_eq!(
+        labels.get("pier.deployment"),
+        d1["id"].as_str().map(str::to_owned).as_ref()
+    );
+    assert_eq!(
+        containers[0].image.as_deref(),
+        Some(format!("{}@{v1}", env.image()).as_str())
+    );
 
     let v2 = env.push(&TestImage::healthy("v2"), "main").await;
     assert_ne!(v1, v2);
@@ -72,13 +84,29 @@ async fn push_of_v1_then_v2_runs_exactly_the_pushed_digest_in_one_container() {
     assert_eq!(running_digests(&env).await, vec![v2.clone()]);
 
     // The journal has every step, each with its intent before and result after.
-    let (_, dep) = env.api_get(&format!("/deployments/{}", d2["id"].as_str().unwrap())).await;
-    let steps: Vec<&str> = dep["steps"].as_array().unwrap().iter().map(|s| s["step"].as_str().unwrap()).collect();
+    let (_, dep) = env
+        .api_get(&format!("/deployments/{}", d2["id"].as_str().unwrap()))
+        .await;
+    let steps: Vec<&str> = dep["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["step"].as_str().unwrap())
+        .collect();
     assert_eq!(
         steps,
-        ["resolve", "pull", "verify", "create", "stop_old", "start", "health", "switch", "retire"]
+        [
+            "resolve", "pull", "verify", "create", "stop_old", "start", "health", "switch",
+            "retire"
+        ]
     );
-    assert!(dep["steps"].as_array().unwrap().iter().all(|s| s["state"] == "succeeded"));
+    assert!(
+        dep["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["state"] == "succeeded")
+    );
 
     // The status page and the API tell the same story as the engine.
     let (_, app) = env.api_get(&format!("/apps/{}", env.app())).await;
@@ -86,13 +114,19 @@ async fn push_of_v1_then_v2_runs_exactly_the_pushed_digest_in_one_container() {
     let (code, page) = http_get(&env.pier_url("/")).await.unwrap();
     assert_eq!(code, 200);
     assert!(page.contains(env.app()), "status page lists the app");
-    assert!(page.contains(&v2["sha256:".len().."sha256:".len() + 12]), "status page shows the serving digest");
+    assert!(
+        page.contains(&v2["sha256:".len().."sha256:".len() + 12]),
+        "status page shows the serving digest"
+    );
     env.cleanup().await;
 }
 
 #[tokio::test]
 async fn a_push_that_never_becomes_healthy_leaves_the_previous_version_serving() {
-    let env = TestEnv::builder().health_timeout(Duration::from_secs(3)).start().await;
+    let env = TestEnv::builder()
+        .health_timeout(Duration::from_secs(3))
+        .start()
+        .await;
     let v2 = env.push(&TestImage::healthy("v2"), "main").await;
     env.wait_app_version("v2", DEPLOY).await;
     let good = latest_final(&env, &[]).await;
@@ -103,7 +137,10 @@ async fn a_push_that_never_becomes_healthy_leaves_the_previous_version_serving()
     assert_eq!(failed["state"], "failed", "{failed:#}");
     assert_eq!(failed["resolved_digest"], bad.as_str());
     let error = failed["error"].as_str().unwrap_or_default();
-    assert!(error.contains("health") && error.contains("404"), "the reason names the probe: {error}");
+    assert!(
+        error.contains("health") && error.contains("404"),
+        "the reason names the probe: {error}"
+    );
 
     // v2 still answers, from the same container, and no candidate is left behind.
     env.wait_app_version("v2", Duration::from_secs(10)).await;
@@ -118,7 +155,10 @@ async fn a_push_that_never_becomes_healthy_leaves_the_previous_version_serving()
 
 #[tokio::test]
 async fn a_container_that_exits_at_once_fails_fast_with_its_logs() {
-    let env = TestEnv::builder().health_timeout(Duration::from_secs(30)).start().await;
+    let env = TestEnv::builder()
+        .health_timeout(Duration::from_secs(30))
+        .start()
+        .await;
     let v1 = env.push(&TestImage::healthy("v1"), "main").await;
     env.wait_app_version("v1", DEPLOY).await;
     let good = latest_final(&env, &[]).await;
@@ -141,11 +181,41 @@ async fn a_delivery_with_a_wrong_token_or_signature_is_refused_and_stores_nothin
     let media = "application/vnd.docker.distribution.events.v1+json";
     let cases: Vec<(&str, Vec<(&str, String)>)> = vec![
         ("local", vec![("Content-Type", media.into())]),
-        ("local", vec![("Content-Type", media.into()), ("Authorization", "Bearer wrong".into())]),
-        ("local", vec![("Content-Type", media.into()), ("Authorization", format!("Bearer {}x", env.distribution_token))]),
+        (
+            "local",
+            vec![
+                ("Content-Type", media.into()),
+                ("Authorization", "Bearer wrong".into()),
+            ],
+        ),
+        (
+            "local",
+            vec![
+                ("Content-Type", media.into()),
+                (
+                    "Authorization",
+                    format!("Bearer {}x", env.distribution_token),
+                ),
+            ],
+        ),
         ("gen", vec![("Content-Type", "application/json".into())]),
-        ("gen", vec![("Content-Type", "application/json".into()), ("X-Pier-Signature", sign_hmac_sha256("not-the-secret", &fixture))]),
-        ("gen", vec![("Content-Type", "application/json".into()), ("X-Pier-Signature", "sha256=00".into())]),
+        (
+            "gen",
+            vec![
+                ("Content-Type", "application/json".into()),
+                (
+                    "X-Pier-Signature",
+                    sign_hmac_sha256("not-the-secret", &fixture),
+                ),
+            ],
+        ),
+        (
+            "gen",
+            vec![
+                ("Content-Type", "application/json".into()),
+                ("X-Pier-Signature", "sha256=00".into()),
+            ],
+        ),
     ];
     for (source, headers) in &cases {
         let h: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
@@ -154,10 +224,11 @@ async fn a_delivery_with_a_wrong_token_or_signature_is_refused_and_stores_nothin
         assert!(!body.contains(&env.distribution_token) && !body.contains(&env.generic_secret));
     }
     for table in ["deliveries", "deployments", "deployment_steps"] {
-        let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {table}")))
-            .fetch_one(&env.db.pool)
-            .await
-            .unwrap();
+        let n: i64 =
+            sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {table}")))
+                .fetch_one(&env.db.pool)
+                .await
+                .unwrap();
         assert_eq!(n, 0, "{table} must stay empty");
     }
     // The refusals are counted.
@@ -175,8 +246,14 @@ async fn bad_requests_get_their_own_status_codes() {
     // Authentic but malformed: 400, nothing stored.
     assert_eq!(env.post_hook("local", &auth, b"{not json").await.0, 400);
     // Wrong content type: 415.
-    let plain = [("Content-Type", "text/plain"), ("Authorization", token.as_str())];
-    assert_eq!(env.post_hook("local", &plain, b"{\"events\":[]}").await.0, 415);
+    let plain = [
+        ("Content-Type", "text/plain"),
+        ("Authorization", token.as_str()),
+    ];
+    assert_eq!(
+        env.post_hook("local", &plain, b"{\"events\":[]}").await.0,
+        415
+    );
     // Too large: 413.
     let big = vec![b' '; 2 << 20];
     assert_eq!(env.post_hook("local", &auth, &big).await.0, 413);
@@ -191,7 +268,10 @@ async fn bad_requests_get_their_own_status_codes() {
         .await
         .unwrap();
     assert_eq!(n, 1);
-    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM deployments").fetch_one(&env.db.pool).await.unwrap();
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM deployments")
+        .fetch_one(&env.db.pool)
+        .await
+        .unwrap();
     assert_eq!(n, 0);
     env.cleanup().await;
 }
@@ -204,7 +284,10 @@ async fn a_signed_generic_delivery_deploys_the_resolved_digest() {
     let (code, answer) = env.post_generic(body.as_bytes()).await;
     assert_eq!(code, 202, "{answer}");
     let answer: Value = serde_json::from_str(&answer).unwrap();
-    let status_url = answer["deployments"][0]["status_url"].as_str().unwrap().to_owned();
+    let status_url = answer["deployments"][0]["status_url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert!(status_url.starts_with("/api/deployments/"));
     env.wait_app_version("g1", DEPLOY).await;
     let d = wait_until("generic deployment final", DEPLOY, || async {
@@ -222,12 +305,16 @@ async fn redeploy_runs_a_new_deployment_of_the_same_digest() {
     let v1 = env.push(&TestImage::healthy("v1"), "main").await;
     env.wait_app_version("v1", DEPLOY).await;
     let first = latest_final(&env, &[]).await;
-    let first_container = env.engine.running_containers_of_app(env.app()).await[0].id.clone();
+    let first_container = env.engine.running_containers_of_app(env.app()).await[0]
+        .id
+        .clone();
 
     // Never open: without the admin token it is refused.
     let url = env.pier_url(&format!("/apps/{}/redeploy", env.app()));
     let form = [("Content-Type", "application/x-www-form-urlencoded")];
-    let (code, _) = http_post(&url, &form, b"admin_token=wrong".to_vec()).await.unwrap();
+    let (code, _) = http_post(&url, &form, b"admin_token=wrong".to_vec())
+        .await
+        .unwrap();
     assert_eq!(code, 401);
     let (code, _) = http_post(&url, &form, Vec::new()).await.unwrap();
     assert_eq!(code, 401);

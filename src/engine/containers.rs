@@ -2,7 +2,9 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use bollard::models::{ContainerCreateBody, HostConfig, PortBinding, RestartPolicy, RestartPolicyNameEnum};
+use bollard::models::{
+    ContainerCreateBody, HostConfig, PortBinding, RestartPolicy, RestartPolicyNameEnum,
+};
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, ListContainersOptionsBuilder, LogsOptionsBuilder,
     RemoveContainerOptionsBuilder, StopContainerOptionsBuilder,
@@ -136,7 +138,11 @@ impl Engine {
         let restarts = c.restart_count.unwrap_or(0) + i64::from(state.restarting.unwrap_or(false));
         Ok(Some(ContainerFacts {
             id: c.id.unwrap_or_default(),
-            name: c.name.unwrap_or_default().trim_start_matches('/').to_owned(),
+            name: c
+                .name
+                .unwrap_or_default()
+                .trim_start_matches('/')
+                .to_owned(),
             image: config.image.unwrap_or_default(),
             running: state.running.unwrap_or(false),
             status: state.status.map(|s| s.to_string()).unwrap_or_default(),

@@ -47,8 +47,8 @@ struct Request {
 }
 
 pub fn parse(body: &[u8]) -> Result<Vec<PushEvent>, Malformed> {
-    let envelope: Envelope =
-        serde_json::from_slice(body).map_err(|e| Malformed(format!("not an event envelope: {e}")))?;
+    let envelope: Envelope = serde_json::from_slice(body)
+        .map_err(|e| Malformed(format!("not an event envelope: {e}")))?;
     Ok(envelope.events.into_iter().map(normalize).collect())
 }
 

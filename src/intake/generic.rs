@@ -23,10 +23,10 @@ pub fn parse(body: &[u8]) -> Result<Vec<PushEvent>, Malformed> {
     if b.repository.is_empty() || b.tag.is_empty() {
         return Err(Malformed("repository and tag must not be empty".into()));
     }
-    if let Some(d) = &b.digest {
-        if !is_digest(d) {
-            return Err(Malformed(format!("`{d}` is not a sha256 digest")));
-        }
+    if let Some(d) = &b.digest
+        && !is_digest(d)
+    {
+        return Err(Malformed(format!("`{d}` is not a sha256 digest")));
     }
     let (registry, repository) = split_host(&b.repository);
     Ok(vec![PushEvent {

@@ -10,7 +10,9 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use crate::config::{AppConfig, Config, SourceConfig, SourceKind};
-use crate::store::{DeliveryOutcome, Enqueued, NewDelivery, NewDeployment, Store, StoreError, Trigger};
+use crate::store::{
+    DeliveryOutcome, Enqueued, NewDelivery, NewDeployment, Store, StoreError, Trigger,
+};
 pub use verify::Rejected;
 
 /// One "image pushed" fact, whatever the sender's format.
@@ -71,7 +73,11 @@ pub struct EventVerdict {
     pub reason: Option<String>,
 }
 
-pub fn authenticate(source: &SourceConfig, headers: &HeaderMap, body: &[u8]) -> Result<(), Rejected> {
+pub fn authenticate(
+    source: &SourceConfig,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<(), Rejected> {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     if let Some(token) = &source.token {
         verify::token(header("authorization"), token.expose())?;
@@ -91,11 +97,18 @@ fn check_content_type(kind: SourceKind, headers: &HeaderMap) -> Result<(), Intak
         .get(axum::http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let essence = given.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    let essence = given
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
     if allowed.contains(&essence.as_str()) {
         Ok(())
     } else {
-        Err(IntakeError::UnsupportedMediaType(given.chars().take(100).collect()))
+        Err(IntakeError::UnsupportedMediaType(
+            given.chars().take(100).collect(),
+        ))
     }
 }
 
@@ -113,7 +126,10 @@ fn same_host(a: &str, b: &str) -> bool {
 
 /// Which apps an event deploys: same repository, same tag, and the same registry host
 /// when the sender names one.
-pub fn match_apps<'a>(apps: &'a [AppConfig], event: &PushEvent) -> Result<Vec<&'a AppConfig>, String> {
+pub fn match_apps<'a>(
+    apps: &'a [AppConfig],
+    event: &PushEvent,
+) -> Result<Vec<&'a AppConfig>, String> {
     if let Some(reason) = &event.ignore {
         return Err(reason.clone());
     }
@@ -123,14 +139,22 @@ pub fn match_apps<'a>(apps: &'a [AppConfig], event: &PushEvent) -> Result<Vec<&'
     let same_repo: Vec<&AppConfig> = apps
         .iter()
         .filter(|a| a.repository() == event.repository)
-        .filter(|a| event.registry.as_deref().is_none_or(|h| same_host(h, a.registry_host())))
+        .filter(|a| {
+            event
+                .registry
+                .as_deref()
+                .is_none_or(|h| same_host(h, a.registry_host()))
+        })
         .collect();
     if same_repo.is_empty() {
         return Err(format!("no app follows repository {}", event.repository));
     }
     let matched: Vec<&AppConfig> = same_repo.into_iter().filter(|a| &a.tag == tag).collect();
     if matched.is_empty() {
-        return Err(format!("no app follows tag `{tag}` of {}", event.repository));
+        return Err(format!(
+            "no app follows tag `{tag}` of {}",
+            event.repository
+        ));
     }
     Ok(matched)
 }
@@ -150,7 +174,9 @@ pub async fn receive(
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<Accepted, IntakeError> {
-    let source = config.source(source_name).ok_or(IntakeError::UnknownSource)?;
+    let source = config
+        .source(source_name)
+        .ok_or(IntakeError::UnknownSource)?;
     authenticate(source, headers, body).map_err(IntakeError::Unauthenticated)?;
     check_content_type(source.kind, headers)?;
     let events = parse(source.kind, body).map_err(IntakeError::Malformed)?;
@@ -187,7 +213,10 @@ pub async fn receive(
         }
     }
     let reason = if wanted.is_empty() {
-        let reasons: Vec<&str> = verdicts.iter().filter_map(|v| v.reason.as_deref()).collect();
+        let reasons: Vec<&str> = verdicts
+            .iter()
+            .filter_map(|v| v.reason.as_deref())
+            .collect();
         if reasons.is_empty() {
             "no events".to_owned()
         } else {
@@ -196,7 +225,11 @@ pub async fn receive(
     } else {
         format!(
             "deploys {}",
-            wanted.iter().map(|w| w.app.as_str()).collect::<Vec<_>>().join(", ")
+            wanted
+                .iter()
+                .map(|w| w.app.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
         )
     };
     let delivery = NewDelivery {

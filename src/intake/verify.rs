@@ -47,8 +47,8 @@ pub fn hmac_sha256(header: Option<&str>, secret: &str, body: &[u8]) -> Result<()
     let given = header.ok_or(Rejected::MissingSignature)?.trim();
     let hex_part = given.strip_prefix("sha256=").unwrap_or(given);
     let signature = hex::decode(hex_part).map_err(|_| Rejected::MalformedSignature)?;
-    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes())
-        .map_err(|_| Rejected::WrongSignature)?;
+    let mut mac =
+        Hmac::<Sha256>::new_from_slice(secret.as_bytes()).map_err(|_| Rejected::WrongSignature)?;
     mac.update(body);
     // `verify_slice` compares in constant time.
     mac.verify_slice(&signature)
@@ -82,7 +82,11 @@ mod tests {
         let sig = sign("k", body);
         assert_eq!(hmac_sha256(Some(&sig), "k", body), Ok(()));
         assert_eq!(
-            hmac_sha256(Some(&sig), "k", b"{\"repository\":\"demo/web\",\"tag\":\"main\" }"),
+            hmac_sha256(
+                Some(&sig),
+                "k",
+                b"{\"repository\":\"demo/web\",\"tag\":\"main\" }"
+            ),
             Err(Rejected::WrongSignature)
         );
         assert_eq!(
@@ -93,7 +97,10 @@ mod tests {
             hmac_sha256(Some("sha256=zz"), "k", body),
             Err(Rejected::MalformedSignature)
         );
-        assert_eq!(hmac_sha256(None, "k", body), Err(Rejected::MissingSignature));
+        assert_eq!(
+            hmac_sha256(None, "k", body),
+            Err(Rejected::MissingSignature)
+        );
     }
 
     #[test]

@@ -69,10 +69,16 @@ impl RolledBack {
         if self.removed_candidates.is_empty() {
             parts.push("no candidate container to remove".to_owned());
         } else {
-            parts.push(format!("removed candidate {}", short(&self.removed_candidates)));
+            parts.push(format!(
+                "removed candidate {}",
+                short(&self.removed_candidates)
+            ));
         }
         if !self.restarted.is_empty() {
-            parts.push(format!("restarted previous generation {}", short(&self.restarted)));
+            parts.push(format!(
+                "restarted previous generation {}",
+                short(&self.restarted)
+            ));
         }
         parts.extend(self.warnings.iter().cloned());
         parts.join("; ")
@@ -120,7 +126,11 @@ impl Run<'_> {
 
     /// Journaled in its own committed write before anything starts it, so a crash cannot
     /// leave an untracked container; a replay adopts the container its label names.
-    pub(super) async fn create(&self, r: &Resolved, _image: &VerifiedImage) -> Result<Candidate, PipelineError> {
+    pub(super) async fn create(
+        &self,
+        r: &Resolved,
+        _image: &VerifiedImage,
+    ) -> Result<Candidate, PipelineError> {
         let spec = self.spec(r);
         let env_sha256 = hex::encode(Sha256::digest(spec.env.join("\n").as_bytes()));
         let intent = CreateIntent {
@@ -134,18 +144,33 @@ impl Run<'_> {
             nano_cpus: spec.nano_cpus,
             restart: &spec.restart,
         };
-        if let Begun::Done(c) = self.begin::<Candidate>(Step::Create, &intent, IntentCheck::Strict).await? {
+        if let Begun::Done(c) = self
+            .begin::<Candidate>(Step::Create, &intent, IntentCheck::Strict)
+            .await?
+        {
             return Ok(c);
         }
         let res = self
             .retrying(Step::Create, || async {
                 let dep = self.dep.id.to_string();
-                let existing = self.ctx.engine.managed_containers(Some(&self.app.name), Some(&dep)).await?;
+                let existing = self
+                    .ctx
+                    .engine
+                    .managed_containers(Some(&self.app.name), Some(&dep))
+                    .await?;
                 if let Some(c) = existing.into_iter().next() {
-                    return Ok(Candidate { id: c.id, name: c.name, adopted: true });
+                    return Ok(Candidate {
+                        id: c.id,
+                        name: c.name,
+                        adopted: true,
+                    });
                 }
                 let id = self.ctx.engine.create_container(&spec).await?;
-                Ok(Candidate { id, name: spec.name.clone(), adopted: false })
+                Ok(Candidate {
+                    id,
+                    name: spec.name.clone(),
+                    adopted: false,
+                })
             })
             .await;
         match res {
@@ -159,12 +184,18 @@ impl Run<'_> {
 
     /// `recreate` frees the fixed host port: the serving generation is stopped (kept, not
     /// removed) so that a failed candidate can give the port back to it.
-    pub(super) async fn stop_old(&self, candidate: &Candidate) -> Result<OldGeneration, PipelineError> {
+    pub(super) async fn stop_old(
+        &self,
+        candidate: &Candidate,
+    ) -> Result<OldGeneration, PipelineError> {
         let observed = match self.observe_old(candidate).await {
             Ok(o) => o,
             Err(e) => return Err(self.failed_before_begin(Step::StopOld, e).await),
         };
-        let plan = match self.begin::<OldGeneration>(Step::StopOld, &observed, IntentCheck::Recorded).await? {
+        let plan = match self
+            .begin::<OldGeneration>(Step::StopOld, &observed, IntentCheck::Recorded)
+            .await?
+        {
             Begun::Done(o) => return Ok(o),
             Begun::Fresh => observed,
             Begun::Resumed(recorded) => serde_json::from_value(recorded)
@@ -173,7 +204,11 @@ impl Run<'_> {
         for id in &plan.running {
             let res = self
                 .retrying(Step::StopOld, || async {
-                    Ok(self.ctx.engine.stop_container(id, self.app.stop_timeout).await?)
+                    Ok(self
+                        .ctx
+                        .engine
+                        .stop_container(id, self.app.stop_timeout)
+                        .await?)
                 })
                 .await;
             match res {
@@ -186,7 +221,11 @@ impl Run<'_> {
     }
 
     async fn observe_old(&self, candidate: &Candidate) -> Result<OldGeneration, StepError> {
-        let all = self.ctx.engine.managed_containers(Some(&self.app.name), None).await?;
+        let all = self
+            .ctx
+            .engine
+            .managed_containers(Some(&self.app.name), None)
+            .await?;
         let mut old = OldGeneration::default();
         for c in all.into_iter().filter(|c| c.id != candidate.id) {
             if c.running {
@@ -201,7 +240,10 @@ impl Run<'_> {
     /// An error while observing, before the step's intent exists: journal the step as begun
     /// and failed so that the timeline shows where it stopped.
     async fn failed_before_begin(&self, step: Step, e: StepError) -> PipelineError {
-        if let Err(p) = self.begin::<serde_json::Value>(step, &serde_json::json!({}), IntentCheck::Recorded).await {
+        if let Err(p) = self
+            .begin::<serde_json::Value>(step, &serde_json::json!({}), IntentCheck::Recorded)
+            .await
+        {
             return p;
         }
         self.failed(step, e).await
@@ -209,11 +251,16 @@ impl Run<'_> {
 
     pub(super) async fn start(&self, candidate: &Candidate) -> Result<(), PipelineError> {
         let intent = serde_json::json!({ "container": candidate.id });
-        if let Begun::Done(()) = self.begin::<()>(Step::Start, &intent, IntentCheck::Strict).await? {
+        if let Begun::Done(()) = self
+            .begin::<()>(Step::Start, &intent, IntentCheck::Strict)
+            .await?
+        {
             return Ok(());
         }
         let res = self
-            .retrying(Step::Start, || async { Ok(self.ctx.engine.start_container(&candidate.id).await?) })
+            .retrying(Step::Start, || async {
+                Ok(self.ctx.engine.start_container(&candidate.id).await?)
+            })
             .await;
         match res {
             Ok(()) => self.succeed(Step::Start, &()).await,
@@ -224,11 +271,18 @@ impl Run<'_> {
     /// The new generation serves: the old containers are removed. A container already gone
     /// counts as retired; any other trouble is a warning, never a failed deployment, since
     /// the new generation is healthy and switched.
-    pub(super) async fn retire(&self, candidate: &Candidate, old: &OldGeneration) -> Result<Retired, PipelineError> {
+    pub(super) async fn retire(
+        &self,
+        candidate: &Candidate,
+        old: &OldGeneration,
+    ) -> Result<Retired, PipelineError> {
         let mut ids: Vec<String> = old.running.iter().chain(&old.idle).cloned().collect();
         ids.retain(|i| i != &candidate.id);
         let intent = serde_json::json!({ "containers": ids });
-        if let Begun::Done(r) = self.begin::<Retired>(Step::Retire, &intent, IntentCheck::Strict).await? {
+        if let Begun::Done(r) = self
+            .begin::<Retired>(Step::Retire, &intent, IntentCheck::Strict)
+            .await?
+        {
             return Ok(r);
         }
         let mut retired = Retired::default();
@@ -247,7 +301,9 @@ impl Run<'_> {
     /// journal and by label) and starts the generation `stop_old` stopped. Does nothing once
     /// `switch` succeeded: then the new generation is the one serving.
     pub(super) async fn rollback(&self) -> Result<RolledBack, PipelineError> {
-        let steps = self.store_retry(|| self.ctx.store.steps(self.dep.id)).await?;
+        let steps = self
+            .store_retry(|| self.ctx.store.steps(self.dep.id))
+            .await?;
         let find = |s: Step| steps.iter().find(|r| r.step == s.as_str());
         if find(Step::Switch).is_some_and(|r| r.state() == StepState::Succeeded) {
             return Ok(RolledBack {
@@ -266,7 +322,11 @@ impl Run<'_> {
             .engine
             .managed_containers(Some(&self.app.name), Some(&dep))
             .await
-            .map_err(|e| PipelineError::Failed { step: Step::Rollback, reason: e.to_string(), cleanup: true })?;
+            .map_err(|e| PipelineError::Failed {
+                step: Step::Rollback,
+                reason: e.to_string(),
+                cleanup: true,
+            })?;
         for c in labelled {
             if !candidates.contains(&c.id) {
                 candidates.push(c.id);
@@ -276,11 +336,20 @@ impl Run<'_> {
             .and_then(|r| serde_json::from_value::<OldGeneration>(r.intent.clone()).ok())
             .map(|o| o.running)
             .unwrap_or_default();
-        let intent = RollbackIntent { candidates, restore };
-        if intent.candidates.is_empty() && intent.restore.is_empty() && find(Step::Rollback).is_none() {
+        let intent = RollbackIntent {
+            candidates,
+            restore,
+        };
+        if intent.candidates.is_empty()
+            && intent.restore.is_empty()
+            && find(Step::Rollback).is_none()
+        {
             return Ok(RolledBack::default());
         }
-        let plan = match self.begin::<RolledBack>(Step::Rollback, &intent, IntentCheck::Recorded).await? {
+        let plan = match self
+            .begin::<RolledBack>(Step::Rollback, &intent, IntentCheck::Recorded)
+            .await?
+        {
             Begun::Done(r) => return Ok(r),
             Begun::Fresh => intent,
             Begun::Resumed(recorded) => serde_json::from_value(recorded)
@@ -289,7 +358,13 @@ impl Run<'_> {
         let mut out = RolledBack::default();
         for id in &plan.candidates {
             if out.logs.is_none() {
-                out.logs = self.ctx.engine.logs_tail(id, 30).await.ok().filter(|l| !l.is_empty());
+                out.logs = self
+                    .ctx
+                    .engine
+                    .logs_tail(id, 30)
+                    .await
+                    .ok()
+                    .filter(|l| !l.is_empty());
             }
             match self.ctx.engine.remove_container(id).await {
                 Ok(_) => out.removed_candidates.push(id.clone()),
@@ -299,7 +374,9 @@ impl Run<'_> {
         for id in &plan.restore {
             match self.ctx.engine.start_container(id).await {
                 Ok(()) => out.restarted.push(id.clone()),
-                Err(e) => out.warnings.push(format!("restart previous generation {id}: {e}")),
+                Err(e) => out
+                    .warnings
+                    .push(format!("restart previous generation {id}: {e}")),
             }
         }
         self.succeed(Step::Rollback, &out).await?;

@@ -32,7 +32,11 @@ pub struct Healthy {
 
 impl std::fmt::Display for Healthy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} after {} probe(s), {} ms", self.detail, self.probes, self.elapsed_ms)
+        write!(
+            f,
+            "{} after {} probe(s), {} ms",
+            self.detail, self.probes, self.elapsed_ms
+        )
     }
 }
 
@@ -55,16 +59,27 @@ impl Run<'_> {
     pub(super) async fn health(&self, candidate: &Candidate) -> Result<Healthy, PipelineError> {
         let mut probe = self.probe();
         if probe == Probe::Running {
-            let verified = self.ctx.store.step(self.dep.id, Step::Verify.as_str()).await.ok().flatten();
+            let verified = self
+                .ctx
+                .store
+                .step(self.dep.id, Step::Verify.as_str())
+                .await
+                .ok()
+                .flatten();
             let has_hc = verified
                 .and_then(|r| r.result)
                 .and_then(|v| v.get("has_healthcheck").and_then(|b| b.as_bool()))
                 .unwrap_or(false);
             if has_hc {
-                probe = Probe::Healthcheck { timeout_ms: 120_000 };
+                probe = Probe::Healthcheck {
+                    timeout_ms: 120_000,
+                };
             }
         }
-        if let Begun::Done(h) = self.begin::<Healthy>(Step::Health, &probe, IntentCheck::Strict).await? {
+        if let Begun::Done(h) = self
+            .begin::<Healthy>(Step::Health, &probe, IntentCheck::Strict)
+            .await?
+        {
             return Ok(h);
         }
         match self.wait_healthy(&probe, &candidate.id).await {
@@ -79,7 +94,9 @@ impl Run<'_> {
     async fn wait_healthy(&self, probe: &Probe, id: &str) -> Result<Healthy, StepError> {
         let started = Instant::now();
         let timeout = match probe {
-            Probe::Http { timeout_ms, .. } | Probe::Healthcheck { timeout_ms } => Duration::from_millis(*timeout_ms),
+            Probe::Http { timeout_ms, .. } | Probe::Healthcheck { timeout_ms } => {
+                Duration::from_millis(*timeout_ms)
+            }
             Probe::Running => Duration::from_secs(10),
         };
         let deadline = started + timeout;
@@ -106,20 +123,31 @@ impl Run<'_> {
             }
             let done = match probe {
                 Probe::Http { url, .. } => match client.get(url).send().await {
-                    Ok(r) if r.status().is_success() => Some(format!("GET {url} answered {}", r.status().as_u16())),
+                    Ok(r) if r.status().is_success() => {
+                        Some(format!("GET {url} answered {}", r.status().as_u16()))
+                    }
                     Ok(r) => {
                         last = format!("GET {url} answered {}", r.status().as_u16());
                         None
                     }
                     Err(e) => {
-                        last = format!("GET {url}: {}", if e.is_timeout() { "timed out" } else { "no connection" });
+                        last = format!(
+                            "GET {url}: {}",
+                            if e.is_timeout() {
+                                "timed out"
+                            } else {
+                                "no connection"
+                            }
+                        );
                         None
                     }
                 },
                 Probe::Healthcheck { .. } => match state.health {
                     Health::Healthy => Some("image HEALTHCHECK reports healthy".to_owned()),
                     Health::Unhealthy => {
-                        return Err(StepError::Check("image HEALTHCHECK reports unhealthy".into()));
+                        return Err(StepError::Check(
+                            "image HEALTHCHECK reports unhealthy".into(),
+                        ));
                     }
                     _ => {
                         last = "image HEALTHCHECK still starting".into();
@@ -129,7 +157,11 @@ impl Run<'_> {
                 Probe::Running => Some("running (no health check configured)".to_owned()),
             };
             if let Some(detail) = done {
-                return Ok(Healthy { probes, elapsed_ms: started.elapsed().as_millis() as u64, detail });
+                return Ok(Healthy {
+                    probes,
+                    elapsed_ms: started.elapsed().as_millis() as u64,
+                    detail,
+                });
             }
             if Instant::now() + delay > deadline {
                 return Err(StepError::Check(format!(
@@ -144,7 +176,11 @@ impl Run<'_> {
 
     /// The app's serving generation changes in the same transaction that journals this
     /// step: the status page and the journal can never disagree about what serves.
-    pub(super) async fn switch(&self, r: &Resolved, candidate: &Candidate) -> Result<(), PipelineError> {
+    pub(super) async fn switch(
+        &self,
+        r: &Resolved,
+        candidate: &Candidate,
+    ) -> Result<(), PipelineError> {
         let intent = serde_json::json!({ "container": candidate.id, "digest": r.digest });
         if let Begun::Done(_) = self
             .begin::<serde_json::Value>(Step::Switch, &intent, IntentCheck::Strict)
@@ -156,7 +192,7 @@ impl Run<'_> {
         self.store_retry(|| {
             self.ctx.store.switch_generation(
                 self.dep.id,
-                &self.owner,
+                self.owner,
                 &self.app.name,
                 &r.digest,
                 &candidate.id,

@@ -33,14 +33,25 @@ impl Run<'_> {
     /// Resolved once and journaled: a replay uses the recorded digest even if the tag
     /// moved since, so a deployment never changes its digest midway.
     pub(super) async fn resolve(&self) -> Result<Resolved, PipelineError> {
-        let pinned = self.dep.pinned.then_some(self.dep.claimed_digest.as_deref()).flatten();
+        let pinned = self
+            .dep
+            .pinned
+            .then_some(self.dep.claimed_digest.as_deref())
+            .flatten();
         let intent = ResolveIntent {
             image: &self.app.image,
-            tag: if pinned.is_some() { None } else { self.dep.requested_tag.as_deref() },
+            tag: if pinned.is_some() {
+                None
+            } else {
+                self.dep.requested_tag.as_deref()
+            },
             digest: pinned,
             platform: self.ctx.platform.to_string(),
         };
-        let resolved = match self.begin::<Resolved>(Step::Resolve, &intent, IntentCheck::Strict).await? {
+        let resolved = match self
+            .begin::<Resolved>(Step::Resolve, &intent, IntentCheck::Strict)
+            .await?
+        {
             Begun::Done(r) => r,
             Begun::Fresh | Begun::Resumed(_) => {
                 let wanted = match (pinned, self.dep.requested_tag.as_deref()) {
@@ -66,9 +77,12 @@ impl Run<'_> {
             }
         };
         self.store_retry(|| {
-            self.ctx
-                .store
-                .set_resolved(self.dep.id, &self.owner, &resolved.digest, &resolved.platform)
+            self.ctx.store.set_resolved(
+                self.dep.id,
+                self.owner,
+                &resolved.digest,
+                &resolved.platform,
+            )
         })
         .await?;
         Ok(resolved)
@@ -76,8 +90,13 @@ impl Run<'_> {
 
     pub(super) async fn pull(&self, r: &Resolved) -> Result<(), PipelineError> {
         let reference = self.reference(r);
-        let intent = ImageIntent { reference: &reference };
-        if let Begun::Done(()) = self.begin::<()>(Step::Pull, &intent, IntentCheck::Strict).await? {
+        let intent = ImageIntent {
+            reference: &reference,
+        };
+        if let Begun::Done(()) = self
+            .begin::<()>(Step::Pull, &intent, IntentCheck::Strict)
+            .await?
+        {
             return Ok(());
         }
         let creds = self.ctx.registry.credentials(self.app.registry_host());
@@ -100,7 +119,9 @@ impl Run<'_> {
     /// must be for this engine's platform: what runs is what was resolved, nothing else.
     pub(super) async fn verify(&self, r: &Resolved) -> Result<VerifiedImage, PipelineError> {
         let reference = self.reference(r);
-        let intent = ImageIntent { reference: &reference };
+        let intent = ImageIntent {
+            reference: &reference,
+        };
         if let Begun::Done(v) = self
             .begin::<VerifiedImage>(Step::Verify, &intent, IntentCheck::Strict)
             .await?

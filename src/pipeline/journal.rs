@@ -44,7 +44,7 @@ impl Run<'_> {
             self.store_retry(|| {
                 self.ctx.store.step_begin(
                     self.dep.id,
-                    &self.owner,
+                    self.owner,
                     step.as_str(),
                     &intent,
                     self.dep.attempt,
@@ -77,7 +77,7 @@ impl Run<'_> {
                 self.store_retry(|| {
                     self.ctx.store.step_replay(
                         self.dep.id,
-                        &self.owner,
+                        self.owner,
                         step.as_str(),
                         self.dep.attempt,
                     )
@@ -89,12 +89,16 @@ impl Run<'_> {
         }
     }
 
-    pub(super) async fn succeed(&self, step: Step, result: &impl Serialize) -> Result<(), PipelineError> {
+    pub(super) async fn succeed(
+        &self,
+        step: Step,
+        result: &impl Serialize,
+    ) -> Result<(), PipelineError> {
         let result = serde_json::to_value(result).expect("results serialize");
         self.store_retry(|| {
             self.ctx
                 .store
-                .step_succeed(self.dep.id, &self.owner, step.as_str(), &result)
+                .step_succeed(self.dep.id, self.owner, step.as_str(), &result)
         })
         .await?;
         crate::faults::crash_point(step.as_str(), "after");
@@ -105,7 +109,7 @@ impl Run<'_> {
         self.store_retry(|| {
             self.ctx
                 .store
-                .step_fail(self.dep.id, &self.owner, step.as_str(), reason)
+                .step_fail(self.dep.id, self.owner, step.as_str(), reason)
         })
         .await
     }

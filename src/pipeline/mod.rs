@@ -80,7 +80,11 @@ pub enum PipelineError {
     /// The step's recorded intent differs from what it would do now (config changed
     /// between a crash and the restart): never silently swap parameters.
     #[error("{step}: conflict: the journal recorded {recorded} but the step would now do {now}")]
-    Conflict { step: Step, recorded: Value, now: Value },
+    Conflict {
+        step: Step,
+        recorded: Value,
+        now: Value,
+    },
     #[error("journal: {0}")]
     Journal(String),
     /// The database is gone for longer than we wait, or the lease is lost: stop here,
@@ -147,7 +151,10 @@ pub async fn run(ctx: &Context, owner: &str, dep: &Deployment, app: &AppConfig) 
         app,
     };
     match run.steps().await {
-        Ok(outcome) => run.finish(DeploymentState::Succeeded, &outcome, None, None).await,
+        Ok(outcome) => {
+            run.finish(DeploymentState::Succeeded, &outcome, None, None)
+                .await
+        }
         Err(PipelineError::Store(e)) => Outcome::Abandoned(e.to_string()),
         Err(e) => run.fail(e).await,
     }
@@ -155,15 +162,16 @@ pub async fn run(ctx: &Context, owner: &str, dep: &Deployment, app: &AppConfig) 
 
 impl Run<'_> {
     fn is_manual(&self) -> bool {
-        self.dep.trigger == Trigger::Manual.as_str() || self.dep.trigger == Trigger::Rollback.as_str()
+        self.dep.trigger == Trigger::Manual.as_str()
+            || self.dep.trigger == Trigger::Rollback.as_str()
     }
 
     async fn steps(&self) -> Result<String, PipelineError> {
         let resolved = self.resolve().await?;
-        if !self.is_manual() {
-            if let Some(note) = self.already_running(&resolved.digest).await? {
-                return Ok(note);
-            }
+        if !self.is_manual()
+            && let Some(note) = self.already_running(&resolved.digest).await?
+        {
+            return Ok(note);
         }
         self.pull(&resolved).await?;
         let image = self.verify(&resolved).await?;
@@ -173,9 +181,15 @@ impl Run<'_> {
         let probe = self.health(&candidate).await?;
         self.switch(&resolved, &candidate).await?;
         let retired = self.retire(&candidate, &old).await?;
-        let mut note = format!("{} is running in {} ({probe})", resolved.digest, candidate.name);
+        let mut note = format!(
+            "{} is running in {} ({probe})",
+            resolved.digest, candidate.name
+        );
         if !retired.warnings.is_empty() {
-            note.push_str(&format!("; retire warnings: {}", retired.warnings.join("; ")));
+            note.push_str(&format!(
+                "; retire warnings: {}",
+                retired.warnings.join("; ")
+            ));
         }
         Ok(note)
     }
@@ -183,14 +197,29 @@ impl Run<'_> {
     /// A webhook for the digest that already serves, healthy, is a no-op: it succeeds at
     /// once and says so, instead of restarting a healthy service.
     async fn already_running(&self, digest: &str) -> Result<Option<String>, PipelineError> {
-        if self.ctx.store.step(self.dep.id, Step::Pull.as_str()).await.ok().flatten().is_some() {
+        if self
+            .ctx
+            .store
+            .step(self.dep.id, Step::Pull.as_str())
+            .await
+            .ok()
+            .flatten()
+            .is_some()
+        {
             return Ok(None);
         }
-        let current = self.store_retry(|| self.ctx.store.generation(&self.app.name)).await?;
+        let current = self
+            .store_retry(|| self.ctx.store.generation(&self.app.name))
+            .await?;
         let Some(current) = current.filter(|g| g.digest == digest) else {
             return Ok(None);
         };
-        match self.ctx.engine.inspect_container(&current.container_id).await {
+        match self
+            .ctx
+            .engine
+            .inspect_container(&current.container_id)
+            .await
+        {
             Ok(Some(c)) if c.running => Ok(Some(format!(
                 "no-op: {digest} already runs in {} (deployment {})",
                 c.name, current.deployment_id
@@ -210,7 +239,7 @@ impl Run<'_> {
             .store_retry(|| {
                 self.ctx
                     .store
-                    .finish(self.dep.id, &self.owner, state, outcome, error, logs)
+                    .finish(self.dep.id, self.owner, state, outcome, error, logs)
             })
             .await;
         match res {
@@ -235,8 +264,13 @@ impl Run<'_> {
             Err(e) => (None, format!("rollback failed: {e}")),
         };
         let outcome = format!("failed; {rollback_note}");
-        self.finish(DeploymentState::Failed, &outcome, Some(&reason), logs.as_deref())
-            .await
+        self.finish(
+            DeploymentState::Failed,
+            &outcome,
+            Some(&reason),
+            logs.as_deref(),
+        )
+        .await
     }
 
     /// Ties a step error to its step, records it in the journal, and decides the retry:

@@ -142,10 +142,14 @@ impl Registry {
             Wanted::Digest(d) => Reference::with_digest(host.clone(), repo.clone(), d.to_owned()),
         };
         let (body, digest) = self.fetch(&reference, &host).await?;
-        let shape: ManifestShape = serde_json::from_slice(&body).map_err(|e| invalid(&reference, e))?;
+        let shape: ManifestShape =
+            serde_json::from_slice(&body).map_err(|e| invalid(&reference, e))?;
         let Some(entries) = shape.manifests else {
             if shape.layers.is_none() {
-                return Err(invalid(&reference, "neither an image manifest nor an index"));
+                return Err(invalid(
+                    &reference,
+                    "neither an image manifest nor an index",
+                ));
             }
             return Ok(Resolved {
                 digest,
@@ -155,7 +159,9 @@ impl Registry {
             });
         };
         let chosen = platform::choose(
-            entries.iter().map(|e| (e.digest.as_str(), e.platform.as_ref())),
+            entries
+                .iter()
+                .map(|e| (e.digest.as_str(), e.platform.as_ref())),
             platform,
         )
         .ok_or_else(|| RegistryError::NoPlatform {
@@ -230,7 +236,11 @@ fn classify(e: OciDistributionError, reference: &Reference, host: &str) -> Regis
                     host: host.to_owned(),
                     reference: reference.whole(),
                 }
-            } else if envelope.errors.iter().any(|e| matches!(e.code, C::Toomanyrequests)) {
+            } else if envelope
+                .errors
+                .iter()
+                .any(|e| matches!(e.code, C::Toomanyrequests))
+            {
                 unreachable("too many requests".into())
             } else {
                 invalid(reference, format!("registry error: {envelope:?}"))

@@ -49,7 +49,11 @@ impl Store {
         wanted: Vec<NewDeployment>,
     ) -> Result<DeliveryOutcome> {
         let mut tx = self.pool.begin().await?;
-        let verdict = if wanted.is_empty() { "ignored" } else { "queued" };
+        let verdict = if wanted.is_empty() {
+            "ignored"
+        } else {
+            "queued"
+        };
         let row: (Uuid, bool) = sqlx::query_as(
             "INSERT INTO deliveries (id, source, event_key, verdict, reason, events)
              VALUES ($1, $2, $3, $4, $5, $6)

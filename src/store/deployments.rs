@@ -340,12 +340,10 @@ impl Store {
     }
 
     pub async fn deployment(&self, id: Uuid) -> Result<Option<Deployment>> {
-        Ok(
-            sqlx::query_as("SELECT * FROM deployments WHERE id = $1")
-                .bind(id)
-                .fetch_optional(&self.pool)
-                .await?,
-        )
+        Ok(sqlx::query_as("SELECT * FROM deployments WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?)
     }
 
     pub async fn recent_deployments(&self, limit: i64) -> Result<Vec<Deployment>> {
@@ -377,11 +375,9 @@ impl Store {
     }
 
     pub async fn generations(&self) -> Result<Vec<Generation>> {
-        Ok(
-            sqlx::query_as("SELECT * FROM app_generations ORDER BY app")
-                .fetch_all(&self.pool)
-                .await?,
-        )
+        Ok(sqlx::query_as("SELECT * FROM app_generations ORDER BY app")
+            .fetch_all(&self.pool)
+            .await?)
     }
 }
 

@@ -10,9 +10,7 @@ use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
 pub use deliveries::{Delivery, DeliveryOutcome, NewDelivery};
-pub use deployments::{
-    Deployment, DeploymentState, Enqueued, Generation, NewDeployment, Trigger,
-};
+pub use deployments::{Deployment, DeploymentState, Enqueued, Generation, NewDeployment, Trigger};
 pub use steps::{StepRecord, StepState};
 
 #[derive(Debug, thiserror::Error)]

@@ -58,22 +58,22 @@ async fn holds_lease(
 
 impl Store {
     pub async fn steps(&self, deployment: Uuid) -> Result<Vec<StepRecord>> {
-        Ok(sqlx::query_as(
-            "SELECT * FROM deployment_steps WHERE deployment_id = $1 ORDER BY id",
+        Ok(
+            sqlx::query_as("SELECT * FROM deployment_steps WHERE deployment_id = $1 ORDER BY id")
+                .bind(deployment)
+                .fetch_all(&self.pool)
+                .await?,
         )
-        .bind(deployment)
-        .fetch_all(&self.pool)
-        .await?)
     }
 
     pub async fn step(&self, deployment: Uuid, step: &str) -> Result<Option<StepRecord>> {
-        Ok(sqlx::query_as(
-            "SELECT * FROM deployment_steps WHERE deployment_id = $1 AND step = $2",
+        Ok(
+            sqlx::query_as("SELECT * FROM deployment_steps WHERE deployment_id = $1 AND step = $2")
+                .bind(deployment)
+                .bind(step)
+                .fetch_optional(&self.pool)
+                .await?,
         )
-        .bind(deployment)
-        .bind(step)
-        .fetch_optional(&self.pool)
-        .await?)
     }
 
     /// Records a step's intent, committed before its side effect.
@@ -177,7 +177,15 @@ impl Store {
         .bind(container_id)
         .execute(&mut *tx)
         .await?;
-        finish_step(&mut tx, deployment, "switch", "succeeded", Some(result), None).await?;
+        finish_step(
+            &mut tx,
+            deployment,
+            "switch",
+            "succeeded",
+            Some(result),
+            None,
+        )
+        .await?;
         tx.commit().await?;
         Ok(())
     }

@@ -58,15 +58,21 @@ pub(super) async fn deploy(
     let req: DeployRequest = if body.iter().all(u8::is_ascii_whitespace) {
         DeployRequest::default()
     } else {
-        serde_json::from_slice(&body).map_err(|e| WebError::BadRequest(format!("invalid body: {e}")))?
+        serde_json::from_slice(&body)
+            .map_err(|e| WebError::BadRequest(format!("invalid body: {e}")))?
     };
-    if let Some(d) = &req.digest {
-        if !is_digest(d) {
-            return Err(WebError::BadRequest(format!("`{d}` is not a sha256 digest")));
-        }
+    if let Some(d) = &req.digest
+        && !is_digest(d)
+    {
+        return Err(WebError::BadRequest(format!(
+            "`{d}` is not a sha256 digest"
+        )));
     }
     let enqueued = s.store.enqueue(manual(app, req.digest)).await?;
-    Ok((StatusCode::ACCEPTED, Json(serde_json::json!({ "deployment": hooks::deployment_ref(enqueued) }))))
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(serde_json::json!({ "deployment": hooks::deployment_ref(enqueued) })),
+    ))
 }
 
 pub(super) fn manual(app: &crate::config::AppConfig, digest: Option<String>) -> NewDeployment {

@@ -77,7 +77,11 @@ pub(super) async fn receive(
                     duplicate: accepted.duplicate,
                     url: format!("/deliveries#{}", accepted.delivery_id),
                 },
-                deployments: accepted.deployments.into_iter().map(deployment_ref).collect(),
+                deployments: accepted
+                    .deployments
+                    .into_iter()
+                    .map(deployment_ref)
+                    .collect(),
                 events: accepted.events,
             };
             (status, Json(answer)).into_response()

@@ -64,7 +64,11 @@ async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
     let db = s.store.ping().await;
     let docker = s.engine.ping().await;
     let line = |ok: bool| if ok { "ok" } else { "unavailable" };
-    let body = format!("database: {}\ndocker: {}\n", line(db.is_ok()), line(docker.is_ok()));
+    let body = format!(
+        "database: {}\ndocker: {}\n",
+        line(db.is_ok()),
+        line(docker.is_ok())
+    );
     let status = if db.is_ok() && docker.is_ok() {
         StatusCode::OK
     } else {

@@ -155,7 +155,9 @@ impl Worker {
             match self.ctx.store.heartbeat(dep.id, &self.owner, lease).await {
                 Ok(()) => {}
                 Err(StoreError::LeaseLost) => return "another worker holds the lease".into(),
-                Err(e) => tracing::warn!(deployment = %dep.id, error = %e, "heartbeat failed; retrying"),
+                Err(e) => {
+                    tracing::warn!(deployment = %dep.id, error = %e, "heartbeat failed; retrying")
+                }
             }
         }
     }
