@@ -95,6 +95,7 @@ pub async fn run(config: Config, http: bool) -> anyhow::Result<()> {
         engine: engine.clone(),
         registry: Registry::new(&config.registries),
         platform,
+        http: crate::pipeline::probe_client(),
         store_patience: Duration::from_secs(120),
         retry_budget: Duration::from_secs(120),
     });

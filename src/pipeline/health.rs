@@ -44,6 +44,18 @@ impl std::fmt::Display for Healthy {
 /// slow one is not hammered.
 pub const FIRST_PROBE_DELAY: Duration = Duration::from_millis(25);
 pub const MAX_PROBE_DELAY: Duration = Duration::from_secs(1);
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The client health probes use: no redirects followed (a 3xx is not healthy).
+pub fn probe_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        // A SYN sent while the engine is still wiring the container's network is dropped
+        // and retried by the kernel only after 1 s; a short connect timeout retries sooner.
+        .connect_timeout(Duration::from_millis(250))
+        .build()
+        .expect("an HTTP client without TLS settings always builds")
+}
 
 impl Run<'_> {
     fn probe(&self) -> Probe {
@@ -100,11 +112,7 @@ impl Run<'_> {
             Probe::Running => Duration::from_secs(10),
         };
         let deadline = started + timeout;
-        let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(2))
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| StepError::Check(format!("http client: {e}")))?;
+        let client = &self.ctx.http;
         let mut delay = FIRST_PROBE_DELAY;
         let mut probes = 0u32;
         let mut last = String::from("no answer yet");
@@ -122,26 +130,28 @@ impl Run<'_> {
                 )));
             }
             let done = match probe {
-                Probe::Http { url, .. } => match client.get(url).send().await {
-                    Ok(r) if r.status().is_success() => {
-                        Some(format!("GET {url} answered {}", r.status().as_u16()))
+                Probe::Http { url, .. } => {
+                    match client.get(url).timeout(PROBE_TIMEOUT).send().await {
+                        Ok(r) if r.status().is_success() => {
+                            Some(format!("GET {url} answered {}", r.status().as_u16()))
+                        }
+                        Ok(r) => {
+                            last = format!("GET {url} answered {}", r.status().as_u16());
+                            None
+                        }
+                        Err(e) => {
+                            last = format!(
+                                "GET {url}: {}",
+                                if e.is_timeout() {
+                                    "timed out"
+                                } else {
+                                    "no connection"
+                                }
+                            );
+                            None
+                        }
                     }
-                    Ok(r) => {
-                        last = format!("GET {url} answered {}", r.status().as_u16());
-                        None
-                    }
-                    Err(e) => {
-                        last = format!(
-                            "GET {url}: {}",
-                            if e.is_timeout() {
-                                "timed out"
-                            } else {
-                                "no connection"
-                            }
-                        );
-                        None
-                    }
-                },
+                }
                 Probe::Healthcheck { .. } => match state.health {
                     Health::Healthy => Some("image HEALTHCHECK reports healthy".to_owned()),
                     Health::Unhealthy => {

@@ -4,6 +4,8 @@
 
 mod container;
 mod health;
+
+pub use health::probe_client;
 mod image;
 mod journal;
 
@@ -120,6 +122,9 @@ pub struct Context {
     pub engine: Engine,
     pub registry: Registry,
     pub platform: Platform,
+    /// Health probes' HTTP client, built once: building one loads TLS roots, which costs
+    /// far more than a probe.
+    pub http: reqwest::Client,
     /// How long journal writes wait for an unavailable database before giving up.
     pub store_patience: Duration,
     /// Transient registry and engine errors are retried until this much time has passed.

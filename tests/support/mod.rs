@@ -124,20 +124,25 @@ where
     }
 }
 
-fn http_client(timeout: Duration) -> reqwest::Client {
-    // One client per call: a client (and its connection pool) must not outlive the tokio
-    // runtime of the test that made it, and every #[tokio::test] has its own runtime.
-    reqwest::Client::builder()
-        .timeout(timeout)
-        .no_proxy()
-        .build()
-        .expect("build reqwest client")
+fn http_client() -> reqwest::Client {
+    // Building a client loads TLS roots (hundreds of ms), far more than a loopback request,
+    // so each thread keeps one. Every #[tokio::test] runs its runtime on its own thread, and
+    // no idle connection is pooled, so nothing outlives the runtime that made it.
+    thread_local! {
+        static CLIENT: reqwest::Client = reqwest::Client::builder()
+            .no_proxy()
+            .pool_max_idle_per_host(0)
+            .build()
+            .expect("build reqwest client");
+    }
+    CLIENT.with(|c| c.clone())
 }
 
 /// `GET url` with a 2 s timeout: `Some((status, body))`, or `None` if there was no answer.
 pub async fn http_get(url: &str) -> Option<(u16, String)> {
-    let resp = http_client(Duration::from_secs(2))
+    let resp = http_client()
         .get(url)
+        .timeout(Duration::from_secs(2))
         .send()
         .await
         .ok()?;
@@ -152,8 +157,9 @@ pub async fn http_post(
     headers: &[(&str, &str)],
     body: impl Into<Vec<u8>>,
 ) -> Option<(u16, String)> {
-    let mut req = http_client(Duration::from_secs(10))
+    let mut req = http_client()
         .post(url)
+        .timeout(Duration::from_secs(10))
         .body(body.into());
     for (k, v) in headers {
         req = req.header(*k, *v);
@@ -471,8 +477,9 @@ impl Registry {
     /// accepted: `Some((digest, content_type))`, or `None` when absent.
     pub async fn head_manifest(&self, repo: &str, reference: &str) -> Option<(String, String)> {
         let url = format!("{}/v2/{repo}/manifests/{reference}", self.url());
-        let resp = http_client(Duration::from_secs(5))
+        let resp = http_client()
             .head(&url)
+            .timeout(Duration::from_secs(5))
             .header("Accept", MANIFEST_ACCEPT)
             .send()
             .await
@@ -493,8 +500,9 @@ impl Registry {
     /// Deletes a manifest by digest (storage.delete is enabled).
     pub async fn delete_manifest(&self, repo: &str, digest: &str) -> u16 {
         let url = format!("{}/v2/{repo}/manifests/{digest}", self.url());
-        http_client(Duration::from_secs(5))
+        http_client()
             .delete(&url)
+            .timeout(Duration::from_secs(5))
             .send()
             .await
             .map(|r| r.status().as_u16())
@@ -539,7 +547,8 @@ pub const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.manifest.v1+json, \
 /// `/www/version` (the given string, so every version has its own digest).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TestImage {
-    /// `busybox httpd -f -p 8080 -h /www`; `GET /health` answers 200 "ok\n".
+    /// `busybox httpd -f -p 8080 -h /www` under a shell that exits on SIGTERM;
+    /// `GET /health` answers 200 "ok\n".
     Healthy { version: String },
     /// httpd runs, but `/www/health` is missing: `GET /health` is 404 forever.
     NoHealthFile { version: String },
@@ -589,7 +598,14 @@ impl TestImage {
 
         let entrypoint: Vec<&str> = match self {
             TestImage::ExitsAtOnce { .. } => vec!["/bin/busybox", "false"],
-            _ => vec!["/bin/busybox", "httpd", "-f", "-p", "8080", "-h", "/www"],
+            // A well-behaved PID 1: exits on SIGTERM (a bare httpd as PID 1 ignores it and
+            // every stop would wait out the engine's grace period).
+            _ => vec![
+                "/bin/busybox",
+                "sh",
+                "-c",
+                "trap 'exit 0' TERM; /bin/busybox httpd -f -p 8080 -h /www & wait",
+            ],
         };
         let mut cfg = serde_json::json!({
             "Entrypoint": entrypoint,
@@ -1861,8 +1877,9 @@ impl TestEnv {
     /// (`Value::Null` if the body is not JSON).
     pub async fn api_get(&self, path: &str) -> (u16, serde_json::Value) {
         let url = self.pier_url(&format!("/api{path}"));
-        let resp = http_client(Duration::from_secs(5))
+        let resp = http_client()
             .get(&url)
+            .timeout(Duration::from_secs(5))
             .bearer_auth(&self.admin_token)
             .send()
             .await
