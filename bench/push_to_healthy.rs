@@ -82,10 +82,8 @@ async fn first_answer(url: &str, want: &str) -> Duration {
                 t.elapsed().as_millis()
             );
         }
-        if let Some((200, body)) = got {
-            if body == want {
-                return start.elapsed();
-            }
+        if matches!(&got, Some((200, body)) if body == want) {
+            return start.elapsed();
         }
         assert!(
             start.elapsed() < Duration::from_secs(60),
