@@ -594,3 +594,27 @@ mod tests {
         assert!(parse_bytes("0").is_err());
     }
 }
+
+#[cfg(test)]
+mod example {
+    use super::*;
+
+    /// The documented example must stay loadable as the code changes.
+    #[test]
+    fn the_example_config_loads() {
+        for name in [
+            "PIER_DATABASE_URL",
+            "PIER_ADMIN_TOKEN",
+            "PIER_REGISTRY_PASSWORD",
+            "PIER_HOOK_TOKEN",
+            "PIER_CI_HMAC",
+            "WEB_SESSION_KEY",
+        ] {
+            // SAFETY: these names are only read by config tests.
+            unsafe { std::env::set_var(name, "x") };
+        }
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/pier.toml");
+        let c = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!c.apps.is_empty() && !c.sources.is_empty());
+    }
+}

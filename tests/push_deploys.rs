@@ -336,3 +336,89 @@ async fn redeploy_runs_a_new_deployment_of_the_same_digest() {
     env.wait_app_version("v1", Duration::from_secs(5)).await;
     env.cleanup().await;
 }
+
+#[tokio::test]
+async fn an_index_deploys_the_manifest_for_the_engines_platform() {
+    let env = TestEnv::start().await;
+    let (index, amd64) = env.registry().push_index(env.repo(), "main", "multi").await;
+    env.wait_app_version("multi", DEPLOY).await;
+    let d = latest_final(&env, &[]).await;
+    assert_eq!(d["state"], "succeeded", "{d:#}");
+    // Pinned to the platform manifest, not the index: that is what the engine records.
+    assert_eq!(d["resolved_digest"], amd64.as_str());
+    assert_eq!(d["platform"], "linux/amd64");
+    let (_, dep) = env
+        .api_get(&format!("/deployments/{}", d["id"].as_str().unwrap()))
+        .await;
+    let resolve = &dep["steps"][0];
+    assert_eq!(resolve["step"], "resolve");
+    assert_eq!(resolve["result"]["index_digest"], index.as_str());
+    assert_eq!(running_digests(&env).await, vec![amd64]);
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn the_cli_deploys_a_pinned_digest_even_after_the_tag_moved() {
+    let env = TestEnv::start().await;
+    let v1 = env.push(&TestImage::healthy("v1"), "main").await;
+    env.wait_app_version("v1", DEPLOY).await;
+    let first = latest_final(&env, &[]).await;
+    env.push(&TestImage::healthy("v2"), "main").await;
+    env.wait_app_version("v2", DEPLOY).await;
+    let second = latest_final(&env, &[first["id"].as_str().unwrap()]).await;
+
+    // Roll back to v1 by digest, while `main` names v2.
+    let out = env
+        .pier()
+        .run_cli(&["deploy", env.app(), "--digest", &v1])
+        .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let third = latest_final(
+        &env,
+        &[
+            first["id"].as_str().unwrap(),
+            second["id"].as_str().unwrap(),
+        ],
+    )
+    .await;
+    assert_eq!(third["state"], "succeeded", "{third:#}");
+    assert_eq!(third["resolved_digest"], v1.as_str());
+    assert_eq!(third["pinned"], true);
+    env.wait_app_version("v1", Duration::from_secs(10)).await;
+
+    // `pier status --json` reads the same rows.
+    let out = env.pier().run_cli(&["status", "--json"]).await;
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(status[0]["generation"]["digest"], v1.as_str());
+
+    // A digest the registry does not have fails at once, and says so; v1 keeps serving.
+    let missing = format!("sha256:{}", "0".repeat(64));
+    let out = env
+        .pier()
+        .run_cli(&["deploy", env.app(), "--digest", &missing])
+        .await;
+    assert!(out.status.success());
+    let fourth = latest_final(
+        &env,
+        &[
+            first["id"].as_str().unwrap(),
+            second["id"].as_str().unwrap(),
+            third["id"].as_str().unwrap(),
+        ],
+    )
+    .await;
+    assert_eq!(fourth["state"], "failed");
+    assert!(
+        fourth["error"]
+            .as_str()
+            .unwrap()
+            .contains("manifest unknown"),
+        "{fourth:#}"
+    );
+    env.wait_app_version("v1", Duration::from_secs(5)).await;
+    env.cleanup().await;
+}

@@ -130,8 +130,16 @@ impl Run<'_> {
         }
         let res = self
             .retrying(Step::Verify, || async {
-                let Some(image) = self.ctx.engine.image(&reference).await? else {
-                    return Err(StepError::Check(format!("{reference} is not in the engine after the pull")));
+                let image = match self.ctx.engine.image(&reference).await? {
+                    Some(image) => image,
+                    // Removed since the pull (a prune, an operator): pull it again, once.
+                    None => {
+                        let creds = self.ctx.registry.credentials(self.app.registry_host());
+                        self.ctx.engine.pull(&self.app.image, &r.digest, creds).await?;
+                        self.ctx.engine.image(&reference).await?.ok_or_else(|| {
+                            StepError::Check(format!("{reference} is not in the engine after the pull"))
+                        })?
+                    }
                 };
                 if !image.repo_digests.iter().any(|d| d == &reference) {
                     return Err(StepError::Check(format!(
