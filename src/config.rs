@@ -475,6 +475,12 @@ mod raw {
                 {
                     return Err(invalid(format!("app `{}`: cpus must be > 0", a.name)));
                 }
+                if !["no", "always", "on-failure", "unless-stopped"].contains(&a.restart.as_str()) {
+                    return Err(invalid(format!(
+                        "app `{}`: restart must be no, always, on-failure or unless-stopped",
+                        a.name
+                    )));
+                }
                 let mut env = BTreeMap::new();
                 for (k, v) in a.env {
                     let what = format!("apps.{}.env.{k}", a.name);
