@@ -7,6 +7,7 @@ pub mod engine;
 pub mod faults;
 pub mod intake;
 pub mod pipeline;
+pub mod reconcile;
 pub mod registry;
 pub mod serve;
 pub mod store;

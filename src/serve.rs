@@ -102,8 +102,21 @@ pub async fn run(config: Config, http: bool) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     let (wake_tx, wake_rx) = watch::channel(0u64);
 
+    // Before any claim: remove what crashed runs left behind and that nothing will resume.
+    run_reconcile(&config, &store, &engine).await;
+    let (c, s, e, stop) = (config.clone(), store.clone(), engine.clone(), shutdown.clone());
+    let sweep = config.server.sweep_interval;
+
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(worker::listen(store.clone(), wake_tx, shutdown.clone()));
+    tasks.spawn(async move {
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(sweep) => run_reconcile(&c, &s, &e).await,
+                _ = stop.cancelled() => return,
+            }
+        }
+    });
     tasks.spawn(
         Workers {
             ctx,
@@ -140,6 +153,16 @@ pub async fn run(config: Config, http: bool) -> anyhow::Result<()> {
     shutdown.cancel();
     while tasks.join_next().await.is_some() {}
     Ok(())
+}
+
+async fn run_reconcile(config: &Config, store: &Store, engine: &Engine) {
+    match crate::reconcile::reconcile(config, store, engine).await {
+        Ok(r) if !r.removed.is_empty() || !r.requeued.is_empty() => {
+            tracing::info!(removed = r.removed.len(), requeued = r.requeued.len(), "reconciled");
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "reconciliation failed; it runs again at the next sweep"),
+    }
 }
 
 async fn shutdown_signal() {

@@ -10,38 +10,12 @@ use support::*;
 
 const DEPLOY: Duration = Duration::from_secs(60);
 
-/// Waits until the app's latest deployment reaches a final state and returns it.
 async fn latest_final(env: &TestEnv, not: &[&str]) -> Value {
-    let app = env.app().to_owned();
-    let not: Vec<String> = not.iter().map(|s| s.to_string()).collect();
-    wait_until(&format!("a new final deployment of {app}"), DEPLOY, || {
-        let not = not.clone();
-        let app = app.clone();
-        async move {
-            let (status, v) = env.api_get(&format!("/apps/{app}")).await;
-            let d = v.get("latest_deployment")?.clone();
-            let id = d.get("id")?.as_str()?.to_owned();
-            let state = d.get("state")?.as_str()?;
-            (status == 200 && !not.contains(&id) && !matches!(state, "queued" | "running"))
-                .then_some(d)
-        }
-    })
-    .await
+    env.latest_final_of(env.app(), not, DEPLOY).await
 }
 
 async fn running_digests(env: &TestEnv) -> Vec<String> {
-    env.engine
-        .running_containers_of_app(env.app())
-        .await
-        .into_iter()
-        .map(|c| {
-            c.labels
-                .unwrap_or_default()
-                .get("pier.digest")
-                .cloned()
-                .unwrap_or_default()
-        })
-        .collect()
+    env.running_digests_of(env.app()).await
 }
 
 #[tokio::test]

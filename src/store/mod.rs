@@ -2,6 +2,7 @@
 
 mod deliveries;
 mod deployments;
+mod reconcile;
 mod steps;
 
 use std::time::Duration;
@@ -11,6 +12,7 @@ use sqlx::postgres::PgPoolOptions;
 
 pub use deliveries::{Delivery, DeliveryOutcome, NewDelivery};
 pub use deployments::{Deployment, DeploymentState, Enqueued, Generation, NewDeployment, Trigger};
+pub use reconcile::ReconcileAction;
 pub use steps::{StepRecord, StepState};
 
 #[derive(Debug, thiserror::Error)]

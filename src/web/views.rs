@@ -8,7 +8,7 @@ use uuid::Uuid;
 use super::{AppState, WebError};
 use crate::config::AppConfig;
 use crate::engine::{ContainerFacts, LABEL_APP};
-use crate::store::{Deployment, Generation, StepRecord};
+use crate::store::{Deployment, Generation, ReconcileAction, StepRecord};
 
 #[derive(Serialize)]
 pub struct AppView {
@@ -23,6 +23,8 @@ pub struct AppView {
     pub engine_error: Option<String>,
     pub latest_deployment: Option<Deployment>,
     pub deployments: Vec<Deployment>,
+    /// What reconciliation removed or requeued for this app, newest first.
+    pub reconcile_actions: Vec<ReconcileAction>,
 }
 
 impl AppView {
@@ -71,6 +73,7 @@ pub async fn app_view(
 ) -> Result<AppView, WebError> {
     let generation = s.store.generation(&app.name).await?;
     let deployments = s.store.app_deployments(&app.name, history).await?;
+    let reconcile_actions = s.store.reconcile_actions(&app.name, 10).await?;
     Ok(AppView {
         name: app.name.clone(),
         image: app.image.clone(),
@@ -85,6 +88,7 @@ pub async fn app_view(
         engine_error: engine_error.map(str::to_owned),
         latest_deployment: deployments.first().cloned(),
         deployments,
+        reconcile_actions,
     })
 }
 

@@ -1052,6 +1052,51 @@ impl Engine {
         created.id
     }
 
+    /// Creates (does not start) a container as Pier's `create` step would for deployment
+    /// `deployment` of `app`: Pier's labels, the publish port, `image` (`repo@digest`).
+    pub async fn create_labelled_for(
+        &self,
+        app: &str,
+        deployment: &str,
+        digest: &str,
+        image: &str,
+        publish: SocketAddr,
+    ) -> String {
+        let bindings = std::collections::HashMap::from([(
+            "8080/tcp".to_owned(),
+            Some(vec![PortBinding {
+                host_ip: Some(publish.ip().to_string()),
+                host_port: Some(publish.port().to_string()),
+            }]),
+        )]);
+        let labels = std::collections::HashMap::from([
+            ("pier.managed".to_owned(), "true".to_owned()),
+            ("pier.app".to_owned(), app.to_owned()),
+            ("pier.deployment".to_owned(), deployment.to_owned()),
+            ("pier.digest".to_owned(), digest.to_owned()),
+        ]);
+        self.docker
+            .create_container(
+                Some(CreateContainerOptions {
+                    name: Some(format!("{app}-made-by-test-{}", random_hex(6))),
+                    ..Default::default()
+                }),
+                ContainerCreateBody {
+                    image: Some(image.to_owned()),
+                    labels: Some(labels),
+                    exposed_ports: Some(vec!["8080/tcp".to_owned()]),
+                    host_config: Some(HostConfig {
+                        port_bindings: Some(bindings),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap_or_else(|e| panic!("create container of {image}: {e}"))
+            .id
+    }
+
     /// Removes an image by reference or id (force); ignores "no such image".
     pub async fn remove_image(&self, reference: &str) {
         let _ = self
@@ -1927,4 +1972,78 @@ impl TestEnv {
         }
         self.db.cleanup().await;
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading Pier's own answers
+// ---------------------------------------------------------------------------------------------
+
+impl TestEnv {
+    /// Waits until `app`'s latest deployment is final and is none of `not`; returns it.
+    pub async fn latest_final_of(&self, app: &str, not: &[&str], timeout: Duration) -> serde_json::Value {
+        let not: Vec<String> = not.iter().map(|s| s.to_string()).collect();
+        wait_until(&format!("a new final deployment of {app}"), timeout, || {
+            let not = not.clone();
+            async move {
+                let (status, v) = self.api_get(&format!("/apps/{app}")).await;
+                let d = v.get("latest_deployment")?.clone();
+                let id = d.get("id")?.as_str()?.to_owned();
+                let state = d.get("state")?.as_str()?;
+                (status == 200 && !not.contains(&id) && !matches!(state, "queued" | "running"))
+                    .then_some(d)
+            }
+        })
+        .await
+    }
+
+    /// Waits until deployment `id` is final; returns it with its steps.
+    pub async fn deployment_final(&self, id: &str, timeout: Duration) -> serde_json::Value {
+        wait_until(&format!("deployment {id} final"), timeout, || async move {
+            let (_, d) = self.api_get(&format!("/deployments/{id}")).await;
+            let state = d.get("state")?.as_str()?;
+            (!matches!(state, "queued" | "running")).then_some(d.clone())
+        })
+        .await
+    }
+
+    /// The `pier.digest` labels of the app's running containers.
+    pub async fn running_digests_of(&self, app: &str) -> Vec<String> {
+        self.engine
+            .running_containers_of_app(app)
+            .await
+            .into_iter()
+            .map(|c| {
+                c.labels
+                    .unwrap_or_default()
+                    .get("pier.digest")
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .collect()
+    }
+
+    /// All deployments of `app`, oldest first, straight from the database.
+    pub async fn deployment_rows(&self, app: &str) -> Vec<DeploymentRow> {
+        sqlx::query_as(
+            "SELECT id::text, state, trigger, resolved_digest, superseded_by::text, attempt,
+                    started_at, finished_at
+             FROM deployments WHERE app = $1 ORDER BY created_at",
+        )
+        .bind(app)
+        .fetch_all(&self.db.pool)
+        .await
+        .expect("read deployments")
+    }
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct DeploymentRow {
+    pub id: String,
+    pub state: String,
+    pub trigger: String,
+    pub resolved_digest: Option<String>,
+    pub superseded_by: Option<String>,
+    pub attempt: i32,
+    pub started_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub finished_at: Option<chrono::DateTime<chrono::Utc>>,
 }

@@ -1,0 +1,127 @@
+//! Reconciliation: makes the engine agree with the journal. Runs at start-up, before any
+//! claim, and then on every sweep.
+//!
+//! - An orphan is a container labelled for an app that is neither the app's serving
+//!   generation nor a container of a queued or running deployment (a candidate a crashed
+//!   worker left, which its resumer will adopt). Orphans are removed, and the removal is
+//!   recorded. A container whose deployment the database does not know is left alone and
+//!   reported: Pier never removes what it cannot account for.
+//! - An app whose serving container is gone gets a `reconcile` deployment of the digest it
+//!   served, unless something is already queued or running for it.
+
+use std::collections::{HashMap, HashSet};
+
+use serde::Serialize;
+use uuid::Uuid;
+
+use crate::config::Config;
+use crate::engine::{Engine, EngineError, LABEL_APP, LABEL_DEPLOYMENT};
+use crate::store::{DeploymentState, Enqueued, NewDeployment, Store, StoreError, Trigger};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct Reconciled {
+    pub removed: Vec<String>,
+    pub unaccounted: Vec<String>,
+    pub requeued: Vec<Uuid>,
+    pub warnings: Vec<String>,
+}
+
+pub async fn reconcile(
+    config: &Config,
+    store: &Store,
+    engine: &Engine,
+) -> Result<Reconciled, ReconcileError> {
+    // Containers first, then the rows: a container whose deployment finishes meanwhile is
+    // then seen as current (or still running), never wrongly as an orphan.
+    let containers = engine.managed_containers(None, None).await?;
+    let generations: HashMap<String, String> = store
+        .generations()
+        .await?
+        .into_iter()
+        .map(|g| (g.app, g.container_id))
+        .collect();
+    let ids: Vec<Uuid> = containers
+        .iter()
+        .filter_map(|c| c.label(LABEL_DEPLOYMENT).and_then(|d| Uuid::parse_str(d).ok()))
+        .collect();
+    let states = store.deployment_states(&ids).await?;
+
+    let mut out = Reconciled::default();
+    for c in &containers {
+        let Some(app) = c.label(LABEL_APP) else { continue };
+        if config.app(app).is_none() || generations.get(app) == Some(&c.id) {
+            continue;
+        }
+        let deployment = c
+            .label(LABEL_DEPLOYMENT)
+            .and_then(|d| Uuid::parse_str(d).ok());
+        let state = deployment
+            .and_then(|d| states.get(&d))
+            .and_then(|s| DeploymentState::parse(s));
+        match state {
+            Some(s) if !s.is_final() => {}
+            Some(s) => {
+                engine.remove_container(&c.id).await?;
+                let detail = format!(
+                    "removed orphan container {} ({}) of {s} deployment {}",
+                    c.name,
+                    c.id,
+                    deployment.map(|d| d.to_string()).unwrap_or_default()
+                );
+                tracing::info!(%app, container = %c.id, "{detail}");
+                store
+                    .record_reconcile(app, "removed_orphan", Some(&c.id), deployment, &detail)
+                    .await?;
+                out.removed.push(c.id.clone());
+            }
+            None => {
+                let msg = format!(
+                    "container {} ({}) is labelled for {app} but its deployment is unknown to this database; left alone",
+                    c.name, c.id
+                );
+                tracing::warn!("{msg}");
+                out.unaccounted.push(c.id.clone());
+                out.warnings.push(msg);
+            }
+        }
+    }
+
+    let present: HashSet<&str> = containers.iter().map(|c| c.id.as_str()).collect();
+    for generation in store.generations().await? {
+        let Some(app) = config.app(&generation.app) else { continue };
+        if present.contains(generation.container_id.as_str()) || store.app_busy(&app.name).await? {
+            continue;
+        }
+        let enqueued = store
+            .enqueue(NewDeployment {
+                app: app.name.clone(),
+                trigger: Trigger::Reconcile,
+                delivery_id: None,
+                image: app.image.clone(),
+                requested_tag: None,
+                claimed_digest: Some(generation.digest.clone()),
+                pinned: true,
+            })
+            .await?;
+        if let Enqueued::Queued { id, .. } = enqueued {
+            let detail = format!(
+                "serving container {} is gone; queued deployment {id} of {}",
+                generation.container_id, generation.digest
+            );
+            tracing::warn!(app = %app.name, "{detail}");
+            store
+                .record_reconcile(&app.name, "requeued_missing", Some(&generation.container_id), Some(id), &detail)
+                .await?;
+            out.requeued.push(id);
+        }
+    }
+    Ok(out)
+}

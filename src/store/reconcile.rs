@@ -1,0 +1,72 @@
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::{Result, Store};
+
+#[derive(Debug, Clone, sqlx::FromRow, Serialize)]
+pub struct ReconcileAction {
+    pub id: i64,
+    pub app: String,
+    pub action: String,
+    pub container_id: Option<String>,
+    pub deployment_id: Option<Uuid>,
+    pub detail: String,
+    pub at: DateTime<Utc>,
+}
+
+impl Store {
+    /// The states of the given deployments; ids the database does not know are absent.
+    pub async fn deployment_states(&self, ids: &[Uuid]) -> Result<HashMap<Uuid, String>> {
+        let rows: Vec<(Uuid, String)> =
+            sqlx::query_as("SELECT id, state FROM deployments WHERE id = ANY($1)")
+                .bind(ids)
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(rows.into_iter().collect())
+    }
+
+    /// Whether the app has a deployment queued or running.
+    pub async fn app_busy(&self, app: &str) -> Result<bool> {
+        Ok(sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM deployments WHERE app = $1 AND state IN ('queued', 'running'))",
+        )
+        .bind(app)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
+    pub async fn record_reconcile(
+        &self,
+        app: &str,
+        action: &str,
+        container_id: Option<&str>,
+        deployment_id: Option<Uuid>,
+        detail: &str,
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO reconcile_actions (app, action, container_id, deployment_id, detail)
+             VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(app)
+        .bind(action)
+        .bind(container_id)
+        .bind(deployment_id)
+        .bind(detail)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    pub async fn reconcile_actions(&self, app: &str, limit: i64) -> Result<Vec<ReconcileAction>> {
+        Ok(sqlx::query_as(
+            "SELECT * FROM reconcile_actions WHERE app = $1 ORDER BY at DESC LIMIT $2",
+        )
+        .bind(app)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+}
