@@ -556,6 +556,9 @@ pub enum TestImage {
     ExitsAtOnce { version: String },
     /// Like `Healthy`, plus an image HEALTHCHECK (`busybox wget` of /health every second).
     WithHealthcheck { version: String },
+    /// Like `Healthy`, but httpd starts only after `secs` seconds: a deployment that
+    /// spends that long in its `health` step.
+    SlowStart { version: String, secs: u32 },
 }
 
 impl TestImage {
@@ -580,8 +583,16 @@ impl TestImage {
         }
     }
 
+    pub fn slow_start(version: &str, secs: u32) -> Self {
+        TestImage::SlowStart {
+            version: version.to_owned(),
+            secs,
+        }
+    }
+
     pub fn version(&self) -> &str {
         match self {
+            TestImage::SlowStart { version, .. } => version,
             TestImage::Healthy { version }
             | TestImage::NoHealthFile { version }
             | TestImage::ExitsAtOnce { version }
@@ -596,8 +607,16 @@ impl TestImage {
         let (tar, layer) = build_layer(with_health_file, self.version());
         let diff_id = sha256_digest(&tar);
 
+        let slow;
         let entrypoint: Vec<&str> = match self {
             TestImage::ExitsAtOnce { .. } => vec!["/bin/busybox", "false"],
+            TestImage::SlowStart { secs, .. } => {
+                slow = format!(
+                    "trap 'exit 0' TERM; /bin/busybox sleep {secs} & wait; \
+                     /bin/busybox httpd -f -p 8080 -h /www & wait"
+                );
+                vec!["/bin/busybox", "sh", "-c", &slow]
+            }
             // A well-behaved PID 1: exits on SIGTERM (a bare httpd as PID 1 ignores it and
             // every stop would wait out the engine's grace period).
             _ => vec![

@@ -1,0 +1,305 @@
+//! The queue's promises: dedupe, supersede, one deployment at a time per app, parallel apps,
+//! several processes on one database, retries of transient failures, orphans reconciled.
+
+mod support;
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use support::*;
+
+const DEPLOY: Duration = Duration::from_secs(60);
+const MEDIA: &str = "application/vnd.docker.distribution.events.v1+json";
+
+/// A Distribution notification, as the registry sends it, for a tagged manifest push.
+fn push_event(id: &str, env: &TestEnv, tag: &str, digest: &str) -> Vec<u8> {
+    serde_json::json!({ "events": [{
+        "id": id,
+        "timestamp": "2026-11-29T12:00:00Z",
+        "action": "push",
+        "target": {
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": digest,
+            "repository": env.repo(),
+            "url": format!("http://{}/v2/{}/manifests/{digest}", env.registry_host(), env.repo()),
+            "tag": tag,
+        },
+        "request": { "host": env.registry_host(), "method": "PUT" },
+    }]})
+    .to_string()
+    .into_bytes()
+}
+
+async fn post_event(env: &TestEnv, body: &[u8]) -> (u16, String) {
+    let auth = format!("Bearer {}", env.distribution_token);
+    env.post_hook("local", &[("Content-Type", MEDIA), ("Authorization", &auth)], body)
+        .await
+}
+
+fn overlaps(a: &DeploymentRow, b: &DeploymentRow) -> bool {
+    let (Some(s1), Some(e1), Some(s2), Some(e2)) =
+        (a.started_at, a.finished_at, b.started_at, b.finished_at)
+    else {
+        return false;
+    };
+    s1 < e2 && s2 < e1
+}
+
+#[tokio::test]
+async fn twenty_duplicate_deliveries_of_one_event_give_one_deployment() {
+    let env = TestEnv::builder().without_notifications().start().await;
+    let digest = env.push(&TestImage::healthy("v1"), "main").await;
+    let body = push_event("event-1", &env, "main", &digest);
+    let answers = futures_util::future::join_all((0..20).map(|_| post_event(&env, &body))).await;
+    let accepted = answers.iter().filter(|(c, _)| *c == 202).count();
+    let duplicates = answers.iter().filter(|(c, _)| *c == 200).count();
+    assert_eq!((accepted, duplicates), (1, 19), "{answers:#?}");
+
+    env.wait_app_version("v1", DEPLOY).await;
+    let rows = env.deployment_rows(env.app()).await;
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    let (count, seen): (i64, i64) =
+        sqlx::query_as("SELECT count(*), sum(seen_count) FROM deliveries")
+            .fetch_one(&env.db.pool)
+            .await
+            .unwrap();
+    assert_eq!((count, seen), (1, 20), "one delivery row, seen twenty times");
+
+    // Another event naming the digest that is already running: no second deployment
+    // while one is pending, and a no-op that says so once it serves.
+    let done = env.latest_final_of(env.app(), &[], DEPLOY).await;
+    let (code, answer) = post_event(&env, &push_event("event-2", &env, "main", &digest)).await;
+    assert_eq!(code, 202, "{answer}");
+    let noop = env.latest_final_of(env.app(), &[done["id"].as_str().unwrap()], DEPLOY).await;
+    assert_eq!(noop["state"], "succeeded");
+    assert!(noop["outcome"].as_str().unwrap().contains("no-op"), "{noop:#}");
+    let (_, steps) = env.api_get(&format!("/deployments/{}", noop["id"].as_str().unwrap())).await;
+    assert_eq!(steps["steps"].as_array().unwrap().len(), 1, "only resolve ran: {steps:#}");
+    assert_eq!(env.engine.containers_of_app(env.app()).await.len(), 1);
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn the_same_digest_already_queued_or_running_is_not_queued_again() {
+    let env = TestEnv::builder().without_notifications().start().await;
+    let digest = env.push(&TestImage::slow_start("slow", 2), "main").await;
+    let (code, _) = post_event(&env, &push_event("a", &env, "main", &digest)).await;
+    assert_eq!(code, 202);
+    // Different event ids, same digest, while the first is queued or running.
+    for id in ["b", "c", "d"] {
+        let (code, answer) = post_event(&env, &push_event(id, &env, "main", &digest)).await;
+        assert_eq!(code, 200, "{answer}");
+        assert!(answer.contains("already_pending"), "{answer}");
+    }
+    env.wait_app_version("slow", DEPLOY).await;
+    assert_eq!(env.deployment_rows(env.app()).await.len(), 1);
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn pushes_of_v1_to_v5_in_quick_succession_end_with_v5_and_never_overlap() {
+    let env = TestEnv::start().await;
+    // v1 takes two seconds to become healthy, so v2..v5 arrive while it runs.
+    let mut digests = vec![env.push(&TestImage::slow_start("v1", 2), "main").await];
+    wait_until("v1 is running", DEPLOY, || async {
+        let rows = env.deployment_rows(env.app()).await;
+        rows.iter().any(|r| r.state == "running").then_some(())
+    })
+    .await;
+    for v in 2..=5 {
+        digests.push(env.push(&TestImage::healthy(&format!("v{v}")), "main").await);
+    }
+    env.wait_app_version("v5", DEPLOY).await;
+    // Let every notification land and every deployment finish.
+    let rows = wait_until("all deployments final", DEPLOY, || async {
+        let rows = env.deployment_rows(env.app()).await;
+        let last_is_v5 = rows.last().and_then(|r| r.resolved_digest.as_deref()) == Some(&digests[4]);
+        (last_is_v5 && rows.iter().all(|r| !matches!(r.state.as_str(), "queued" | "running")))
+            .then_some(rows)
+    })
+    .await;
+    let last = rows.last().unwrap();
+    assert_eq!(last.state, "succeeded", "{rows:#?}");
+    assert_eq!(env.running_digests_of(env.app()).await, vec![digests[4].clone()]);
+    assert_eq!(env.engine.containers_of_app(env.app()).await.len(), 1);
+
+    let superseded: Vec<&DeploymentRow> = rows.iter().filter(|r| r.state == "superseded").collect();
+    assert!(!superseded.is_empty(), "queued deployments in between are superseded: {rows:#?}");
+    for s in &superseded {
+        let by = s.superseded_by.as_deref().expect("superseded_by is set");
+        let pos = |id: &str| rows.iter().position(|r| r.id == id).unwrap();
+        assert!(pos(by) > pos(&s.id), "superseded by a newer deployment");
+        assert!(s.started_at.is_none(), "a superseded deployment never ran");
+    }
+    // No two deployments of the app ever ran at once.
+    let ran: Vec<&DeploymentRow> = rows.iter().filter(|r| r.started_at.is_some()).collect();
+    for (i, a) in ran.iter().enumerate() {
+        for b in &ran[i + 1..] {
+            assert!(!overlaps(a, b), "{a:?} and {b:?} ran at the same time");
+        }
+    }
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn two_apps_deploy_in_parallel() {
+    let env = TestEnv::builder()
+        .without_notifications()
+        .add_app(AppSpec::new("api"))
+        .start()
+        .await;
+    let (a, b) = (env.apps[0].clone(), env.apps[1].clone());
+    env.registry().push(&a.repo, "main", &TestImage::slow_start("a1", 2)).await;
+    env.registry().push(&b.repo, "main", &TestImage::slow_start("b1", 2)).await;
+    for app in [&a, &b] {
+        let body = format!(r#"{{"repository":"{}/{}","tag":"main"}}"#, env.registry_host(), app.repo);
+        let (code, answer) = env.post_generic(body.as_bytes()).await;
+        assert_eq!(code, 202, "{answer}");
+    }
+    let da = env.latest_final_of(&a.name, &[], DEPLOY).await;
+    let db = env.latest_final_of(&b.name, &[], DEPLOY).await;
+    assert_eq!((da["state"].as_str(), db["state"].as_str()), (Some("succeeded"), Some("succeeded")));
+    let span = |d: &serde_json::Value| -> (DateTime<Utc>, DateTime<Utc>) {
+        (
+            d["started_at"].as_str().unwrap().parse().unwrap(),
+            d["finished_at"].as_str().unwrap().parse().unwrap(),
+        )
+    };
+    let ((s1, e1), (s2, e2)) = (span(&da), span(&db));
+    assert!(s1 < e2 && s2 < e1, "the two apps' deployments overlapped in time: {s1}..{e1} vs {s2}..{e2}");
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn two_pier_processes_share_one_database_and_nothing_runs_twice() {
+    let env = TestEnv::builder()
+        .add_app(AppSpec::new("api"))
+        .add_app(AppSpec::new("jobs"))
+        .start()
+        .await;
+    let second = env.start_another_pier().await;
+    let apps = env.apps.clone();
+    let mut last = Vec::new();
+    for round in 1..=3 {
+        for app in &apps {
+            let d = env.registry().push(&app.repo, "main", &TestImage::healthy(&format!("{}-{round}", app.name))).await;
+            if round == 3 {
+                last.push(d);
+            }
+        }
+    }
+    for (app, digest) in apps.iter().zip(&last) {
+        wait_until(&format!("{} runs its last push", app.name), DEPLOY, || async {
+            let rows = env.deployment_rows(&app.name).await;
+            let settled = rows.iter().all(|r| !matches!(r.state.as_str(), "queued" | "running"));
+            (settled && env.running_digests_of(&app.name).await == vec![digest.clone()]).then_some(())
+        })
+        .await;
+        let rows = env.deployment_rows(&app.name).await;
+        for r in &rows {
+            assert!(matches!(r.state.as_str(), "succeeded" | "superseded"), "{r:?}");
+            assert!(r.attempt <= 1, "no deployment was claimed twice: {r:?}");
+        }
+        let ran: Vec<&DeploymentRow> = rows.iter().filter(|r| r.started_at.is_some()).collect();
+        for (i, a) in ran.iter().enumerate() {
+            for b in &ran[i + 1..] {
+                assert!(!overlaps(a, b), "{a:?} and {b:?} of {} ran at once", app.name);
+            }
+        }
+        assert_eq!(env.engine.containers_of_app(&app.name).await.len(), 1);
+    }
+    let replays: i64 = sqlx::query_scalar("SELECT coalesce(sum(replays), 0) FROM deployment_steps")
+        .fetch_one(&env.db.pool)
+        .await
+        .unwrap();
+    assert_eq!(replays, 0, "no step ran twice");
+    let claims = |log: &str| log.matches(" claimed").count();
+    println!("claims: first process {}, second {}", claims(&env.pier().log()), claims(&second.log()));
+    drop(second);
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_registry_down_during_resolve_is_retried_until_it_is_back() {
+    let mut env = TestEnv::start().await;
+    let v1 = env.push(&TestImage::healthy("v1"), "main").await;
+    env.wait_app_version("v1", DEPLOY).await;
+    let first = env.latest_final_of(env.app(), &[], DEPLOY).await;
+
+    env.registry_mut().stop();
+    let out = env.pier().run_cli(&["deploy", env.app()]).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    env.pier()
+        .wait_for_log("transient failure; retrying", DEPLOY)
+        .await;
+    let pending = env.deployment_rows(env.app()).await.pop().unwrap();
+    assert_eq!(pending.state, "running", "still trying, not failed: {pending:?}");
+
+    env.registry_mut().restart().await;
+    let done = env.deployment_final(&pending.id, DEPLOY).await;
+    assert_eq!(done["state"], "succeeded", "{done:#}");
+    assert_eq!(done["resolved_digest"], v1.as_str());
+    assert_ne!(done["id"], first["id"]);
+    env.wait_app_version("v1", Duration::from_secs(10)).await;
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn orphans_are_removed_at_start_up_and_the_removal_is_recorded() {
+    let mut env = TestEnv::start().await;
+    let app = env.app().to_owned();
+    env.push(&TestImage::healthy("v1"), "main").await;
+    env.wait_app_version("v1", DEPLOY).await;
+    let first = env.latest_final_of(&app, &[], DEPLOY).await;
+    let v2 = env.push(&TestImage::healthy("v2"), "main").await;
+    env.wait_app_version("v2", DEPLOY).await;
+    env.latest_final_of(&app, &[first["id"].as_str().unwrap()], DEPLOY).await;
+
+    // Leftovers: a container of the finished v1 deployment, and one whose deployment this
+    // database never heard of.
+    let v1_ref = format!("{}@{}", env.image(), first["resolved_digest"].as_str().unwrap());
+    let other = free_port();
+    let publish = std::net::SocketAddr::from(([127, 0, 0, 1], other));
+    let orphan = env
+        .engine
+        .create_labelled_for(&app, first["id"].as_str().unwrap(), "sha256:old", &v1_ref, publish)
+        .await;
+    let stranger = env
+        .engine
+        .create_labelled_for(&app, &uuid::Uuid::new_v4().to_string(), "sha256:x", &v1_ref, publish)
+        .await;
+    env.pier_mut().restart().await;
+
+    let ids = wait_until("the orphan is removed", DEPLOY, || async {
+        let ids: Vec<String> = env.engine.containers_of_app(&app).await.into_iter().filter_map(|c| c.id).collect();
+        (!ids.contains(&orphan)).then_some(ids)
+    })
+    .await;
+    assert!(ids.contains(&stranger), "a container Pier cannot account for is left alone");
+    assert_eq!(env.running_digests_of(&app).await, vec![v2.clone()], "the serving generation is untouched");
+    let (_, view) = env.api_get(&format!("/apps/{app}")).await;
+    let actions = view["reconcile_actions"].as_array().unwrap();
+    assert!(
+        actions.iter().any(|a| a["action"] == "removed_orphan" && a["container_id"] == orphan.as_str()),
+        "{actions:#?}"
+    );
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_serving_container_removed_behind_piers_back_is_redeployed() {
+    let mut env = TestEnv::builder().server_toml("sweep_interval = \"1s\"").start().await;
+    let app = env.app().to_owned();
+    let v1 = env.push(&TestImage::healthy("v1"), "main").await;
+    env.wait_app_version("v1", DEPLOY).await;
+    let first = env.latest_final_of(&app, &[], DEPLOY).await;
+    env.engine.remove_app_containers(&app).await;
+    let again = env.latest_final_of(&app, &[first["id"].as_str().unwrap()], DEPLOY).await;
+    assert_eq!(again["trigger"], "reconcile");
+    assert_eq!(again["state"], "succeeded", "{again:#}");
+    assert_eq!(again["resolved_digest"], v1.as_str());
+    env.wait_app_version("v1", Duration::from_secs(10)).await;
+    env.pier_mut().restart().await;
+    assert_eq!(env.engine.containers_of_app(&app).await.len(), 1);
+    env.cleanup().await;
+}
