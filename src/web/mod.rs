@@ -61,15 +61,23 @@ async fn healthz() -> &'static str {
 
 /// Ready only when both the database and the Docker engine answer.
 async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
-    let db = s.store.ping().await;
-    let docker = s.engine.ping().await;
+    // Bounded: a probe that hangs for the pool's acquire timeout is no answer.
+    let within = std::time::Duration::from_secs(1);
+    let (db, docker) = tokio::join!(
+        tokio::time::timeout(within, s.store.ping()),
+        tokio::time::timeout(within, s.engine.ping())
+    );
+    let (db, docker) = (
+        db.is_ok_and(|r| r.is_ok()),
+        docker.is_ok_and(|r| r.is_ok()),
+    );
     let line = |ok: bool| if ok { "ok" } else { "unavailable" };
     let body = format!(
         "database: {}\ndocker: {}\n",
-        line(db.is_ok()),
-        line(docker.is_ok())
+        line(db),
+        line(docker)
     );
-    let status = if db.is_ok() && docker.is_ok() {
+    let status = if db && docker {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
