@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 
 use support::*;
 
-
 fn docker(args: &[&str]) -> String {
     let out = Command::new("docker")
         .args(args)
@@ -122,7 +121,11 @@ async fn main() {
     }
     // `cargo bench` passes --bench: five rounds. `cargo test --all-targets` runs one round,
     // so the suite proves the benchmark still works without paying for it.
-    let rounds = if std::env::args().any(|a| a == "--bench") { 5 } else { 1 };
+    let rounds = if std::env::args().any(|a| a == "--bench") {
+        5
+    } else {
+        1
+    };
     let env = TestEnv::start().await;
     let mut pier = Vec::new();
     let mut cli = Vec::new();

@@ -3,8 +3,9 @@
 //! - `PIER_PAUSE_AT=<step>:<before|after>` stops the pipeline there (logging
 //!   `PIER_PAUSE_AT reached`) so that a test can kill the process from outside.
 //!
-//! `before` is right after the step's intent is committed and before its side effect;
-//! `after` is right after its result is committed. Unset, they cost one comparison.
+//! `before` is right before the step's side effect: after its intent is committed, or after
+//! a resumed step has found its recorded intent; `after` is right after its result is
+//! committed. Unset, they cost one comparison.
 
 use std::sync::OnceLock;
 

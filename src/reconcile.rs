@@ -50,13 +50,18 @@ pub async fn reconcile(
         .collect();
     let ids: Vec<Uuid> = containers
         .iter()
-        .filter_map(|c| c.label(LABEL_DEPLOYMENT).and_then(|d| Uuid::parse_str(d).ok()))
+        .filter_map(|c| {
+            c.label(LABEL_DEPLOYMENT)
+                .and_then(|d| Uuid::parse_str(d).ok())
+        })
         .collect();
     let states = store.deployment_states(&ids).await?;
 
     let mut out = Reconciled::default();
     for c in &containers {
-        let Some(app) = c.label(LABEL_APP) else { continue };
+        let Some(app) = c.label(LABEL_APP) else {
+            continue;
+        };
         if config.app(app).is_none() || generations.get(app) == Some(&c.id) {
             continue;
         }
@@ -96,7 +101,9 @@ pub async fn reconcile(
 
     let present: HashSet<&str> = containers.iter().map(|c| c.id.as_str()).collect();
     for generation in store.generations().await? {
-        let Some(app) = config.app(&generation.app) else { continue };
+        let Some(app) = config.app(&generation.app) else {
+            continue;
+        };
         if present.contains(generation.container_id.as_str()) || store.app_busy(&app.name).await? {
             continue;
         }
@@ -118,7 +125,13 @@ pub async fn reconcile(
             );
             tracing::warn!(app = %app.name, "{detail}");
             store
-                .record_reconcile(&app.name, "requeued_missing", Some(&generation.container_id), Some(id), &detail)
+                .record_reconcile(
+                    &app.name,
+                    "requeued_missing",
+                    Some(&generation.container_id),
+                    Some(id),
+                    &detail,
+                )
                 .await?;
             out.requeued.push(id);
         }

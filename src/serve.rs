@@ -104,7 +104,12 @@ pub async fn run(config: Config, http: bool) -> anyhow::Result<()> {
 
     // Before any claim: remove what crashed runs left behind and that nothing will resume.
     run_reconcile(&config, &store, &engine).await;
-    let (c, s, e, stop) = (config.clone(), store.clone(), engine.clone(), shutdown.clone());
+    let (c, s, e, stop) = (
+        config.clone(),
+        store.clone(),
+        engine.clone(),
+        shutdown.clone(),
+    );
     let sweep = config.server.sweep_interval;
 
     let mut tasks = tokio::task::JoinSet::new();
@@ -158,10 +163,16 @@ pub async fn run(config: Config, http: bool) -> anyhow::Result<()> {
 async fn run_reconcile(config: &Config, store: &Store, engine: &Engine) {
     match crate::reconcile::reconcile(config, store, engine).await {
         Ok(r) if !r.removed.is_empty() || !r.requeued.is_empty() => {
-            tracing::info!(removed = r.removed.len(), requeued = r.requeued.len(), "reconciled");
+            tracing::info!(
+                removed = r.removed.len(),
+                requeued = r.requeued.len(),
+                "reconciled"
+            );
         }
         Ok(_) => {}
-        Err(e) => tracing::warn!(error = %e, "reconciliation failed; it runs again at the next sweep"),
+        Err(e) => {
+            tracing::warn!(error = %e, "reconciliation failed; it runs again at the next sweep")
+        }
     }
 }
 

@@ -58,7 +58,10 @@ async fn postgres_restarted_mid_deployment_is_survived_and_no_push_is_lost() {
         let body = format!(r#"{{"repository":"{}","tag":"main"}}"#, env.image());
         let (code, answer) = env.post_generic(body.as_bytes()).await;
         assert_eq!(code, 503, "{answer}");
-        assert!(!answer.contains("pier:"), "no connection details leak: {answer}");
+        assert!(
+            !answer.contains("pier:"),
+            "no connection details leak: {answer}"
+        );
         let (code, ready) = http_get(&env.pier_url("/readyz")).await.unwrap();
         assert_eq!(code, 503, "{ready}");
         assert!(ready.contains("database: unavailable"), "{ready}");

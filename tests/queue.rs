@@ -32,8 +32,12 @@ fn push_event(id: &str, env: &TestEnv, tag: &str, digest: &str) -> Vec<u8> {
 
 async fn post_event(env: &TestEnv, body: &[u8]) -> (u16, String) {
     let auth = format!("Bearer {}", env.distribution_token);
-    env.post_hook("local", &[("Content-Type", MEDIA), ("Authorization", &auth)], body)
-        .await
+    env.post_hook(
+        "local",
+        &[("Content-Type", MEDIA), ("Authorization", &auth)],
+        body,
+    )
+    .await
 }
 
 fn overlaps(a: &DeploymentRow, b: &DeploymentRow) -> bool {
@@ -63,18 +67,33 @@ async fn twenty_duplicate_deliveries_of_one_event_give_one_deployment() {
             .fetch_one(&env.db.pool)
             .await
             .unwrap();
-    assert_eq!((count, seen), (1, 20), "one delivery row, seen twenty times");
+    assert_eq!(
+        (count, seen),
+        (1, 20),
+        "one delivery row, seen twenty times"
+    );
 
     // Another event naming the digest that is already running: no second deployment
     // while one is pending, and a no-op that says so once it serves.
     let done = env.latest_final_of(env.app(), &[], DEPLOY).await;
     let (code, answer) = post_event(&env, &push_event("event-2", &env, "main", &digest)).await;
     assert_eq!(code, 202, "{answer}");
-    let noop = env.latest_final_of(env.app(), &[done["id"].as_str().unwrap()], DEPLOY).await;
+    let noop = env
+        .latest_final_of(env.app(), &[done["id"].as_str().unwrap()], DEPLOY)
+        .await;
     assert_eq!(noop["state"], "succeeded");
-    assert!(noop["outcome"].as_str().unwrap().contains("no-op"), "{noop:#}");
-    let (_, steps) = env.api_get(&format!("/deployments/{}", noop["id"].as_str().unwrap())).await;
-    assert_eq!(steps["steps"].as_array().unwrap().len(), 1, "only resolve ran: {steps:#}");
+    assert!(
+        noop["outcome"].as_str().unwrap().contains("no-op"),
+        "{noop:#}"
+    );
+    let (_, steps) = env
+        .api_get(&format!("/deployments/{}", noop["id"].as_str().unwrap()))
+        .await;
+    assert_eq!(
+        steps["steps"].as_array().unwrap().len(),
+        1,
+        "only resolve ran: {steps:#}"
+    );
     assert_eq!(env.engine.containers_of_app(env.app()).await.len(), 1);
     env.cleanup().await;
 }
@@ -107,24 +126,37 @@ async fn pushes_of_v1_to_v5_in_quick_succession_end_with_v5_and_never_overlap() 
     })
     .await;
     for v in 2..=5 {
-        digests.push(env.push(&TestImage::healthy(&format!("v{v}")), "main").await);
+        digests.push(
+            env.push(&TestImage::healthy(&format!("v{v}")), "main")
+                .await,
+        );
     }
     env.wait_app_version("v5", DEPLOY).await;
     // Let every notification land and every deployment finish.
     let rows = wait_until("all deployments final", DEPLOY, || async {
         let rows = env.deployment_rows(env.app()).await;
-        let last_is_v5 = rows.last().and_then(|r| r.resolved_digest.as_deref()) == Some(&digests[4]);
-        (last_is_v5 && rows.iter().all(|r| !matches!(r.state.as_str(), "queued" | "running")))
-            .then_some(rows)
+        let last_is_v5 =
+            rows.last().and_then(|r| r.resolved_digest.as_deref()) == Some(&digests[4]);
+        (last_is_v5
+            && rows
+                .iter()
+                .all(|r| !matches!(r.state.as_str(), "queued" | "running")))
+        .then_some(rows)
     })
     .await;
     let last = rows.last().unwrap();
     assert_eq!(last.state, "succeeded", "{rows:#?}");
-    assert_eq!(env.running_digests_of(env.app()).await, vec![digests[4].clone()]);
+    assert_eq!(
+        env.running_digests_of(env.app()).await,
+        vec![digests[4].clone()]
+    );
     assert_eq!(env.engine.containers_of_app(env.app()).await.len(), 1);
 
     let superseded: Vec<&DeploymentRow> = rows.iter().filter(|r| r.state == "superseded").collect();
-    assert!(!superseded.is_empty(), "queued deployments in between are superseded: {rows:#?}");
+    assert!(
+        !superseded.is_empty(),
+        "queued deployments in between are superseded: {rows:#?}"
+    );
     for s in &superseded {
         let by = s.superseded_by.as_deref().expect("superseded_by is set");
         let pos = |id: &str| rows.iter().position(|r| r.id == id).unwrap();
@@ -149,16 +181,27 @@ async fn two_apps_deploy_in_parallel() {
         .start()
         .await;
     let (a, b) = (env.apps[0].clone(), env.apps[1].clone());
-    env.registry().push(&a.repo, "main", &TestImage::slow_start("a1", 2)).await;
-    env.registry().push(&b.repo, "main", &TestImage::slow_start("b1", 2)).await;
+    env.registry()
+        .push(&a.repo, "main", &TestImage::slow_start("a1", 2))
+        .await;
+    env.registry()
+        .push(&b.repo, "main", &TestImage::slow_start("b1", 2))
+        .await;
     for app in [&a, &b] {
-        let body = format!(r#"{{"repository":"{}/{}","tag":"main"}}"#, env.registry_host(), app.repo);
+        let body = format!(
+            r#"{{"repository":"{}/{}","tag":"main"}}"#,
+            env.registry_host(),
+            app.repo
+        );
         let (code, answer) = env.post_generic(body.as_bytes()).await;
         assert_eq!(code, 202, "{answer}");
     }
     let da = env.latest_final_of(&a.name, &[], DEPLOY).await;
     let db = env.latest_final_of(&b.name, &[], DEPLOY).await;
-    assert_eq!((da["state"].as_str(), db["state"].as_str()), (Some("succeeded"), Some("succeeded")));
+    assert_eq!(
+        (da["state"].as_str(), db["state"].as_str()),
+        (Some("succeeded"), Some("succeeded"))
+    );
     let span = |d: &serde_json::Value| -> (DateTime<Utc>, DateTime<Utc>) {
         (
             d["started_at"].as_str().unwrap().parse().unwrap(),
@@ -166,7 +209,10 @@ async fn two_apps_deploy_in_parallel() {
         )
     };
     let ((s1, e1), (s2, e2)) = (span(&da), span(&db));
-    assert!(s1 < e2 && s2 < e1, "the two apps' deployments overlapped in time: {s1}..{e1} vs {s2}..{e2}");
+    assert!(
+        s1 < e2 && s2 < e1,
+        "the two apps' deployments overlapped in time: {s1}..{e1} vs {s2}..{e2}"
+    );
     env.cleanup().await;
 }
 
@@ -182,28 +228,49 @@ async fn two_pier_processes_share_one_database_and_nothing_runs_twice() {
     let mut last = Vec::new();
     for round in 1..=3 {
         for app in &apps {
-            let d = env.registry().push(&app.repo, "main", &TestImage::healthy(&format!("{}-{round}", app.name))).await;
+            let d = env
+                .registry()
+                .push(
+                    &app.repo,
+                    "main",
+                    &TestImage::healthy(&format!("{}-{round}", app.name)),
+                )
+                .await;
             if round == 3 {
                 last.push(d);
             }
         }
     }
     for (app, digest) in apps.iter().zip(&last) {
-        wait_until(&format!("{} runs its last push", app.name), DEPLOY, || async {
-            let rows = env.deployment_rows(&app.name).await;
-            let settled = rows.iter().all(|r| !matches!(r.state.as_str(), "queued" | "running"));
-            (settled && env.running_digests_of(&app.name).await == vec![digest.clone()]).then_some(())
-        })
+        wait_until(
+            &format!("{} runs its last push", app.name),
+            DEPLOY,
+            || async {
+                let rows = env.deployment_rows(&app.name).await;
+                let settled = rows
+                    .iter()
+                    .all(|r| !matches!(r.state.as_str(), "queued" | "running"));
+                (settled && env.running_digests_of(&app.name).await == vec![digest.clone()])
+                    .then_some(())
+            },
+        )
         .await;
         let rows = env.deployment_rows(&app.name).await;
         for r in &rows {
-            assert!(matches!(r.state.as_str(), "succeeded" | "superseded"), "{r:?}");
+            assert!(
+                matches!(r.state.as_str(), "succeeded" | "superseded"),
+                "{r:?}"
+            );
             assert!(r.attempt <= 1, "no deployment was claimed twice: {r:?}");
         }
         let ran: Vec<&DeploymentRow> = rows.iter().filter(|r| r.started_at.is_some()).collect();
         for (i, a) in ran.iter().enumerate() {
             for b in &ran[i + 1..] {
-                assert!(!overlaps(a, b), "{a:?} and {b:?} of {} ran at once", app.name);
+                assert!(
+                    !overlaps(a, b),
+                    "{a:?} and {b:?} of {} ran at once",
+                    app.name
+                );
             }
         }
         assert_eq!(env.engine.containers_of_app(&app.name).await.len(), 1);
@@ -214,7 +281,11 @@ async fn two_pier_processes_share_one_database_and_nothing_runs_twice() {
         .unwrap();
     assert_eq!(replays, 0, "no step ran twice");
     let claims = |log: &str| log.matches(" claimed").count();
-    println!("claims: first process {}, second {}", claims(&env.pier().log()), claims(&second.log()));
+    println!(
+        "claims: first process {}, second {}",
+        claims(&env.pier().log()),
+        claims(&second.log())
+    );
     drop(second);
     env.cleanup().await;
 }
@@ -228,12 +299,19 @@ async fn a_registry_down_during_resolve_is_retried_until_it_is_back() {
 
     env.registry_mut().stop();
     let out = env.pier().run_cli(&["deploy", env.app()]).await;
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     env.pier()
         .wait_for_log("transient failure; retrying", DEPLOY)
         .await;
     let pending = env.deployment_rows(env.app()).await.pop().unwrap();
-    assert_eq!(pending.state, "running", "still trying, not failed: {pending:?}");
+    assert_eq!(
+        pending.state, "running",
+        "still trying, not failed: {pending:?}"
+    );
 
     env.registry_mut().restart().await;
     let done = env.deployment_final(&pending.id, DEPLOY).await;
@@ -253,34 +331,66 @@ async fn orphans_are_removed_at_start_up_and_the_removal_is_recorded() {
     let first = env.latest_final_of(&app, &[], DEPLOY).await;
     let v2 = env.push(&TestImage::healthy("v2"), "main").await;
     env.wait_app_version("v2", DEPLOY).await;
-    env.latest_final_of(&app, &[first["id"].as_str().unwrap()], DEPLOY).await;
+    env.latest_final_of(&app, &[first["id"].as_str().unwrap()], DEPLOY)
+        .await;
 
     // Leftovers: a container of the finished v1 deployment, and one whose deployment this
     // database never heard of.
-    let v1_ref = format!("{}@{}", env.image(), first["resolved_digest"].as_str().unwrap());
+    let v1_ref = format!(
+        "{}@{}",
+        env.image(),
+        first["resolved_digest"].as_str().unwrap()
+    );
     let other = free_port();
     let publish = std::net::SocketAddr::from(([127, 0, 0, 1], other));
     let orphan = env
         .engine
-        .create_labelled_for(&app, first["id"].as_str().unwrap(), "sha256:old", &v1_ref, publish)
+        .create_labelled_for(
+            &app,
+            first["id"].as_str().unwrap(),
+            "sha256:old",
+            &v1_ref,
+            publish,
+        )
         .await;
     let stranger = env
         .engine
-        .create_labelled_for(&app, &uuid::Uuid::new_v4().to_string(), "sha256:x", &v1_ref, publish)
+        .create_labelled_for(
+            &app,
+            &uuid::Uuid::new_v4().to_string(),
+            "sha256:x",
+            &v1_ref,
+            publish,
+        )
         .await;
     env.pier_mut().restart().await;
 
     let ids = wait_until("the orphan is removed", DEPLOY, || async {
-        let ids: Vec<String> = env.engine.containers_of_app(&app).await.into_iter().filter_map(|c| c.id).collect();
+        let ids: Vec<String> = env
+            .engine
+            .containers_of_app(&app)
+            .await
+            .into_iter()
+            .filter_map(|c| c.id)
+            .collect();
         (!ids.contains(&orphan)).then_some(ids)
     })
     .await;
-    assert!(ids.contains(&stranger), "a container Pier cannot account for is left alone");
-    assert_eq!(env.running_digests_of(&app).await, vec![v2.clone()], "the serving generation is untouched");
+    assert!(
+        ids.contains(&stranger),
+        "a container Pier cannot account for is left alone"
+    );
+    assert_eq!(
+        env.running_digests_of(&app).await,
+        vec![v2.clone()],
+        "the serving generation is untouched"
+    );
     let (_, view) = env.api_get(&format!("/apps/{app}")).await;
     let actions = view["reconcile_actions"].as_array().unwrap();
     assert!(
-        actions.iter().any(|a| a["action"] == "removed_orphan" && a["container_id"] == orphan.as_str()),
+        actions
+            .iter()
+            .any(|a| a["action"] == "removed_orphan" && a["container_id"] == orphan.as_str()),
         "{actions:#?}"
     );
     env.cleanup().await;
@@ -288,13 +398,18 @@ async fn orphans_are_removed_at_start_up_and_the_removal_is_recorded() {
 
 #[tokio::test]
 async fn a_serving_container_removed_behind_piers_back_is_redeployed() {
-    let mut env = TestEnv::builder().server_toml("sweep_interval = \"1s\"").start().await;
+    let mut env = TestEnv::builder()
+        .server_toml("sweep_interval = \"1s\"")
+        .start()
+        .await;
     let app = env.app().to_owned();
     let v1 = env.push(&TestImage::healthy("v1"), "main").await;
     env.wait_app_version("v1", DEPLOY).await;
     let first = env.latest_final_of(&app, &[], DEPLOY).await;
     env.engine.remove_app_containers(&app).await;
-    let again = env.latest_final_of(&app, &[first["id"].as_str().unwrap()], DEPLOY).await;
+    let again = env
+        .latest_final_of(&app, &[first["id"].as_str().unwrap()], DEPLOY)
+        .await;
     assert_eq!(again["trigger"], "reconcile");
     assert_eq!(again["state"], "succeeded", "{again:#}");
     assert_eq!(again["resolved_digest"], v1.as_str());

@@ -84,6 +84,7 @@ impl Run<'_> {
                 })
                 .await?;
                 tracing::info!(deployment = %self.dep.id, %step, "resuming interrupted step");
+                crate::faults::crash_point(step.as_str(), "before");
                 Ok(Begun::Resumed(rec.intent))
             }
         }

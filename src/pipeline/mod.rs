@@ -89,6 +89,10 @@ pub enum PipelineError {
     },
     #[error("journal: {0}")]
     Journal(String),
+    /// Claimed this many times without finishing (each run died): a deployment that kills
+    /// its worker must not do so forever.
+    #[error("gave up after {0} attempts, each interrupted before the deployment finished")]
+    GaveUp(i32),
     /// The database is gone for longer than we wait, or the lease is lost: stop here,
     /// touch nothing; the journal lets the next holder resume.
     #[error(transparent)]
@@ -147,6 +151,9 @@ pub enum Outcome {
     Abandoned(String),
 }
 
+/// Claims of one deployment before it is failed instead of resumed again.
+pub const MAX_ATTEMPTS: i32 = 5;
+
 /// Runs (or resumes) one claimed deployment to a final state.
 pub async fn run(ctx: &Context, owner: &str, dep: &Deployment, app: &AppConfig) -> Outcome {
     let run = Run {
@@ -155,6 +162,9 @@ pub async fn run(ctx: &Context, owner: &str, dep: &Deployment, app: &AppConfig) 
         dep,
         app,
     };
+    if dep.attempt > MAX_ATTEMPTS {
+        return run.fail(PipelineError::GaveUp(dep.attempt - 1)).await;
+    }
     match run.steps().await {
         Ok(outcome) => {
             run.finish(DeploymentState::Succeeded, &outcome, None, None)

@@ -67,16 +67,9 @@ async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
         tokio::time::timeout(within, s.store.ping()),
         tokio::time::timeout(within, s.engine.ping())
     );
-    let (db, docker) = (
-        db.is_ok_and(|r| r.is_ok()),
-        docker.is_ok_and(|r| r.is_ok()),
-    );
+    let (db, docker) = (db.is_ok_and(|r| r.is_ok()), docker.is_ok_and(|r| r.is_ok()));
     let line = |ok: bool| if ok { "ok" } else { "unavailable" };
-    let body = format!(
-        "database: {}\ndocker: {}\n",
-        line(db),
-        line(docker)
-    );
+    let body = format!("database: {}\ndocker: {}\n", line(db), line(docker));
     let status = if db && docker {
         StatusCode::OK
     } else {

@@ -1999,7 +1999,12 @@ impl TestEnv {
 
 impl TestEnv {
     /// Waits until `app`'s latest deployment is final and is none of `not`; returns it.
-    pub async fn latest_final_of(&self, app: &str, not: &[&str], timeout: Duration) -> serde_json::Value {
+    pub async fn latest_final_of(
+        &self,
+        app: &str,
+        not: &[&str],
+        timeout: Duration,
+    ) -> serde_json::Value {
         let not: Vec<String> = not.iter().map(|s| s.to_string()).collect();
         wait_until(&format!("a new final deployment of {app}"), timeout, || {
             let not = not.clone();
