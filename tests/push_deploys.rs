@@ -396,3 +396,35 @@ async fn the_cli_deploys_a_pinned_digest_even_after_the_tag_moved() {
     env.wait_app_version("v1", Duration::from_secs(5)).await;
     env.cleanup().await;
 }
+
+/// Distribution notifies before it moves the tag: a resolve right after the webhook can
+/// still see the serving digest. Pier waits for the tag to catch up instead of calling the
+/// push a no-op.
+#[tokio::test]
+async fn a_webhook_that_arrives_before_the_tag_moves_still_deploys_the_push() {
+    let env = TestEnv::builder().without_notifications().start().await;
+    let v1 = env.push(&TestImage::healthy("v1"), "main").await;
+    let body = format!(
+        r#"{{"repository":"{}","tag":"main","digest":"{v1}"}}"#,
+        env.image()
+    );
+    assert_eq!(env.post_generic(body.as_bytes()).await.0, 202);
+    env.wait_app_version("v1", DEPLOY).await;
+    let first = latest_final(&env, &[]).await;
+
+    // v2 exists in the registry, but `main` still names v1 when the webhook arrives.
+    let v2 = env.push(&TestImage::healthy("v2"), "staging").await;
+    let body = format!(
+        r#"{{"repository":"{}","tag":"main","digest":"{v2}"}}"#,
+        env.image()
+    );
+    assert_eq!(env.post_generic(body.as_bytes()).await.0, 202);
+    tokio::time::sleep(Duration::from_millis(300)).await; // the registry's lag, simulated
+    assert_eq!(env.push(&TestImage::healthy("v2"), "main").await, v2);
+
+    let second = latest_final(&env, &[first["id"].as_str().unwrap()]).await;
+    assert_eq!(second["state"], "succeeded", "{second:#}");
+    assert_eq!(second["resolved_digest"], v2.as_str(), "{second:#}");
+    env.wait_app_version("v2", Duration::from_secs(10)).await;
+    env.cleanup().await;
+}

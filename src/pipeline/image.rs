@@ -4,7 +4,12 @@ use serde::{Deserialize, Serialize};
 
 use super::journal::{Begun, IntentCheck};
 use super::{PipelineError, Run, Step, StepError};
-use crate::registry::{Resolved, Wanted};
+use std::time::Duration;
+
+use crate::registry::{RegistryError, Resolved, Wanted};
+
+/// How long a resolve waits for the tag to name the digest the sender said it pushed.
+const SETTLE: Duration = Duration::from_secs(3);
 
 #[derive(Serialize)]
 struct ResolveIntent<'a> {
@@ -61,11 +66,7 @@ impl Run<'_> {
                 };
                 let res = self
                     .retrying(Step::Resolve, || async {
-                        Ok(self
-                            .ctx
-                            .registry
-                            .resolve(self.app, wanted.clone(), &self.ctx.platform)
-                            .await?)
+                        Ok(self.resolve_settled(wanted.clone()).await?)
                     })
                     .await;
                 let r = match res {
@@ -86,6 +87,54 @@ impl Run<'_> {
         })
         .await?;
         Ok(resolved)
+    }
+
+    /// Resolves, giving the registry a moment to agree with the sender. Distribution sends
+    /// its notification when the manifest is stored, before the tag is moved to it, so a
+    /// resolve right after a webhook can still see the previous digest: the one serving.
+    /// While the tag names what serves instead of the digest the sender pushed, ask again
+    /// for a short while. Any other digest means the tag moved on: that is deployed.
+    async fn resolve_settled(&self, wanted: Wanted<'_>) -> Result<Resolved, RegistryError> {
+        let claim = self
+            .dep
+            .claimed_digest
+            .as_deref()
+            .filter(|_| !self.dep.pinned);
+        let serving = match claim {
+            Some(_) => self
+                .ctx
+                .store
+                .generation(&self.app.name)
+                .await
+                .ok()
+                .flatten()
+                .map(|g| g.digest),
+            None => None,
+        };
+        let deadline = tokio::time::Instant::now() + SETTLE;
+        let mut delay = Duration::from_millis(20);
+        loop {
+            let r = self
+                .ctx
+                .registry
+                .resolve(self.app, wanted.clone(), &self.ctx.platform)
+                .await?;
+            let stale = claim.is_some_and(|c| {
+                r.digest != c
+                    && r.index_digest.as_deref() != Some(c)
+                    && serving.as_deref() == Some(r.digest.as_str())
+            });
+            let agrees = !stale;
+            if agrees || tokio::time::Instant::now() + delay > deadline {
+                if !agrees {
+                    tracing::info!(deployment = %self.dep.id, claimed = ?claim, resolved = %r.digest,
+                        "the tag still names the serving digest, not the one the sender pushed");
+                }
+                return Ok(r);
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_millis(500));
+        }
     }
 
     pub(super) async fn pull(&self, r: &Resolved) -> Result<(), PipelineError> {
