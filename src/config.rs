@@ -30,23 +30,33 @@ pub enum ConfigError {
     Invalid(String),
 }
 
-/// A secret's value. Never printed: `Debug` and `Display` show only that it is set.
+/// A secret's value. Never printed: `Debug` shows only that it is set.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
+pub struct Secret(String, Origin);
+
+/// Where a value came from: a reference (`env:`, `file:`) marks it as secret for certain.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Origin {
+    Inline,
+    Reference,
+}
 
 impl Secret {
     pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
+        Self(value.into(), Origin::Inline)
     }
     pub fn expose(&self) -> &str {
         &self.0
+    }
+    pub fn origin(&self) -> Origin {
+        self.1
     }
     /// `env:NAME` reads an environment variable, `file:PATH` a file (trailing newline
     /// dropped); anything else is the value itself.
     pub fn resolve(what: &str, spec: &str, base: &Path) -> Result<Self, ConfigError> {
         if let Some(name) = spec.strip_prefix("env:") {
             return std::env::var(name)
-                .map(Secret)
+                .map(|v| Secret(v, Origin::Reference))
                 .map_err(|_| ConfigError::MissingEnv {
                     what: what.to_owned(),
                     name: name.to_owned(),
@@ -55,14 +65,19 @@ impl Secret {
         if let Some(path) = spec.strip_prefix("file:") {
             let path = base.join(path);
             return std::fs::read_to_string(&path)
-                .map(|s| Secret(s.trim_end_matches(['\n', '\r']).to_owned()))
+                .map(|s| {
+                    Secret(
+                        s.trim_end_matches(['\n', '\r']).to_owned(),
+                        Origin::Reference,
+                    )
+                })
                 .map_err(|source| ConfigError::SecretFile {
                     what: what.to_owned(),
                     path,
                     source,
                 });
         }
-        Ok(Secret(spec.to_owned()))
+        Ok(Secret(spec.to_owned(), Origin::Inline))
     }
 }
 

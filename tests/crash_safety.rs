@@ -156,14 +156,7 @@ async fn crash_after_create_is_resumed_without_a_second_container() {
         .restart_with(|c| c.env("PIER_CRASH_AT", "create:before"))
         .await;
     let v1 = env.push(&TestImage::healthy("v1"), "main").await;
-    {
-        let pier = env.pier_mut();
-        wait_until("pier aborts", DEPLOY, || {
-            let gone = !pier.is_running();
-            async move { gone.then_some(()) }
-        })
-        .await;
-    }
+    env.pier_mut().wait_dead("pier aborts", DEPLOY).await;
     let crashed = env.deployment_rows(&app).await.pop().unwrap();
     // Do by hand what the crashed worker was about to do: the engine has the container, the
     // journal does not.
@@ -208,14 +201,7 @@ async fn a_config_change_between_crash_and_resume_is_a_conflict_not_a_swap() {
         .restart_with(|c| c.env("PIER_CRASH_AT", "create:after"))
         .await;
     env.push(&TestImage::healthy("v2"), "main").await;
-    {
-        let pier = env.pier_mut();
-        wait_until("pier aborts", DEPLOY, || {
-            let gone = !pier.is_running();
-            async move { gone.then_some(()) }
-        })
-        .await;
-    }
+    env.pier_mut().wait_dead("pier aborts", DEPLOY).await;
     let crashed = env.deployment_rows(&app).await.pop().unwrap();
     let path = env.pier().config_path();
     let changed = std::fs::read_to_string(&path)

@@ -131,6 +131,11 @@ async fn a_push_that_never_becomes_healthy_leaves_the_previous_version_serving()
 async fn a_container_that_exits_at_once_fails_fast_with_its_logs() {
     let env = TestEnv::builder()
         .health_timeout(Duration::from_secs(30))
+        .app(|a| {
+            a.env
+                .insert("API_TOKEN".into(), "env:PIER_TEST_APP_TOKEN".into());
+        })
+        .pier_env("PIER_TEST_APP_TOKEN", "s3cret-app-token")
         .start()
         .await;
     let v1 = env.push(&TestImage::healthy("v1"), "main").await;
@@ -142,6 +147,11 @@ async fn a_container_that_exits_at_once_fails_fast_with_its_logs() {
     assert_eq!(failed["state"], "failed", "{failed:#}");
     let error = failed["error"].as_str().unwrap_or_default();
     assert!(error.contains("exited"), "{error}");
+    // The candidate's last log lines are kept, with secret env values masked.
+    let logs = failed["candidate_logs"].as_str().unwrap_or_default();
+    assert!(logs.contains("GREETING=hello"), "{logs}");
+    assert!(logs.contains("API_TOKEN=***"), "{logs}");
+    assert!(!logs.contains("s3cret-app-token"), "{logs}");
     env.wait_app_version("v1", Duration::from_secs(10)).await;
     assert_eq!(running_digests(&env).await, vec![v1]);
     assert_eq!(env.engine.containers_of_app(env.app()).await.len(), 1);

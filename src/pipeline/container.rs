@@ -10,6 +10,7 @@ use sha2::{Digest, Sha256};
 use super::image::VerifiedImage;
 use super::journal::{Begun, IntentCheck};
 use super::{PipelineError, Run, Step, StepError};
+use crate::config::Origin;
 use crate::engine::{
     ContainerSpec, LABEL_APP, LABEL_DEPLOYMENT, LABEL_DIGEST, LABEL_MANAGED, Removed, Stopped,
 };
@@ -99,6 +100,16 @@ struct RollbackIntent {
 }
 
 impl Run<'_> {
+    /// The candidate's logs are shown on the status page: env values that came from a
+    /// secret reference are masked, in case the app printed them.
+    fn redact(&self, text: &str) -> String {
+        self.app
+            .env
+            .values()
+            .filter(|v| v.origin() == Origin::Reference && v.expose().len() >= 4)
+            .fold(text.to_owned(), |t, v| t.replace(v.expose(), "***"))
+    }
+
     fn spec(&self, r: &Resolved) -> ContainerSpec {
         let labels = HashMap::from([
             (LABEL_MANAGED.to_owned(), "true".to_owned()),
@@ -364,7 +375,8 @@ impl Run<'_> {
                     .logs_tail(id, 30)
                     .await
                     .ok()
-                    .filter(|l| !l.is_empty());
+                    .filter(|l| !l.is_empty())
+                    .map(|l| self.redact(&l));
             }
             match self.ctx.engine.remove_container(id).await {
                 Ok(_) => out.removed_candidates.push(id.clone()),

@@ -144,6 +144,15 @@ pub struct Generation {
     pub switched_at: DateTime<Utc>,
 }
 
+/// A guarded update touched its one row, or the lease was not (or no longer) ours.
+fn held(rows: u64) -> Result<()> {
+    if rows == 1 {
+        Ok(())
+    } else {
+        Err(StoreError::LeaseLost)
+    }
+}
+
 fn millis(d: Duration) -> i64 {
     d.as_millis().min(i64::MAX as u128) as i64
 }
@@ -260,11 +269,7 @@ impl Store {
         .execute(&self.pool)
         .await?
         .rows_affected();
-        if n == 1 {
-            Ok(())
-        } else {
-            Err(StoreError::LeaseLost)
-        }
+        held(n)
     }
 
     pub async fn set_resolved(
@@ -285,11 +290,7 @@ impl Store {
         .execute(&self.pool)
         .await?
         .rows_affected();
-        if n == 1 {
-            Ok(())
-        } else {
-            Err(StoreError::LeaseLost)
-        }
+        held(n)
     }
 
     /// Moves a running deployment to its final state; only its lease holder may.
@@ -318,11 +319,7 @@ impl Store {
         .execute(&self.pool)
         .await?
         .rows_affected();
-        if n == 1 {
-            Ok(())
-        } else {
-            Err(StoreError::LeaseLost)
-        }
+        held(n)
     }
 
     /// Gives a deployment back to the queue on shutdown: its lease ends now, so the next

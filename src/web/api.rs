@@ -51,10 +51,7 @@ pub(super) async fn deploy(
     body: Bytes,
 ) -> Result<impl IntoResponse, WebError> {
     check_admin(&s.config, &headers, None)?;
-    let app = s
-        .config
-        .app(&name)
-        .ok_or_else(|| WebError::NotFound(format!("app `{name}`")))?;
+    let app = views::find_app(&s, &name)?;
     let req: DeployRequest = if body.iter().all(u8::is_ascii_whitespace) {
         DeployRequest::default()
     } else {

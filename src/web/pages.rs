@@ -135,10 +135,7 @@ pub(super) async fn redeploy(
     let form: RedeployForm = serde_urlencoded::from_bytes(&body)
         .map_err(|e| WebError::BadRequest(format!("invalid form: {e}")))?;
     check_admin(&s.config, &headers, form.admin_token.as_deref())?;
-    let app = s
-        .config
-        .app(&name)
-        .ok_or_else(|| WebError::NotFound(format!("app `{name}`")))?;
+    let app = views::find_app(&s, &name)?;
     let id = match s.store.enqueue(api::manual(app, None)).await? {
         Enqueued::Queued { id, .. } | Enqueued::AlreadyPending { id, .. } => id,
     };

@@ -92,11 +92,14 @@ pub async fn app_view(
     })
 }
 
-pub async fn one_app(s: &AppState, name: &str, history: i64) -> Result<AppView, WebError> {
-    let app = s
-        .config
+pub fn find_app<'a>(s: &'a AppState, name: &str) -> Result<&'a AppConfig, WebError> {
+    s.config
         .app(name)
-        .ok_or_else(|| WebError::NotFound(format!("app `{name}`")))?;
+        .ok_or_else(|| WebError::NotFound(format!("app `{name}`")))
+}
+
+pub async fn one_app(s: &AppState, name: &str, history: i64) -> Result<AppView, WebError> {
+    let app = find_app(s, name)?;
     let (all, err) = match s.engine.managed_containers(Some(name), None).await {
         Ok(c) => (c, None),
         Err(e) => (vec![], Some(e.to_string())),

@@ -169,6 +169,19 @@ pub async fn http_post(
     Some((status, resp.text().await.ok()?))
 }
 
+fn child_alive(child: &mut Option<Child>) -> bool {
+    child
+        .as_mut()
+        .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+}
+
+fn kill_child(child: &mut Option<Child>) {
+    if let Some(mut c) = child.take() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
 /// The last `n` lines of `text`.
 pub fn tail(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.lines().collect();
@@ -441,19 +454,13 @@ impl Registry {
     }
 
     pub fn is_running(&mut self) -> bool {
-        match &mut self.child {
-            Some(c) => matches!(c.try_wait(), Ok(None)),
-            None => false,
-        }
+        child_alive(&mut self.child)
     }
 
     /// Kills the registry (SIGKILL). Its storage stays; pending notifications are lost, as in
     /// a real crash.
     pub fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        kill_child(&mut self.child);
     }
 
     /// Starts the registry again on the same port with the same storage and config.
@@ -552,7 +559,7 @@ pub enum TestImage {
     Healthy { version: String },
     /// httpd runs, but `/www/health` is missing: `GET /health` is 404 forever.
     NoHealthFile { version: String },
-    /// Entrypoint `/bin/busybox false`: exits 1 at once.
+    /// Prints its environment and exits 1 at once.
     ExitsAtOnce { version: String },
     /// Like `Healthy`, plus an image HEALTHCHECK (`busybox wget` of /health every second).
     WithHealthcheck { version: String },
@@ -609,7 +616,10 @@ impl TestImage {
 
         let slow;
         let entrypoint: Vec<&str> = match self {
-            TestImage::ExitsAtOnce { .. } => vec!["/bin/busybox", "false"],
+            // Prints its environment first, as a crashing app's log might.
+            TestImage::ExitsAtOnce { .. } => {
+                vec!["/bin/busybox", "sh", "-c", "/bin/busybox env; exit 1"]
+            }
             TestImage::SlowStart { secs, .. } => {
                 slow = format!(
                     "trap 'exit 0' TERM; /bin/busybox sleep {secs} & wait; \
@@ -1451,18 +1461,21 @@ impl PierProcess {
 
     /// Whether the process is still alive.
     pub fn is_running(&mut self) -> bool {
-        match &mut self.child {
-            Some(c) => matches!(c.try_wait(), Ok(None)),
-            None => false,
-        }
+        child_alive(&mut self.child)
     }
 
     /// SIGKILL, then reap.
     pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        kill_child(&mut self.child);
+    }
+
+    /// Waits until the process has died by itself (a crash, an abort); panics otherwise.
+    pub async fn wait_dead(&mut self, what: &str, timeout: Duration) {
+        wait_until(what, timeout, || {
+            let gone = !child_alive(&mut self.child);
+            async move { gone.then_some(()) }
+        })
+        .await
     }
 
     /// SIGTERM, then wait up to `grace` for the exit (SIGKILL after that). Returns the exit
