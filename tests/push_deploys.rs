@@ -20,7 +20,10 @@ async fn running_digests(env: &TestEnv) -> Vec<String> {
 
 #[tokio::test]
 async fn push_of_v1_then_v2_runs_exactly_the_pushed_digest_in_one_container() {
-    let env = TestEnv::start().await;
+    let env = TestEnv::builder()
+        .app(|a| a.extra_toml = "memory = \"64m\"\ncpus = 0.5\nrestart = \"always\"".into())
+        .start()
+        .await;
 
     let v1 = env.push(&TestImage::healthy("v1"), "main").await;
     env.wait_app_version("v1", DEPLOY).await;
@@ -43,6 +46,26 @@ async fn push_of_v1_then_v2_runs_exactly_the_pushed_digest_in_one_container() {
     assert_eq!(
         containers[0].image.as_deref(),
         Some(format!("{}@{v1}", env.image()).as_str())
+    );
+    // Limits and restart policy from the config reach the engine.
+    let inspect = docker()
+        .await
+        .inspect_container(containers[0].id.as_deref().unwrap(), None)
+        .await
+        .unwrap();
+    let host = inspect.host_config.unwrap();
+    assert_eq!(host.memory, Some(64 << 20));
+    assert_eq!(host.nano_cpus, Some(500_000_000));
+    assert_eq!(
+        host.restart_policy
+            .and_then(|r| r.name)
+            .map(|n| n.to_string()),
+        Some("always".to_owned())
+    );
+    let env_vars = inspect.config.and_then(|c| c.env).unwrap_or_default();
+    assert!(
+        env_vars.contains(&"GREETING=hello".to_owned()),
+        "{env_vars:?}"
     );
 
     let v2 = env.push(&TestImage::healthy("v2"), "main").await;
