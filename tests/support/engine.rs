@@ -1,0 +1,276 @@
+//! Test-side helpers over the real Docker engine.
+
+use super::*;
+
+// ---------------------------------------------------------------------------------------------
+// Docker engine
+// ---------------------------------------------------------------------------------------------
+
+/// Connects to the engine from `DOCKER_HOST` or the platform default, negotiating the API
+/// version (the engine here speaks 1.41, older than bollard's default).
+pub async fn docker() -> Docker {
+    Docker::connect_with_defaults()
+        .expect("connect to the Docker engine")
+        .negotiate_version()
+        .await
+        .expect("negotiate the Docker API version")
+}
+
+/// Test-side helpers over the real engine.
+#[derive(Clone)]
+pub struct Engine {
+    pub docker: Docker,
+}
+
+impl Engine {
+    pub async fn connect() -> Engine {
+        Engine {
+            docker: docker().await,
+        }
+    }
+
+    /// Every container (running or not) labelled `pier.app=<app>`.
+    pub async fn containers_of_app(&self, app: &str) -> Vec<ContainerSummary> {
+        let filters = std::collections::HashMap::from([(
+            "label".to_owned(),
+            vec![format!("pier.app={app}")],
+        )]);
+        self.docker
+            .list_containers(Some(ListContainersOptions {
+                all: true,
+                filters: Some(filters),
+                ..Default::default()
+            }))
+            .await
+            .unwrap_or_else(|e| panic!("list containers of {app}: {e}"))
+    }
+
+    /// The running containers labelled `pier.app=<app>`.
+    pub async fn running_containers_of_app(&self, app: &str) -> Vec<ContainerSummary> {
+        self.containers_of_app(app)
+            .await
+            .into_iter()
+            .filter(|c| c.state.as_ref().is_some_and(|s| s.to_string() == "running"))
+            .collect()
+    }
+
+    /// Force-removes (with anonymous volumes) every container labelled `pier.app=<app>`.
+    /// Returns how many were removed.
+    pub async fn remove_app_containers(&self, app: &str) -> usize {
+        remove_app_containers_with(&self.docker, app).await
+    }
+
+    /// Pulls `reference` (`host/repo:tag` or `host/repo@sha256:...`), panicking on failure.
+    pub async fn pull(&self, reference: &str) {
+        let mut stream = self.docker.create_image(
+            Some(CreateImageOptions {
+                from_image: Some(reference.to_owned()),
+                ..Default::default()
+            }),
+            None,
+            None,
+        );
+        while let Some(item) = stream.next().await {
+            if let Err(e) = item {
+                panic!("pull {reference}: {e}");
+            }
+        }
+    }
+
+    /// Creates and starts a container of `image` labelled `pier.managed=true` and
+    /// `pier.app=<app>`, container port 8080 published on `publish`. Returns its id.
+    pub async fn run_labelled(&self, app: &str, image: &str, publish: SocketAddr) -> String {
+        let bindings = std::collections::HashMap::from([(
+            "8080/tcp".to_owned(),
+            Some(vec![PortBinding {
+                host_ip: Some(publish.ip().to_string()),
+                host_port: Some(publish.port().to_string()),
+            }]),
+        )]);
+        let labels = std::collections::HashMap::from([
+            ("pier.managed".to_owned(), "true".to_owned()),
+            ("pier.app".to_owned(), app.to_owned()),
+            ("pier.test".to_owned(), "true".to_owned()),
+        ]);
+        let created = self
+            .docker
+            .create_container(
+                Some(CreateContainerOptions {
+                    name: Some(format!("{app}-{}", random_hex(6))),
+                    ..Default::default()
+                }),
+                ContainerCreateBody {
+                    image: Some(image.to_owned()),
+                    labels: Some(labels),
+                    host_config: Some(HostConfig {
+                        port_bindings: Some(bindings),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap_or_else(|e| panic!("create container of {image}: {e}"));
+        self.docker
+            .start_container(&created.id, None)
+            .await
+            .unwrap_or_else(|e| panic!("start container {}: {e}", created.id));
+        created.id
+    }
+
+    /// Creates (does not start) a container as Pier's `create` step would for deployment
+    /// `deployment` of `app`: Pier's labels, the publish port, `image` (`repo@digest`).
+    pub async fn create_labelled_for(
+        &self,
+        app: &str,
+        deployment: &str,
+        digest: &str,
+        image: &str,
+        publish: SocketAddr,
+    ) -> String {
+        let bindings = std::collections::HashMap::from([(
+            "8080/tcp".to_owned(),
+            Some(vec![PortBinding {
+                host_ip: Some(publish.ip().to_string()),
+                host_port: Some(publish.port().to_string()),
+            }]),
+        )]);
+        let labels = std::collections::HashMap::from([
+            ("pier.managed".to_owned(), "true".to_owned()),
+            ("pier.app".to_owned(), app.to_owned()),
+            ("pier.deployment".to_owned(), deployment.to_owned()),
+            ("pier.digest".to_owned(), digest.to_owned()),
+        ]);
+        self.docker
+            .create_container(
+                Some(CreateContainerOptions {
+                    name: Some(format!("{app}-made-by-test-{}", random_hex(6))),
+                    ..Default::default()
+                }),
+                ContainerCreateBody {
+                    image: Some(image.to_owned()),
+                    labels: Some(labels),
+                    exposed_ports: Some(vec!["8080/tcp".to_owned()]),
+                    host_config: Some(HostConfig {
+                        port_bindings: Some(bindings),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap_or_else(|e| panic!("create container of {image}: {e}"))
+            .id
+    }
+
+    /// Removes an image by reference or id (force); ignores "no such image".
+    pub async fn remove_image(&self, reference: &str) {
+        let _ = self
+            .docker
+            .remove_image(
+                reference,
+                Some(RemoveImageOptions {
+                    force: true,
+                    ..Default::default()
+                }),
+                None,
+            )
+            .await;
+    }
+
+    /// The repo digests (`host/repo@sha256:...`) the engine records for a local image.
+    pub async fn repo_digests(&self, image: &str) -> Vec<String> {
+        self.docker
+            .inspect_image(image)
+            .await
+            .ok()
+            .and_then(|i| i.repo_digests)
+            .unwrap_or_default()
+    }
+}
+
+async fn remove_app_containers_with(docker: &Docker, app: &str) -> usize {
+    let filters =
+        std::collections::HashMap::from([("label".to_owned(), vec![format!("pier.app={app}")])]);
+    let list = match docker
+        .list_containers(Some(ListContainersOptions {
+            all: true,
+            filters: Some(filters),
+            ..Default::default()
+        }))
+        .await
+    {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("test harness: list containers of {app}: {e}");
+            return 0;
+        }
+    };
+    let mut removed = 0;
+    for c in list {
+        let Some(id) = c.id else { continue };
+        match docker
+            .remove_container(
+                &id,
+                Some(RemoveContainerOptions {
+                    force: true,
+                    v: true,
+                    ..Default::default()
+                }),
+            )
+            .await
+        {
+            Ok(()) => removed += 1,
+            Err(e) => {
+                let msg = e.to_string();
+                if !msg.contains("No such container") && !msg.contains("is already in progress") {
+                    eprintln!("test harness: remove container {id} of {app}: {e}");
+                }
+            }
+        }
+    }
+    removed
+}
+
+/// Force-removes every container labelled `pier.app=<app>` on `cleanup().await` or `Drop`.
+pub struct AppGuard {
+    pub app: String,
+    done: bool,
+}
+
+impl AppGuard {
+    pub fn new(app: &str) -> AppGuard {
+        AppGuard {
+            app: app.to_owned(),
+            done: false,
+        }
+    }
+
+    pub async fn cleanup(&mut self) {
+        if !self.done {
+            let docker = docker().await;
+            remove_app_containers_with(&docker, &self.app).await;
+            self.done = true;
+        }
+    }
+}
+
+impl Drop for AppGuard {
+    fn drop(&mut self) {
+        if !self.done {
+            self.done = true;
+            let app = self.app.clone();
+            block_on_side_thread(async move {
+                match Docker::connect_with_defaults() {
+                    Ok(d) => {
+                        let d = d.negotiate_version().await.unwrap_or_else(|_| {
+                            Docker::connect_with_defaults().expect("docker client")
+                        });
+                        remove_app_containers_with(&d, &app).await;
+                    }
+                    Err(e) => eprintln!("test harness: cannot clean up app {app}: {e}"),
+                }
+            });
+        }
+    }
+}

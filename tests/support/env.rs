@@ -1,0 +1,505 @@
+//! The whole environment of a test: database, registry, Pier, apps.
+
+use super::*;
+
+// ---------------------------------------------------------------------------------------------
+// The whole environment
+// ---------------------------------------------------------------------------------------------
+
+/// One app in the rendered pier.toml.
+#[derive(Debug, Clone)]
+pub struct AppSpec {
+    pub name: String,
+    /// Repository inside the registry: `demo/<name>`.
+    pub repo: String,
+    pub tag: String,
+    /// Host port that container port 8080 is published on (127.0.0.1).
+    pub publish_port: u16,
+    /// `None`: no `health` table at all.
+    pub health_timeout: Option<Duration>,
+    pub health_path: String,
+    pub env: BTreeMap<String, String>,
+    /// Extra TOML lines appended to the app's table verbatim (e.g. `memory = "64m"`).
+    pub extra_toml: String,
+}
+
+impl AppSpec {
+    /// An app `<prefix>-<8 hex>` on repo `demo/<name>`, tag `main`, health `/health` 20 s,
+    /// env `GREETING=hello`, a fresh publish port.
+    pub fn new(prefix: &str) -> AppSpec {
+        let name = unique_app(prefix);
+        AppSpec {
+            repo: format!("demo/{name}"),
+            name,
+            tag: "main".to_owned(),
+            publish_port: free_port(),
+            health_timeout: Some(Duration::from_secs(20)),
+            health_path: "/health".to_owned(),
+            env: BTreeMap::from([("GREETING".to_owned(), "hello".to_owned())]),
+            extra_toml: String::new(),
+        }
+    }
+
+    pub fn publish(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.publish_port))
+    }
+
+    fn render(&self, registry_host: &str) -> String {
+        let mut s = format!(
+            "\n[[apps]]\nname = \"{name}\"\nimage = \"{registry_host}/{repo}\"\ntag = \"{tag}\"\n\
+             port = 8080\npublish = \"127.0.0.1:{publish}\"\n",
+            name = self.name,
+            repo = self.repo,
+            tag = self.tag,
+            publish = self.publish_port,
+        );
+        if let Some(t) = self.health_timeout {
+            s.push_str(&format!(
+                "health = {{ path = \"{}\", timeout = \"{}\" }}\n",
+                self.health_path,
+                humantime::format_duration(t)
+            ));
+        }
+        if !self.env.is_empty() {
+            let pairs: Vec<String> = self
+                .env
+                .iter()
+                .map(|(k, v)| format!("{k} = {}", toml_str(v)))
+                .collect();
+            s.push_str(&format!("env = {{ {} }}\n", pairs.join(", ")));
+        }
+        if !self.extra_toml.is_empty() {
+            s.push_str(self.extra_toml.trim_end());
+            s.push('\n');
+        }
+        s
+    }
+}
+
+fn toml_str(s: &str) -> String {
+    toml::Value::String(s.to_owned()).to_string()
+}
+
+/// Builder for [`TestEnv`].
+pub struct TestEnvBuilder {
+    apps: Vec<AppSpec>,
+    workers: usize,
+    lease: String,
+    start_pier: bool,
+    notify: bool,
+    pier_env: Vec<(String, String)>,
+    extra_server_toml: String,
+}
+
+impl TestEnvBuilder {
+    /// The first app's health timeout (default 20 s).
+    pub fn health_timeout(mut self, t: Duration) -> Self {
+        self.apps[0].health_timeout = Some(t);
+        self
+    }
+
+    /// Drops the first app's `health` table.
+    pub fn no_health(mut self) -> Self {
+        self.apps[0].health_timeout = None;
+        self
+    }
+
+    /// Edits the first app.
+    pub fn app(mut self, change: impl FnOnce(&mut AppSpec)) -> Self {
+        change(&mut self.apps[0]);
+        self
+    }
+
+    /// Adds another app (e.g. `AppSpec::new("api")`).
+    pub fn add_app(mut self, app: AppSpec) -> Self {
+        self.apps.push(app);
+        self
+    }
+
+    pub fn workers(mut self, n: usize) -> Self {
+        self.workers = n;
+        self
+    }
+
+    /// `[server].lease`, e.g. `"5s"` (default `"10s"`).
+    pub fn lease(mut self, lease: &str) -> Self {
+        self.lease = lease.to_owned();
+        self
+    }
+
+    /// Extra lines for the `[server]` table, e.g. `sweep_interval = "1s"`.
+    pub fn server_toml(mut self, lines: &str) -> Self {
+        self.extra_server_toml.push_str(lines.trim_end());
+        self.extra_server_toml.push('\n');
+        self
+    }
+
+    /// Environment for the pier process (e.g. `PIER_CRASH_AT`).
+    pub fn pier_env(mut self, key: &str, value: &str) -> Self {
+        self.pier_env.push((key.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Do not start Pier (start it later with [`TestEnv::start_pier`]); the config is written
+    /// anyway and the registry still notifies Pier's port (it retries until Pier is up).
+    pub fn without_pier(mut self) -> Self {
+        self.start_pier = false;
+        self
+    }
+
+    /// The registry sends no notifications at all.
+    pub fn without_notifications(mut self) -> Self {
+        self.notify = false;
+        self
+    }
+
+    pub async fn start(self) -> TestEnv {
+        let pier_port = free_port();
+        let registry_port = free_port();
+        let db = TestDb::create().await;
+        let mut env = TestEnv {
+            pier: None,
+            guards: self.apps.iter().map(|a| AppGuard::new(&a.name)).collect(),
+            registry: None,
+            db,
+            engine: Engine::connect().await,
+            apps: self.apps,
+            pier_port,
+            registry_port,
+            admin_token: random_hex(32),
+            distribution_token: random_hex(32),
+            generic_secret: random_hex(32),
+            workers: self.workers,
+            lease: self.lease,
+            extra_server_toml: self.extra_server_toml,
+            pier_env: self.pier_env,
+        };
+        if self.start_pier {
+            env.start_pier().await;
+        }
+        let notify = self.notify.then(|| env.hook_url("local"));
+        env.registry = Some(
+            Registry::start_on(registry_port, notify.as_deref(), &env.distribution_token).await,
+        );
+        env
+    }
+}
+
+/// A database, a registry that notifies Pier's `/hooks/local`, a Pier process and one or
+/// more uniquely named apps with their own publish ports. Fields drop in declaration order:
+/// Pier first, then the apps' containers, then the registry, then the database.
+pub struct TestEnv {
+    pub pier: Option<PierProcess>,
+    guards: Vec<AppGuard>,
+    registry: Option<Registry>,
+    pub db: TestDb,
+    pub engine: Engine,
+    pub apps: Vec<AppSpec>,
+    pub pier_port: u16,
+    pub registry_port: u16,
+    pub admin_token: String,
+    /// `[[sources]] local` (distribution): sent as `Authorization: Bearer <token>`.
+    pub distribution_token: String,
+    /// `[[sources]] gen` (generic): HMAC-SHA256 secret for `X-Pier-Signature`.
+    pub generic_secret: String,
+    workers: usize,
+    lease: String,
+    extra_server_toml: String,
+    pier_env: Vec<(String, String)>,
+}
+
+impl TestEnv {
+    pub fn builder() -> TestEnvBuilder {
+        TestEnvBuilder {
+            apps: vec![AppSpec::new("web")],
+            workers: 2,
+            lease: "10s".to_owned(),
+            start_pier: true,
+            notify: true,
+            pier_env: Vec::new(),
+            extra_server_toml: String::new(),
+        }
+    }
+
+    /// The default environment, Pier started.
+    pub async fn start() -> TestEnv {
+        Self::builder().start().await
+    }
+
+    /// The first app's name.
+    pub fn app(&self) -> &str {
+        &self.apps[0].name
+    }
+
+    /// The first app's repository inside the registry (`demo/<app>`).
+    pub fn repo(&self) -> &str {
+        &self.apps[0].repo
+    }
+
+    /// The first app's published address.
+    pub fn publish(&self) -> SocketAddr {
+        self.apps[0].publish()
+    }
+
+    /// `http://127.0.0.1:<publish><path>`, the first app as its users see it.
+    pub fn app_url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.publish())
+    }
+
+    pub fn registry(&self) -> &Registry {
+        self.registry.as_ref().expect("registry not started")
+    }
+
+    pub fn registry_mut(&mut self) -> &mut Registry {
+        self.registry.as_mut().expect("registry not started")
+    }
+
+    /// `127.0.0.1:<registry port>`.
+    pub fn registry_host(&self) -> String {
+        format!("127.0.0.1:{}", self.registry_port)
+    }
+
+    /// The first app's image without tag: `127.0.0.1:PORT/demo/<app>`.
+    pub fn image(&self) -> String {
+        format!("{}/{}", self.registry_host(), self.repo())
+    }
+
+    pub fn pier(&self) -> &PierProcess {
+        self.pier.as_ref().expect("pier not started")
+    }
+
+    pub fn pier_mut(&mut self) -> &mut PierProcess {
+        self.pier.as_mut().expect("pier not started")
+    }
+
+    /// `http://127.0.0.1:<pier port><path>`.
+    pub fn pier_url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.pier_port)
+    }
+
+    /// Pier's `/hooks/<source>` URL.
+    pub fn hook_url(&self, source: &str) -> String {
+        self.pier_url(&format!("/hooks/{source}"))
+    }
+
+    /// The pier.toml for a process listening on `listen_port` (several processes may share
+    /// the database; give each its own port).
+    pub fn config_toml_on(&self, listen_port: u16) -> String {
+        let mut s = format!(
+            "[server]\nlisten = \"127.0.0.1:{listen_port}\"\ndatabase_url = {db}\n\
+             admin_token = \"{admin}\"\nworkers = {workers}\nlease = \"{lease}\"\n{extra}\
+             \n[[registries]]\nhost = \"{reg}\"\ninsecure = true\n\
+             \n[[sources]]\nname = \"local\"\nkind = \"distribution\"\ntoken = \"{token}\"\n\
+             \n[[sources]]\nname = \"gen\"\nkind = \"generic\"\nhmac_secret = \"{hmac}\"\n",
+            db = toml_str(&self.db.url),
+            admin = self.admin_token,
+            workers = self.workers,
+            lease = self.lease,
+            extra = self.extra_server_toml,
+            reg = self.registry_host(),
+            token = self.distribution_token,
+            hmac = self.generic_secret,
+        );
+        for app in &self.apps {
+            s.push_str(&app.render(&self.registry_host()));
+        }
+        s
+    }
+
+    /// The pier.toml of the main Pier process.
+    pub fn config_toml(&self) -> String {
+        self.config_toml_on(self.pier_port)
+    }
+
+    /// The command that starts the main Pier process (config, env from the builder).
+    pub fn pier_command(&self) -> PierCommand {
+        let mut cmd = PierCommand::new(&self.config_toml());
+        for (k, v) in &self.pier_env {
+            cmd = cmd.env(k, v);
+        }
+        cmd
+    }
+
+    /// Starts the main Pier process (panics if it is already running).
+    pub async fn start_pier(&mut self) {
+        assert!(
+            self.pier.as_mut().is_none_or(|p| !p.is_running()),
+            "pier is already running"
+        );
+        self.pier = Some(self.pier_command().start().await);
+    }
+
+    /// Starts an additional `pier serve` on another port against the same database.
+    pub async fn start_another_pier(&self) -> PierProcess {
+        let mut cmd = PierCommand::new(&self.config_toml_on(free_port()));
+        for (k, v) in &self.pier_env {
+            cmd = cmd.env(k, v);
+        }
+        cmd.start().await
+    }
+
+    /// Pushes `image` to the first app's repository under `tag`; returns its digest.
+    pub async fn push(&self, image: &TestImage, tag: &str) -> String {
+        self.registry().push(self.repo(), tag, image).await
+    }
+
+    /// Sends a raw webhook to `/hooks/<source>`.
+    pub async fn post_hook(
+        &self,
+        source: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> (u16, String) {
+        http_post(&self.hook_url(source), headers, body.to_vec())
+            .await
+            .unwrap_or_else(|| panic!("no answer from {}", self.hook_url(source)))
+    }
+
+    /// Sends `body` to the generic source, signed with `X-Pier-Signature: sha256=<hex>`.
+    pub async fn post_generic(&self, body: &[u8]) -> (u16, String) {
+        let sig = sign_hmac_sha256(&self.generic_secret, body);
+        self.post_hook(
+            "gen",
+            &[
+                ("Content-Type", "application/json"),
+                ("X-Pier-Signature", &sig),
+            ],
+            body,
+        )
+        .await
+    }
+
+    /// GETs `/api/<path>` with the admin bearer token and parses the JSON; `(status, json)`
+    /// (`Value::Null` if the body is not JSON).
+    pub async fn api_get(&self, path: &str) -> (u16, serde_json::Value) {
+        let url = self.pier_url(&format!("/api{path}"));
+        let resp = http_client()
+            .get(&url)
+            .timeout(Duration::from_secs(5))
+            .bearer_auth(&self.admin_token)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+        let status = resp.status().as_u16();
+        let body = resp.bytes().await.unwrap_or_default();
+        (
+            status,
+            serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
+        )
+    }
+
+    /// Waits until the first app answers `GET /version` with `version`; panics after
+    /// `timeout`.
+    pub async fn wait_app_version(&self, version: &str, timeout: Duration) {
+        let url = self.app_url("/version");
+        let want = version.to_owned();
+        wait_until(
+            &format!("{url} serves version {version:?}"),
+            timeout,
+            || {
+                let url = url.clone();
+                let want = want.clone();
+                async move {
+                    match http_get(&url).await {
+                        Some((200, body)) if body == want => Some(()),
+                        _ => None,
+                    }
+                }
+            },
+        )
+        .await
+    }
+
+    /// Kills Pier, removes the apps' containers, stops the registry, drops the database.
+    pub async fn cleanup(mut self) {
+        if let Some(mut p) = self.pier.take() {
+            p.kill();
+        }
+        for g in &mut self.guards {
+            g.cleanup().await;
+        }
+        if let Some(mut r) = self.registry.take() {
+            r.stop();
+        }
+        self.db.cleanup().await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading Pier's own answers
+// ---------------------------------------------------------------------------------------------
+
+impl TestEnv {
+    /// Waits until `app`'s latest deployment is final and is none of `not`; returns it.
+    pub async fn latest_final_of(
+        &self,
+        app: &str,
+        not: &[&str],
+        timeout: Duration,
+    ) -> serde_json::Value {
+        let not: Vec<String> = not.iter().map(|s| s.to_string()).collect();
+        wait_until(&format!("a new final deployment of {app}"), timeout, || {
+            let not = not.clone();
+            async move {
+                let (status, v) = self.api_get(&format!("/apps/{app}")).await;
+                let d = v.get("latest_deployment")?.clone();
+                let id = d.get("id")?.as_str()?.to_owned();
+                let state = d.get("state")?.as_str()?;
+                (status == 200 && !not.contains(&id) && !matches!(state, "queued" | "running"))
+                    .then_some(d)
+            }
+        })
+        .await
+    }
+
+    /// Waits until deployment `id` is final; returns it with its steps.
+    pub async fn deployment_final(&self, id: &str, timeout: Duration) -> serde_json::Value {
+        wait_until(&format!("deployment {id} final"), timeout, || async move {
+            let (_, d) = self.api_get(&format!("/deployments/{id}")).await;
+            let state = d.get("state")?.as_str()?;
+            (!matches!(state, "queued" | "running")).then_some(d.clone())
+        })
+        .await
+    }
+
+    /// The `pier.digest` labels of the app's running containers.
+    pub async fn running_digests_of(&self, app: &str) -> Vec<String> {
+        self.engine
+            .running_containers_of_app(app)
+            .await
+            .into_iter()
+            .map(|c| {
+                c.labels
+                    .unwrap_or_default()
+                    .get("pier.digest")
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .collect()
+    }
+
+    /// All deployments of `app`, oldest first, straight from the database.
+    pub async fn deployment_rows(&self, app: &str) -> Vec<DeploymentRow> {
+        sqlx::query_as(
+            "SELECT id::text, state, trigger, resolved_digest, superseded_by::text, attempt,
+                    started_at, finished_at
+             FROM deployments WHERE app = $1 ORDER BY created_at",
+        )
+        .bind(app)
+        .fetch_all(&self.db.pool)
+        .await
+        .expect("read deployments")
+    }
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct DeploymentRow {
+    pub id: String,
+    pub state: String,
+    pub trigger: String,
+    pub resolved_digest: Option<String>,
+    pub superseded_by: Option<String>,
+    pub attempt: i32,
+    pub started_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub finished_at: Option<chrono::DateTime<chrono::Utc>>,
+}

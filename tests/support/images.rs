@@ -1,0 +1,322 @@
+//! Test images built from the static busybox, and pushing them.
+
+use super::*;
+
+// ---------------------------------------------------------------------------------------------
+// Test images
+// ---------------------------------------------------------------------------------------------
+
+pub const MT_OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+pub const MT_OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+pub const MT_OCI_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
+pub const MT_OCI_LAYER_GZIP: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
+/// What a client must accept to see OCI manifests and indexes at all: Distribution 2.8
+/// answers 404 MANIFEST_UNKNOWN ("OCI manifest found, but accept header does not support OCI
+/// manifests") to a GET/HEAD without it.
+pub const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.manifest.v1+json, \
+     application/vnd.oci.image.index.v1+json, \
+     application/vnd.docker.distribution.manifest.v2+json, \
+     application/vnd.docker.distribution.manifest.list.v2+json";
+
+/// The test images: one layer with the static busybox, `/www/health` ("ok\n") and
+/// `/www/version` (the given string, so every version has its own digest).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TestImage {
+    /// `busybox httpd -f -p 8080 -h /www` under a shell that exits on SIGTERM;
+    /// `GET /health` answers 200 "ok\n".
+    Healthy { version: String },
+    /// httpd runs, but `/www/health` is missing: `GET /health` is 404 forever.
+    NoHealthFile { version: String },
+    /// Prints its environment and exits 1 at once.
+    ExitsAtOnce { version: String },
+    /// Like `Healthy`, plus an image HEALTHCHECK (`busybox wget` of /health every second).
+    WithHealthcheck { version: String },
+    /// Like `Healthy`, but httpd starts only after `secs` seconds: a deployment that
+    /// spends that long in its `health` step.
+    SlowStart { version: String, secs: u32 },
+}
+
+impl TestImage {
+    pub fn healthy(version: &str) -> Self {
+        TestImage::Healthy {
+            version: version.to_owned(),
+        }
+    }
+    pub fn no_health_file(version: &str) -> Self {
+        TestImage::NoHealthFile {
+            version: version.to_owned(),
+        }
+    }
+    pub fn exits_at_once(version: &str) -> Self {
+        TestImage::ExitsAtOnce {
+            version: version.to_owned(),
+        }
+    }
+    pub fn with_healthcheck(version: &str) -> Self {
+        TestImage::WithHealthcheck {
+            version: version.to_owned(),
+        }
+    }
+
+    pub fn slow_start(version: &str, secs: u32) -> Self {
+        TestImage::SlowStart {
+            version: version.to_owned(),
+            secs,
+        }
+    }
+
+    pub fn version(&self) -> &str {
+        match self {
+            TestImage::SlowStart { version, .. } => version,
+            TestImage::Healthy { version }
+            | TestImage::NoHealthFile { version }
+            | TestImage::ExitsAtOnce { version }
+            | TestImage::WithHealthcheck { version } => version,
+        }
+    }
+
+    /// Builds the blobs and manifest for `architecture` (`amd64`, `arm64`, ...). The busybox
+    /// binary is the host's (amd64) either way; only the config says otherwise.
+    pub fn build(&self, architecture: &str) -> BuiltImage {
+        let with_health_file = !matches!(self, TestImage::NoHealthFile { .. });
+        let (tar, layer) = build_layer(with_health_file, self.version());
+        let diff_id = sha256_digest(&tar);
+
+        let slow;
+        let entrypoint: Vec<&str> = match self {
+            // Prints its environment first, as a crashing app's log might.
+            TestImage::ExitsAtOnce { .. } => {
+                vec!["/bin/busybox", "sh", "-c", "/bin/busybox env; exit 1"]
+            }
+            TestImage::SlowStart { secs, .. } => {
+                slow = format!(
+                    "trap 'exit 0' TERM; /bin/busybox sleep {secs} & wait; \
+                     /bin/busybox httpd -f -p 8080 -h /www & wait"
+                );
+                vec!["/bin/busybox", "sh", "-c", &slow]
+            }
+            // A well-behaved PID 1: exits on SIGTERM (a bare httpd as PID 1 ignores it and
+            // every stop would wait out the engine's grace period).
+            _ => vec![
+                "/bin/busybox",
+                "sh",
+                "-c",
+                "trap 'exit 0' TERM; /bin/busybox httpd -f -p 8080 -h /www & wait",
+            ],
+        };
+        let mut cfg = serde_json::json!({
+            "Entrypoint": entrypoint,
+            "ExposedPorts": { "8080/tcp": {} },
+            "Env": ["PATH=/bin"],
+            "WorkingDir": "/",
+            "Labels": {
+                "org.opencontainers.image.version": self.version(),
+                "pier.test": "true",
+            },
+        });
+        if let TestImage::WithHealthcheck { .. } = self {
+            cfg["Healthcheck"] = serde_json::json!({
+                "Test": ["CMD", "/bin/busybox", "wget", "-q", "-O", "/dev/null",
+                         "http://127.0.0.1:8080/health"],
+                "Interval": 1_000_000_000u64,
+                "Timeout": 1_000_000_000u64,
+                "StartPeriod": 0u64,
+                "Retries": 2,
+            });
+        }
+        let config = serde_json::json!({
+            "created": "2024-01-01T00:00:00Z",
+            "architecture": architecture,
+            "os": "linux",
+            "config": cfg,
+            "rootfs": { "type": "layers", "diff_ids": [diff_id] },
+            "history": [{ "created": "2024-01-01T00:00:00Z",
+                          "created_by": "pier test harness" }],
+        });
+        let config = serde_json::to_vec(&config).expect("serialize image config");
+        let manifest = serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": MT_OCI_MANIFEST,
+            "config": {
+                "mediaType": MT_OCI_CONFIG,
+                "digest": sha256_digest(&config),
+                "size": config.len(),
+            },
+            "layers": [{
+                "mediaType": MT_OCI_LAYER_GZIP,
+                "digest": sha256_digest(&layer),
+                "size": layer.len(),
+            }],
+        });
+        let manifest = serde_json::to_vec(&manifest).expect("serialize manifest");
+        BuiltImage {
+            digest: sha256_digest(&manifest),
+            manifest,
+            config,
+            layer,
+            diff_id,
+        }
+    }
+}
+
+/// The bytes of one built image.
+pub struct BuiltImage {
+    /// `sha256:` of `manifest`: the digest the registry stores it under.
+    pub digest: String,
+    pub manifest: Vec<u8>,
+    pub config: Vec<u8>,
+    /// The gzip layer blob.
+    pub layer: Vec<u8>,
+    /// `sha256:` of the uncompressed layer tar.
+    pub diff_id: String,
+}
+
+fn busybox() -> &'static [u8] {
+    static BUSYBOX: OnceLock<Vec<u8>> = OnceLock::new();
+    BUSYBOX.get_or_init(|| {
+        std::fs::read("/bin/busybox").expect("read /bin/busybox (apt-get install busybox-static)")
+    })
+}
+
+/// Returns (uncompressed tar, gzip of it). Deterministic: fixed mtimes, owners and gzip header.
+fn build_layer(with_health_file: bool, version: &str) -> (Vec<u8>, Vec<u8>) {
+    fn header(kind: tar::EntryType, mode: u32, size: u64) -> tar::Header {
+        let mut h = tar::Header::new_ustar();
+        h.set_entry_type(kind);
+        h.set_mode(mode);
+        h.set_size(size);
+        h.set_mtime(1_704_067_200); // 2024-01-01
+        h.set_uid(0);
+        h.set_gid(0);
+        h
+    }
+    let mut b = tar::Builder::new(Vec::new());
+    let dir = |b: &mut tar::Builder<Vec<u8>>, path: &str, mode: u32| {
+        let mut h = header(tar::EntryType::Directory, mode, 0);
+        b.append_data(&mut h, path, std::io::empty())
+            .expect("append dir");
+    };
+    let file = |b: &mut tar::Builder<Vec<u8>>, path: &str, mode: u32, data: &[u8]| {
+        let mut h = header(tar::EntryType::Regular, mode, data.len() as u64);
+        b.append_data(&mut h, path, data).expect("append file");
+    };
+    dir(&mut b, "bin/", 0o755);
+    file(&mut b, "bin/busybox", 0o755, busybox());
+    dir(&mut b, "tmp/", 0o1777);
+    dir(&mut b, "www/", 0o755);
+    if with_health_file {
+        file(&mut b, "www/health", 0o644, b"ok\n");
+    }
+    file(&mut b, "www/version", 0o644, version.as_bytes());
+    let tar = b.into_inner().expect("finish tar");
+
+    let mut gz = flate2::GzBuilder::new()
+        .mtime(0)
+        .write(Vec::new(), flate2::Compression::fast());
+    gz.write_all(&tar).expect("gzip layer");
+    let gz = gz.finish().expect("finish gzip");
+    (tar, gz)
+}
+
+fn oci_client(host: &str) -> OciClient {
+    OciClient::new(ClientConfig {
+        protocol: ClientProtocol::HttpsExcept(vec![host.to_owned()]),
+        ..Default::default()
+    })
+}
+
+fn oci_ref(host: &str, repo: &str, tag_or_digest: &str) -> Reference {
+    if tag_or_digest.starts_with("sha256:") {
+        Reference::with_digest(host.to_owned(), repo.to_owned(), tag_or_digest.to_owned())
+    } else {
+        Reference::with_tag(host.to_owned(), repo.to_owned(), tag_or_digest.to_owned())
+    }
+}
+
+/// Pushes the blobs of `img` and then its manifest under `reference` (a tag, or the
+/// manifest's own digest for a digest-only push).
+async fn push_built(client: &OciClient, host: &str, repo: &str, reference: &str, img: &BuiltImage) {
+    let r = oci_ref(host, repo, reference);
+    client
+        .store_auth_if_needed(host, &RegistryAuth::Anonymous)
+        .await;
+    for (data, digest) in [
+        (&img.layer, sha256_digest(&img.layer)),
+        (&img.config, sha256_digest(&img.config)),
+    ] {
+        let present = client.blob_exists(&r, &digest).await.unwrap_or(false);
+        if !present {
+            client
+                .push_blob(&r, data.clone(), &digest)
+                .await
+                .unwrap_or_else(|e| panic!("push blob {digest} to {host}/{repo}: {e}"));
+        }
+    }
+    client
+        .push_manifest_raw(
+            &r,
+            img.manifest.clone(),
+            reqwest::header::HeaderValue::from_static(MT_OCI_MANIFEST),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("push manifest {host}/{repo}:{reference}: {e}"));
+}
+
+/// Pushes `image` (linux/amd64) as `<host>/<repo>:<tag>` with the OCI client, anonymously,
+/// over plain HTTP. Returns the manifest digest as the registry reports it for the tag.
+pub async fn push_image(host: &str, repo: &str, tag: &str, image: &TestImage) -> String {
+    let built = image.build("amd64");
+    let client = oci_client(host);
+    push_built(&client, host, repo, tag, &built).await;
+    let stored = client
+        .fetch_manifest_digest(&oci_ref(host, repo, tag), &RegistryAuth::Anonymous)
+        .await
+        .unwrap_or_else(|e| panic!("fetch digest of {host}/{repo}:{tag}: {e}"));
+    assert_eq!(
+        stored, built.digest,
+        "the registry stores {host}/{repo}:{tag} under another digest than the pushed bytes"
+    );
+    stored
+}
+
+/// Pushes a two-platform OCI image index as `<host>/<repo>:<tag>`: linux/amd64 is
+/// `Healthy{version}` (runnable here), linux/arm64 a manifest whose config says arm64. Both
+/// platform manifests are pushed by digest only (no tag). Returns
+/// `(index_digest, amd64_manifest_digest)`.
+pub async fn push_index(host: &str, repo: &str, tag: &str, version: &str) -> (String, String) {
+    let client = oci_client(host);
+    let image = TestImage::healthy(version);
+    let amd64 = image.build("amd64");
+    let arm64 = image.build("arm64");
+    push_built(&client, host, repo, &amd64.digest, &amd64).await;
+    push_built(&client, host, repo, &arm64.digest, &arm64).await;
+    let entry = |img: &BuiltImage, arch: &str| {
+        serde_json::json!({
+            "mediaType": MT_OCI_MANIFEST,
+            "digest": img.digest,
+            "size": img.manifest.len(),
+            "platform": { "architecture": arch, "os": "linux" },
+        })
+    };
+    let index = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": MT_OCI_INDEX,
+        "manifests": [entry(&amd64, "amd64"), entry(&arm64, "arm64")],
+    });
+    let index = serde_json::to_vec(&index).expect("serialize index");
+    let index_digest = sha256_digest(&index);
+    client
+        .push_manifest_raw(
+            &oci_ref(host, repo, tag),
+            index,
+            reqwest::header::HeaderValue::from_static(MT_OCI_INDEX),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("push index {host}/{repo}:{tag}: {e}"));
+    let stored = client
+        .fetch_manifest_digest(&oci_ref(host, repo, tag), &RegistryAuth::Anonymous)
+        .await
+        .unwrap_or_else(|e| panic!("fetch digest of {host}/{repo}:{tag}: {e}"));
+    assert_eq!(stored, index_digest, "index stored under another digest");
+    (index_digest, amd64.digest)
+}

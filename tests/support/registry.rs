@@ -1,0 +1,209 @@
+//! A real Distribution registry process per test.
+
+use super::*;
+
+// ---------------------------------------------------------------------------------------------
+// Distribution registry
+// ---------------------------------------------------------------------------------------------
+
+const REGISTRY_BIN: &str = "/usr/bin/docker-registry";
+
+/// A `docker-registry serve` (CNCF Distribution 2.8) on a loopback port, storing in a tempdir,
+/// optionally sending its notifications to `notify_url` with `Authorization: Bearer <token>`.
+/// Killed on `Drop`.
+pub struct Registry {
+    dir: Option<TempDir>,
+    port: u16,
+    child: Option<Child>,
+}
+
+impl Registry {
+    pub async fn start(notify_url: Option<&str>, token: &str) -> Registry {
+        Self::start_on(free_port(), notify_url, token).await
+    }
+
+    /// Like [`Registry::start`] on a port chosen in advance (e.g. written into a pier.toml).
+    pub async fn start_on(port: u16, notify_url: Option<&str>, token: &str) -> Registry {
+        let dir = tempfile::Builder::new()
+            .prefix("pier-registry-")
+            .tempdir()
+            .expect("tempdir");
+        let data = dir.path().join("data");
+        std::fs::create_dir_all(&data).expect("create registry storage dir");
+        let mut yml = format!(
+            "version: 0.1\n\
+             log:\n  level: warn\n  formatter: text\n\
+             storage:\n  filesystem:\n    rootdirectory: {data}\n  delete:\n    enabled: true\n  \
+             maintenance:\n    uploadpurging:\n      enabled: false\n\
+             http:\n  addr: 127.0.0.1:{port}\n  secret: {secret}\n",
+            data = data.display(),
+            secret = random_hex(32),
+        );
+        if let Some(url) = notify_url {
+            yml.push_str(&format!(
+                "notifications:\n  endpoints:\n    - name: pier\n      url: {url}\n      \
+                 headers:\n        Authorization: [\"Bearer {token}\"]\n      timeout: 2s\n      \
+                 threshold: 3\n      backoff: 1s\n"
+            ));
+        }
+        std::fs::write(dir.path().join("config.yml"), yml).expect("write registry config.yml");
+        let mut reg = Registry {
+            dir: Some(dir),
+            port,
+            child: None,
+        };
+        reg.spawn().await;
+        reg
+    }
+
+    fn dir(&self) -> &Path {
+        self.dir.as_ref().expect("registry dir").path()
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir().join("registry.log")
+    }
+
+    pub fn log(&self) -> String {
+        read_lossy(&self.log_path())
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.dir().join("config.yml")
+    }
+
+    async fn spawn(&mut self) {
+        assert!(self.child.is_none(), "registry already running");
+        let (out, err) = open_log(&self.log_path());
+        let mut child = Command::new(REGISTRY_BIN)
+            .arg("serve")
+            .arg(self.config_path())
+            .current_dir(self.dir())
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {REGISTRY_BIN}: {e}"));
+        let url = format!("{}/v2/", self.url());
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let mut pause = Duration::from_millis(20);
+        loop {
+            if let Some((200, _)) = http_get(&url).await {
+                break;
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!(
+                    "docker-registry exited ({status}) before answering {url}; log {}:\n{}",
+                    self.log_path().display(),
+                    tail(&self.log(), 30)
+                );
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "docker-registry did not answer {url} within 15s; log {}:\n{}",
+                    self.log_path().display(),
+                    tail(&self.log(), 30)
+                );
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(250));
+        }
+        self.child = Some(child);
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `127.0.0.1:PORT`: the registry part of image references.
+    pub fn host(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        child_alive(&mut self.child)
+    }
+
+    /// Kills the registry (SIGKILL). Its storage stays; pending notifications are lost, as in
+    /// a real crash.
+    pub fn stop(&mut self) {
+        kill_child(&mut self.child);
+    }
+
+    /// Starts the registry again on the same port with the same storage and config.
+    pub async fn restart(&mut self) {
+        self.stop();
+        self.spawn().await;
+    }
+
+    /// Pushes `image` as `<host>/<repo>:<tag>`; returns the manifest digest the registry
+    /// stores (checked against its `Docker-Content-Digest`).
+    pub async fn push(&self, repo: &str, tag: &str, image: &TestImage) -> String {
+        push_image(&self.host(), repo, tag, image).await
+    }
+
+    /// Pushes a two-platform OCI index under `tag`; see [`push_index`].
+    pub async fn push_index(&self, repo: &str, tag: &str, version: &str) -> (String, String) {
+        push_index(&self.host(), repo, tag, version).await
+    }
+
+    /// `HEAD /v2/<repo>/manifests/<reference>` with the OCI and Docker manifest media types
+    /// accepted: `Some((digest, content_type))`, or `None` when absent.
+    pub async fn head_manifest(&self, repo: &str, reference: &str) -> Option<(String, String)> {
+        let url = format!("{}/v2/{repo}/manifests/{reference}", self.url());
+        let resp = http_client()
+            .head(&url)
+            .timeout(Duration::from_secs(5))
+            .header("Accept", MANIFEST_ACCEPT)
+            .send()
+            .await
+            .ok()?;
+        if !resp.status().is_success() {
+            return None;
+        }
+        let h = resp.headers();
+        let digest = h.get("docker-content-digest")?.to_str().ok()?.to_owned();
+        let ct = h
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        Some((digest, ct))
+    }
+
+    /// Deletes a manifest by digest (storage.delete is enabled).
+    pub async fn delete_manifest(&self, repo: &str, digest: &str) -> u16 {
+        let url = format!("{}/v2/{repo}/manifests/{digest}", self.url());
+        http_client()
+            .delete(&url)
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await
+            .map(|r| r.status().as_u16())
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        self.stop();
+        if std::thread::panicking()
+            && let Some(dir) = self.dir.take()
+        {
+            let kept = dir.keep();
+            let log = kept.join("registry.log");
+            eprintln!(
+                "test harness: registry log kept at {}; tail:\n{}",
+                log.display(),
+                tail(&read_lossy(&log), 20)
+            );
+        }
+    }
+}
