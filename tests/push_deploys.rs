@@ -461,3 +461,38 @@ async fn a_webhook_that_arrives_before_the_tag_moves_still_deploys_the_push() {
     env.wait_app_version("v2", Duration::from_secs(10)).await;
     env.cleanup().await;
 }
+
+#[tokio::test]
+async fn a_registry_with_basic_auth_is_resolved_and_pulled_with_the_configured_credentials() {
+    let password = "reg-s3cret-passw0rd";
+    let env = TestEnv::builder()
+        .registry_auth("pier", password)
+        .start()
+        .await;
+    // This registry refuses anonymous requests.
+    let (code, _) = http_get(&format!("{}/v2/", env.registry().url()))
+        .await
+        .unwrap();
+    assert_eq!(code, 401);
+
+    let v1 = env.push(&TestImage::healthy("v1"), "main").await;
+    env.wait_app_version("v1", DEPLOY).await;
+    let d = latest_final(&env, &[]).await;
+    assert_eq!(d["state"], "succeeded", "{d:#}");
+    assert_eq!(d["resolved_digest"], v1.as_str());
+
+    // The password shows nowhere Pier writes: its log, its pages, its API.
+    let id = d["id"].as_str().unwrap();
+    assert!(!env.pier().log().contains(password));
+    for path in [
+        "/".to_owned(),
+        format!("/deployments/{id}"),
+        format!("/apps/{}", env.app()),
+    ] {
+        let (_, page) = http_get(&env.pier_url(&path)).await.unwrap();
+        assert!(!page.contains(password), "{path}");
+    }
+    let (_, api) = env.api_get(&format!("/deployments/{id}")).await;
+    assert!(!api.to_string().contains(password));
+    env.cleanup().await;
+}

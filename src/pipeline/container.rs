@@ -336,7 +336,6 @@ impl Run<'_> {
             .map_err(|e| PipelineError::Failed {
                 step: Step::Rollback,
                 reason: e.to_string(),
-                cleanup: true,
             })?;
         for c in labelled {
             if !candidates.contains(&c.id) {

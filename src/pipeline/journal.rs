@@ -71,7 +71,6 @@ impl Run<'_> {
             StepState::Failed => Err(PipelineError::Failed {
                 step,
                 reason: rec.error.unwrap_or_else(|| "failed".into()),
-                cleanup: true,
             }),
             StepState::Started => {
                 self.store_retry(|| {

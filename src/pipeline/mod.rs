@@ -72,13 +72,9 @@ impl fmt::Display for Step {
 
 #[derive(Debug, thiserror::Error)]
 pub enum PipelineError {
-    /// A step failed for good; `cleanup` says whether a candidate may exist to remove.
+    /// A step failed for good: roll back (a no-op when nothing was changed yet).
     #[error("{step}: {reason}")]
-    Failed {
-        step: Step,
-        reason: String,
-        cleanup: bool,
-    },
+    Failed { step: Step, reason: String },
     /// The step's recorded intent differs from what it would do now (config changed
     /// between a crash and the restart): never silently swap parameters.
     #[error("{step}: conflict: the journal recorded {recorded} but the step would now do {now}")]
@@ -164,6 +160,19 @@ pub async fn run(ctx: &Context, owner: &str, dep: &Deployment, app: &AppConfig) 
     };
     if dep.attempt > MAX_ATTEMPTS {
         return run.fail(PipelineError::GaveUp(dep.attempt - 1)).await;
+    }
+    if dep.image != app.image {
+        // Queued for one repository, configured for another now: deploying either would
+        // surprise someone. The next push or a redeploy uses the new config.
+        return run
+            .fail(PipelineError::Failed {
+                step: Step::Resolve,
+                reason: format!(
+                    "conflict: queued for {} but the app now follows {}",
+                    dep.image, app.image
+                ),
+            })
+            .await;
     }
     match run.steps().await {
         Ok(outcome) => {
@@ -295,11 +304,7 @@ impl Run<'_> {
         if let Err(store) = self.fail_step(step, &reason).await {
             return store;
         }
-        PipelineError::Failed {
-            step,
-            reason,
-            cleanup: true,
-        }
+        PipelineError::Failed { step, reason }
     }
 
     /// Retries an idempotent side effect on transient errors, with exponential backoff

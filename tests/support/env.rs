@@ -89,9 +89,21 @@ pub struct TestEnvBuilder {
     notify: bool,
     pier_env: Vec<(String, String)>,
     extra_server_toml: String,
+    registry_auth: Option<(String, String)>,
 }
 
 impl TestEnvBuilder {
+    /// The registry demands HTTP basic auth (htpasswd); Pier gets the user in its config and
+    /// the password through the environment (`env:PIER_TEST_REGISTRY_PASSWORD`).
+    pub fn registry_auth(mut self, user: &str, password: &str) -> Self {
+        self.registry_auth = Some((user.to_owned(), password.to_owned()));
+        self.pier_env.push((
+            "PIER_TEST_REGISTRY_PASSWORD".to_owned(),
+            password.to_owned(),
+        ));
+        self
+    }
+
     /// The first app's health timeout (default 20 s).
     pub fn health_timeout(mut self, t: Duration) -> Self {
         self.apps[0].health_timeout = Some(t);
@@ -173,13 +185,20 @@ impl TestEnvBuilder {
             lease: self.lease,
             extra_server_toml: self.extra_server_toml,
             pier_env: self.pier_env,
+            registry_user: self.registry_auth.as_ref().map(|(u, _)| u.clone()),
         };
         if self.start_pier {
             env.start_pier().await;
         }
         let notify = self.notify.then(|| env.hook_url("local"));
         env.registry = Some(
-            Registry::start_on(registry_port, notify.as_deref(), &env.distribution_token).await,
+            Registry::start_full(
+                registry_port,
+                notify.as_deref(),
+                &env.distribution_token,
+                self.registry_auth,
+            )
+            .await,
         );
         env
     }
@@ -206,6 +225,7 @@ pub struct TestEnv {
     lease: String,
     extra_server_toml: String,
     pier_env: Vec<(String, String)>,
+    registry_user: Option<String>,
 }
 
 impl TestEnv {
@@ -218,6 +238,7 @@ impl TestEnv {
             notify: true,
             pier_env: Vec::new(),
             extra_server_toml: String::new(),
+            registry_auth: None,
         }
     }
 
@@ -288,7 +309,7 @@ impl TestEnv {
         let mut s = format!(
             "[server]\nlisten = \"127.0.0.1:{listen_port}\"\ndatabase_url = {db}\n\
              admin_token = \"{admin}\"\nworkers = {workers}\nlease = \"{lease}\"\n{extra}\
-             \n[[registries]]\nhost = \"{reg}\"\ninsecure = true\n\
+             \n[[registries]]\nhost = \"{reg}\"\ninsecure = true\n{auth}\
              \n[[sources]]\nname = \"local\"\nkind = \"distribution\"\ntoken = \"{token}\"\n\
              \n[[sources]]\nname = \"gen\"\nkind = \"generic\"\nhmac_secret = \"{hmac}\"\n",
             db = toml_str(&self.db.url),
@@ -297,6 +318,13 @@ impl TestEnv {
             lease = self.lease,
             extra = self.extra_server_toml,
             reg = self.registry_host(),
+            auth = self
+                .registry_user
+                .as_ref()
+                .map(|u| format!(
+                    "username = \"{u}\"\npassword = \"env:PIER_TEST_REGISTRY_PASSWORD\"\n"
+                ))
+                .unwrap_or_default(),
             token = self.distribution_token,
             hmac = self.generic_secret,
         );

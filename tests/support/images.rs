@@ -218,6 +218,27 @@ fn build_layer(with_health_file: bool, version: &str) -> (Vec<u8>, Vec<u8>) {
     (tar, gz)
 }
 
+/// Credentials of the registries this test binary started with basic auth, by host.
+static REGISTRY_AUTH: std::sync::Mutex<Vec<(String, String, String)>> =
+    std::sync::Mutex::new(Vec::new());
+
+pub fn set_registry_auth(host: &str, user: &str, password: &str) {
+    REGISTRY_AUTH
+        .lock()
+        .unwrap()
+        .push((host.to_owned(), user.to_owned(), password.to_owned()));
+}
+
+pub fn registry_auth(host: &str) -> RegistryAuth {
+    REGISTRY_AUTH
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|(h, _, _)| h == host)
+        .map(|(_, u, p)| RegistryAuth::Basic(u.clone(), p.clone()))
+        .unwrap_or(RegistryAuth::Anonymous)
+}
+
 fn oci_client(host: &str) -> OciClient {
     OciClient::new(ClientConfig {
         protocol: ClientProtocol::HttpsExcept(vec![host.to_owned()]),
@@ -238,7 +259,7 @@ fn oci_ref(host: &str, repo: &str, tag_or_digest: &str) -> Reference {
 async fn push_built(client: &OciClient, host: &str, repo: &str, reference: &str, img: &BuiltImage) {
     let r = oci_ref(host, repo, reference);
     client
-        .store_auth_if_needed(host, &RegistryAuth::Anonymous)
+        .store_auth_if_needed(host, &registry_auth(host))
         .await;
     for (data, digest) in [
         (&img.layer, sha256_digest(&img.layer)),
@@ -269,7 +290,7 @@ pub async fn push_image(host: &str, repo: &str, tag: &str, image: &TestImage) ->
     let client = oci_client(host);
     push_built(&client, host, repo, tag, &built).await;
     let stored = client
-        .fetch_manifest_digest(&oci_ref(host, repo, tag), &RegistryAuth::Anonymous)
+        .fetch_manifest_digest(&oci_ref(host, repo, tag), &registry_auth(host))
         .await
         .unwrap_or_else(|e| panic!("fetch digest of {host}/{repo}:{tag}: {e}"));
     assert_eq!(
@@ -314,7 +335,7 @@ pub async fn push_index(host: &str, repo: &str, tag: &str, version: &str) -> (St
         .await
         .unwrap_or_else(|e| panic!("push index {host}/{repo}:{tag}: {e}"));
     let stored = client
-        .fetch_manifest_digest(&oci_ref(host, repo, tag), &RegistryAuth::Anonymous)
+        .fetch_manifest_digest(&oci_ref(host, repo, tag), &registry_auth(host))
         .await
         .unwrap_or_else(|e| panic!("fetch digest of {host}/{repo}:{tag}: {e}"));
     assert_eq!(stored, index_digest, "index stored under another digest");

@@ -24,6 +24,17 @@ impl Registry {
 
     /// Like [`Registry::start`] on a port chosen in advance (e.g. written into a pier.toml).
     pub async fn start_on(port: u16, notify_url: Option<&str>, token: &str) -> Registry {
+        Self::start_full(port, notify_url, token, None).await
+    }
+
+    /// Like [`Registry::start_on`]; with `auth`, the registry demands HTTP basic auth
+    /// (htpasswd) and the harness's own pushes and lookups send those credentials.
+    pub async fn start_full(
+        port: u16,
+        notify_url: Option<&str>,
+        token: &str,
+        auth: Option<(String, String)>,
+    ) -> Registry {
         let dir = tempfile::Builder::new()
             .prefix("pier-registry-")
             .tempdir()
@@ -39,6 +50,16 @@ impl Registry {
             data = data.display(),
             secret = random_hex(32),
         );
+        if let Some((user, password)) = &auth {
+            let hash = bcrypt::hash(password, 5).expect("bcrypt");
+            let htpasswd = dir.path().join("htpasswd");
+            std::fs::write(&htpasswd, format!("{user}:{hash}\n")).expect("write htpasswd");
+            yml.push_str(&format!(
+                "auth:\n  htpasswd:\n    realm: pier-test\n    path: {}\n",
+                htpasswd.display()
+            ));
+            set_registry_auth(&format!("127.0.0.1:{port}"), user, password);
+        }
         if let Some(url) = notify_url {
             yml.push_str(&format!(
                 "notifications:\n  endpoints:\n    - name: pier\n      url: {url}\n      \
@@ -88,7 +109,7 @@ impl Registry {
         let deadline = Instant::now() + Duration::from_secs(15);
         let mut pause = Duration::from_millis(20);
         loop {
-            if let Some((200, _)) = http_get(&url).await {
+            if let Some((200 | 401, _)) = http_get(&url).await {
                 break;
             }
             if let Ok(Some(status)) = child.try_wait() {
