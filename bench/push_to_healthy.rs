@@ -109,6 +109,13 @@ async fn poll(url: &str) -> Option<(u16, String)> {
     Some((status, resp.text().await.ok()?))
 }
 
+/// Peak resident memory of a process, in KiB (`VmHWM`).
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -181,6 +188,18 @@ async fn main() {
         c.as_millis(),
         p.as_secs_f64() / c.as_secs_f64()
     );
+    // Memory: Pier's peak RSS over the whole run, against the registry's (an always-on server
+    // of the same machine that did its share of this run's work).
+    let pier_kib = env.pier().pid().and_then(peak_rss_kib);
+    let registry_kib = env.registry().pid().and_then(peak_rss_kib);
+    if let (Some(p), Some(r)) = (pier_kib, registry_kib) {
+        println!(
+            "peak RSS: pier {} KiB, docker-registry {} KiB, ratio pier/registry {:.2}",
+            p,
+            r,
+            p as f64 / r as f64
+        );
+    }
     guard.cleanup().await;
     env.cleanup().await;
 }

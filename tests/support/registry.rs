@@ -152,6 +152,10 @@ impl Registry {
         child_alive(&mut self.child)
     }
 
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
     /// Kills the registry (SIGKILL). Its storage stays; pending notifications are lost, as in
     /// a real crash.
     pub fn stop(&mut self) {
