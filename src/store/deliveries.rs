@@ -95,6 +95,20 @@ impl Store {
         )
     }
 
+    /// The deployments the given deliveries created: `(delivery, deployment, app)`.
+    pub async fn deployments_of_deliveries(
+        &self,
+        ids: &[Uuid],
+    ) -> Result<Vec<(Uuid, Uuid, String)>> {
+        Ok(sqlx::query_as(
+            "SELECT delivery_id, id, app FROM deployments WHERE delivery_id = ANY($1)
+             ORDER BY created_at",
+        )
+        .bind(ids)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
     pub async fn count_deliveries(&self) -> Result<i64> {
         Ok(sqlx::query_scalar("SELECT count(*) FROM deliveries")
             .fetch_one(&self.pool)

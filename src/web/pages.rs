@@ -63,7 +63,7 @@ impl Fmt for DeploymentPage {}
 #[derive(Template, WebTemplate)]
 #[template(path = "deliveries.html")]
 pub(super) struct DeliveriesPage {
-    deliveries: Vec<Delivery>,
+    deliveries: Vec<(Delivery, Vec<(Uuid, String)>)>,
     live: bool,
 }
 impl Fmt for DeliveriesPage {}
@@ -112,8 +112,22 @@ pub(super) async fn deployment(
 }
 
 pub(super) async fn deliveries(State(s): State<AppState>) -> Result<DeliveriesPage, PageError> {
+    let recent = s.store.recent_deliveries(100).await?;
+    let ids: Vec<Uuid> = recent.iter().map(|d| d.id).collect();
+    let created = s.store.deployments_of_deliveries(&ids).await?;
+    let deliveries = recent
+        .into_iter()
+        .map(|d| {
+            let mine = created
+                .iter()
+                .filter(|(delivery, _, _)| *delivery == d.id)
+                .map(|(_, id, app)| (*id, app.clone()))
+                .collect();
+            (d, mine)
+        })
+        .collect();
     Ok(DeliveriesPage {
-        deliveries: s.store.recent_deliveries(100).await?,
+        deliveries,
         live: false,
     })
 }
