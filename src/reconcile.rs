@@ -92,7 +92,6 @@ pub async fn reconcile(
                     "container {} ({}) is labelled for {app} but its deployment is unknown to this database; left alone",
                     c.name, c.id
                 );
-                tracing::warn!("{msg}");
                 out.unaccounted.push(c.id.clone());
                 out.warnings.push(msg);
             }
@@ -105,6 +104,22 @@ pub async fn reconcile(
             continue;
         };
         if present.contains(generation.container_id.as_str()) || store.app_busy(&app.name).await? {
+            continue;
+        }
+        // One try per loss: if the last attempt to restore it failed, say so and wait for a
+        // push or an operator instead of failing again every sweep.
+        let latest = store
+            .app_deployments(&app.name, 1)
+            .await?
+            .into_iter()
+            .next();
+        if latest.is_some_and(|d| {
+            d.trigger == Trigger::Reconcile.as_str() && d.state() == DeploymentState::Failed
+        }) {
+            out.warnings.push(format!(
+                "{}: serving container is gone and restoring it failed; waiting for a push or a redeploy",
+                app.name
+            ));
             continue;
         }
         let enqueued = store

@@ -162,14 +162,18 @@ pub async fn run(config: Config, http: bool) -> anyhow::Result<()> {
 
 async fn run_reconcile(config: &Config, store: &Store, engine: &Engine) {
     match crate::reconcile::reconcile(config, store, engine).await {
-        Ok(r) if !r.removed.is_empty() || !r.requeued.is_empty() => {
-            tracing::info!(
-                removed = r.removed.len(),
-                requeued = r.requeued.len(),
-                "reconciled"
-            );
+        Ok(r) => {
+            for w in &r.warnings {
+                tracing::warn!("reconcile: {w}");
+            }
+            if !r.removed.is_empty() || !r.requeued.is_empty() {
+                tracing::info!(
+                    removed = r.removed.len(),
+                    requeued = r.requeued.len(),
+                    "reconciled"
+                );
+            }
         }
-        Ok(_) => {}
         Err(e) => {
             tracing::warn!(error = %e, "reconciliation failed; it runs again at the next sweep")
         }

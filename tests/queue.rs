@@ -418,3 +418,43 @@ async fn a_serving_container_removed_behind_piers_back_is_redeployed() {
     assert_eq!(env.engine.containers_of_app(&app).await.len(), 1);
     env.cleanup().await;
 }
+
+#[tokio::test]
+async fn a_serving_container_that_cannot_be_restored_is_tried_once_not_every_sweep() {
+    let env = TestEnv::builder()
+        .server_toml("sweep_interval = \"1s\"")
+        .start()
+        .await;
+    let app = env.app().to_owned();
+    let v1 = env.push(&TestImage::healthy("v1"), "main").await;
+    env.wait_app_version("v1", DEPLOY).await;
+    let first = env.latest_final_of(&app, &[], DEPLOY).await;
+    // The image is gone from the registry and from the engine, and so is the container.
+    assert_eq!(env.registry().delete_manifest(env.repo(), &v1).await, 202);
+    env.engine.remove_app_containers(&app).await;
+    env.engine
+        .remove_image(&format!("{}@{v1}", env.image()))
+        .await;
+
+    let failed = env
+        .latest_final_of(&app, &[first["id"].as_str().unwrap()], DEPLOY)
+        .await;
+    assert_eq!(
+        (failed["trigger"].as_str(), failed["state"].as_str()),
+        (Some("reconcile"), Some("failed"))
+    );
+    // Two more sweeps pass and say why they do nothing; no second attempt is queued.
+    let pier = env.pier();
+    wait_until("two sweeps report the lost container", DEPLOY, || async {
+        (pier.log().matches("restoring it failed").count() >= 2).then_some(())
+    })
+    .await;
+    let reconciles = env
+        .deployment_rows(&app)
+        .await
+        .into_iter()
+        .filter(|r| r.trigger == "reconcile")
+        .count();
+    assert_eq!(reconciles, 1);
+    env.cleanup().await;
+}
