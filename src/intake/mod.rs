@@ -256,3 +256,92 @@ pub async fn receive(
         }),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    fn apps() -> Vec<AppConfig> {
+        let text = r#"
+            [server]
+            database_url = "postgres://localhost/pier"
+            [[apps]]
+            name = "web"
+            image = "127.0.0.1:5000/demo/web"
+            tag = "main"
+            port = 8080
+            [[apps]]
+            name = "web-staging"
+            image = "127.0.0.1:5000/demo/web"
+            tag = "staging"
+            port = 8080
+        "#;
+        Config::parse(text, std::path::Path::new(".")).unwrap().apps
+    }
+
+    fn event(registry: Option<&str>, repo: &str, tag: Option<&str>) -> PushEvent {
+        PushEvent {
+            event_id: Some("e".into()),
+            registry: registry.map(Into::into),
+            repository: repo.into(),
+            tag: tag.map(Into::into),
+            digest: None,
+            ignore: None,
+        }
+    }
+
+    fn names(r: Result<Vec<&AppConfig>, String>) -> Result<Vec<String>, String> {
+        r.map(|apps| apps.iter().map(|a| a.name.clone()).collect())
+    }
+
+    #[test]
+    fn an_event_deploys_the_apps_that_follow_its_repository_and_tag() {
+        let apps = apps();
+        let e = event(Some("127.0.0.1:5000"), "demo/web", Some("main"));
+        assert_eq!(names(match_apps(&apps, &e)), Ok(vec!["web".to_owned()]));
+        let e = event(None, "demo/web", Some("staging"));
+        assert_eq!(
+            names(match_apps(&apps, &e)),
+            Ok(vec!["web-staging".to_owned()])
+        );
+        // `localhost` and `127.0.0.1` name the same registry.
+        let e = event(Some("localhost:5000"), "demo/web", Some("main"));
+        assert_eq!(names(match_apps(&apps, &e)), Ok(vec!["web".to_owned()]));
+    }
+
+    #[test]
+    fn an_event_that_deploys_nothing_says_why() {
+        let apps = apps();
+        let other_tag = event(None, "demo/web", Some("v9"));
+        assert!(
+            match_apps(&apps, &other_tag)
+                .unwrap_err()
+                .contains("tag `v9`")
+        );
+        let other_repo = event(None, "demo/api", Some("main"));
+        assert!(
+            match_apps(&apps, &other_repo)
+                .unwrap_err()
+                .contains("demo/api")
+        );
+        let other_host = event(Some("ghcr.io"), "demo/web", Some("main"));
+        assert!(match_apps(&apps, &other_host).is_err());
+        let mut ignored = event(None, "demo/web", Some("main"));
+        ignored.ignore = Some("not a push".into());
+        assert_eq!(match_apps(&apps, &ignored).unwrap_err(), "not a push");
+    }
+
+    #[test]
+    fn retries_share_a_key_and_events_without_ids_have_none() {
+        let a = event(None, "demo/web", Some("main"));
+        assert_eq!(event_key(&[a.clone()]).as_deref(), Some("e"));
+        let mut b = a.clone();
+        b.event_id = Some("f".into());
+        assert_eq!(event_key(&[a.clone(), b]).as_deref(), Some("e,f"));
+        let mut anonymous = a;
+        anonymous.event_id = None;
+        assert_eq!(event_key(&[anonymous]), None);
+        assert_eq!(event_key(&[]), None);
+    }
+}

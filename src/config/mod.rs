@@ -1,0 +1,328 @@
+//! `pier.toml`: parsed, secrets resolved and every cross-reference checked at start-up, so
+//! that a typo fails loudly before any webhook is accepted.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("parse {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("secret {what}: environment variable {name} is not set")]
+    MissingEnv { what: String, name: String },
+    #[error("secret {what}: read {path}: {source}")]
+    SecretFile {
+        what: String,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid config: {0}")]
+    Invalid(String),
+}
+
+/// A secret's value. Never printed: `Debug` shows only that it is set.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String, Origin);
+
+/// Where a value came from: a reference (`env:`, `file:`) marks it as secret for certain.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Origin {
+    Inline,
+    Reference,
+}
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into(), Origin::Inline)
+    }
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+    pub fn origin(&self) -> Origin {
+        self.1
+    }
+    /// `env:NAME` reads an environment variable, `file:PATH` a file (trailing newline
+    /// dropped); anything else is the value itself.
+    pub fn resolve(what: &str, spec: &str, base: &Path) -> Result<Self, ConfigError> {
+        if let Some(name) = spec.strip_prefix("env:") {
+            return std::env::var(name)
+                .map(|v| Secret(v, Origin::Reference))
+                .map_err(|_| ConfigError::MissingEnv {
+                    what: what.to_owned(),
+                    name: name.to_owned(),
+                });
+        }
+        if let Some(path) = spec.strip_prefix("file:") {
+            let path = base.join(path);
+            return std::fs::read_to_string(&path)
+                .map(|s| {
+                    Secret(
+                        s.trim_end_matches(['\n', '\r']).to_owned(),
+                        Origin::Reference,
+                    )
+                })
+                .map_err(|source| ConfigError::SecretFile {
+                    what: what.to_owned(),
+                    path,
+                    source,
+                });
+        }
+        Ok(Secret(spec.to_owned(), Origin::Inline))
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub registries: Vec<RegistryConfig>,
+    pub sources: Vec<SourceConfig>,
+    pub apps: Vec<AppConfig>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub database_url: Secret,
+    pub admin_token: Option<Secret>,
+    pub docker_host: Option<String>,
+    pub workers: usize,
+    pub lease: Duration,
+    pub sweep_interval: Duration,
+    pub max_body_bytes: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct RegistryConfig {
+    pub host: String,
+    pub insecure: bool,
+    pub username: Option<String>,
+    pub password: Option<Secret>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SourceKind {
+    Distribution,
+    Generic,
+}
+
+#[derive(Debug, Clone)]
+pub struct SourceConfig {
+    pub name: String,
+    pub kind: SourceKind,
+    pub token: Option<Secret>,
+    pub hmac_secret: Option<Secret>,
+    pub signature_header: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Strategy {
+    #[default]
+    Recreate,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthConfig {
+    pub path: String,
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct AppConfig {
+    pub name: String,
+    /// Repository with its registry host, no tag: `127.0.0.1:5000/demo/web`.
+    pub image: String,
+    pub tag: String,
+    pub port: u16,
+    pub publish: Option<SocketAddr>,
+    pub health: Option<HealthConfig>,
+    pub env: BTreeMap<String, Secret>,
+    pub memory_bytes: Option<i64>,
+    pub cpus: Option<f64>,
+    pub restart: String,
+    pub strategy: Strategy,
+    pub stop_timeout: Duration,
+}
+
+impl AppConfig {
+    /// The registry host part of `image` (`127.0.0.1:5000`).
+    pub fn registry_host(&self) -> &str {
+        self.image.split_once('/').map_or("docker.io", |(h, _)| h)
+    }
+    /// The repository path inside the registry (`demo/web`).
+    pub fn repository(&self) -> &str {
+        self.image.split_once('/').map_or(&self.image, |(_, r)| r)
+    }
+}
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Self::parse(&text, base).map_err(|e| match e {
+            ConfigError::Parse { message, .. } => ConfigError::Parse {
+                path: path.to_owned(),
+                message,
+            },
+            other => other,
+        })
+    }
+
+    pub fn parse(text: &str, base: &Path) -> Result<Self, ConfigError> {
+        let raw: raw::Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: PathBuf::new(),
+            message: e.to_string(),
+        })?;
+        raw.resolve(base)
+    }
+
+    pub fn app(&self, name: &str) -> Option<&AppConfig> {
+        self.apps.iter().find(|a| a.name == name)
+    }
+
+    pub fn source(&self, name: &str) -> Option<&SourceConfig> {
+        self.sources.iter().find(|s| s.name == name)
+    }
+
+    pub fn registry(&self, host: &str) -> Option<&RegistryConfig> {
+        self.registries.iter().find(|r| r.host == host)
+    }
+}
+
+/// Parses sizes such as `512m`, `1g`, `1048576`.
+pub fn parse_bytes(text: &str) -> Result<i64, String> {
+    let t = text.trim().to_ascii_lowercase();
+    let t = t.strip_suffix('b').unwrap_or(&t);
+    let (num, mult) = match t.chars().last() {
+        Some('k') => (&t[..t.len() - 1], 1i64 << 10),
+        Some('m') => (&t[..t.len() - 1], 1 << 20),
+        Some('g') => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    num.trim()
+        .parse::<i64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .filter(|n| *n > 0)
+        .ok_or_else(|| format!("`{text}` is not a size such as 512m or 1g"))
+}
+
+mod raw;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+        [server]
+        database_url = "postgres://localhost/pier"
+        [[sources]]
+        name = "local"
+        kind = "distribution"
+        token = "env:PIER_TEST_CONFIG_TOKEN"
+        [[apps]]
+        name = "web"
+        image = "127.0.0.1:5000/demo/web"
+        port = 8080
+        publish = "127.0.0.1:8081"
+        health = { path = "/health" }
+        memory = "256m"
+    "#;
+
+    #[test]
+    fn secrets_come_from_the_environment_and_never_print() {
+        // SAFETY: only this test reads this variable.
+        unsafe { std::env::set_var("PIER_TEST_CONFIG_TOKEN", "s3cret") };
+        let c = Config::parse(MINIMAL, Path::new(".")).unwrap();
+        let token = c.sources[0].token.as_ref().unwrap();
+        assert_eq!(token.expose(), "s3cret");
+        assert!(!format!("{c:?}").contains("s3cret"));
+        assert_eq!(c.apps[0].memory_bytes, Some(256 << 20));
+        assert_eq!(c.apps[0].tag, "latest");
+        assert_eq!(c.apps[0].registry_host(), "127.0.0.1:5000");
+        assert_eq!(c.apps[0].repository(), "demo/web");
+        assert_eq!(c.apps[0].health.as_ref().unwrap().timeout.as_secs(), 60);
+    }
+
+    #[test]
+    fn a_missing_secret_names_the_variable_not_a_value() {
+        let text = MINIMAL.replace("PIER_TEST_CONFIG_TOKEN", "PIER_TEST_CONFIG_UNSET");
+        let err = Config::parse(&text, Path::new("."))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("PIER_TEST_CONFIG_UNSET"), "{err}");
+    }
+
+    #[test]
+    fn a_source_without_credentials_is_refused() {
+        let text = MINIMAL.replace("token = \"env:PIER_TEST_CONFIG_TOKEN\"", "");
+        let err = Config::parse(&text, Path::new("."))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("never accepts unauthenticated"), "{err}");
+    }
+
+    #[test]
+    fn an_image_with_a_tag_is_refused() {
+        // SAFETY: only this module's tests set this variable, to the same value.
+        unsafe { std::env::set_var("PIER_TEST_CONFIG_TOKEN", "s3cret") };
+        let text = MINIMAL.replace("demo/web\"", "demo/web:v1\"");
+        let err = Config::parse(&text, Path::new("."))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("without tag"), "{err}");
+    }
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_bytes("1g"), Ok(1 << 30));
+        assert_eq!(parse_bytes("512M"), Ok(512 << 20));
+        assert_eq!(parse_bytes("100"), Ok(100));
+        assert!(parse_bytes("lots").is_err());
+        assert!(parse_bytes("0").is_err());
+    }
+}
+
+#[cfg(test)]
+mod example {
+    use super::*;
+
+    /// The documented example must stay loadable as the code changes.
+    #[test]
+    fn the_example_config_loads() {
+        for name in [
+            "PIER_DATABASE_URL",
+            "PIER_ADMIN_TOKEN",
+            "PIER_REGISTRY_PASSWORD",
+            "PIER_HOOK_TOKEN",
+            "PIER_CI_HMAC",
+            "WEB_SESSION_KEY",
+        ] {
+            // SAFETY: these names are only read by config tests.
+            unsafe { std::env::set_var(name, "x") };
+        }
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/pier.toml");
+        let c = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!c.apps.is_empty() && !c.sources.is_empty());
+    }
+}

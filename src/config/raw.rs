@@ -1,0 +1,310 @@
+//! The file's shape, before secrets are resolved and references checked.
+
+use super::*;
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 8080))
+}
+fn default_workers() -> usize {
+    2
+}
+fn default_lease() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_sweep() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_max_body() -> String {
+    "1m".into()
+}
+fn default_tag() -> String {
+    "latest".into()
+}
+fn default_restart() -> String {
+    "unless-stopped".into()
+}
+fn default_health_timeout() -> Duration {
+    Duration::from_secs(60)
+}
+fn default_stop_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    server: Server,
+    #[serde(default)]
+    registries: Vec<Registry>,
+    #[serde(default)]
+    sources: Vec<Source>,
+    #[serde(default)]
+    apps: Vec<App>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Server {
+    #[serde(default = "default_listen")]
+    listen: SocketAddr,
+    database_url: String,
+    admin_token: Option<String>,
+    docker_host: Option<String>,
+    #[serde(default = "default_workers")]
+    workers: usize,
+    #[serde(default = "default_lease", with = "humantime_serde")]
+    lease: Duration,
+    #[serde(default = "default_sweep", with = "humantime_serde")]
+    sweep_interval: Duration,
+    #[serde(default = "default_max_body")]
+    max_body: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Registry {
+    host: String,
+    #[serde(default)]
+    insecure: bool,
+    username: Option<String>,
+    password: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Source {
+    name: String,
+    kind: SourceKind,
+    token: Option<String>,
+    hmac_secret: Option<String>,
+    signature_header: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Health {
+    path: String,
+    #[serde(default = "default_health_timeout", with = "humantime_serde")]
+    timeout: Duration,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct App {
+    name: String,
+    image: String,
+    #[serde(default = "default_tag")]
+    tag: String,
+    port: u16,
+    publish: Option<SocketAddr>,
+    health: Option<Health>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    memory: Option<String>,
+    cpus: Option<f64>,
+    #[serde(default = "default_restart")]
+    restart: String,
+    #[serde(default)]
+    strategy: Strategy,
+    #[serde(default = "default_stop_timeout", with = "humantime_serde")]
+    stop_timeout: Duration,
+}
+
+fn invalid(msg: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid(msg.into())
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 48
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
+
+impl Config {
+    pub fn resolve(self, base: &Path) -> Result<super::Config, ConfigError> {
+        let s = self.server;
+        if s.workers == 0 {
+            return Err(invalid("server.workers must be at least 1"));
+        }
+        if s.lease < Duration::from_secs(3) {
+            return Err(invalid("server.lease must be at least 3s"));
+        }
+        let server = ServerConfig {
+            listen: s.listen,
+            database_url: Secret::resolve("server.database_url", &s.database_url, base)?,
+            admin_token: s
+                .admin_token
+                .map(|t| Secret::resolve("server.admin_token", &t, base))
+                .transpose()?
+                .filter(|t| !t.expose().is_empty()),
+            docker_host: s.docker_host,
+            workers: s.workers,
+            lease: s.lease,
+            sweep_interval: s.sweep_interval,
+            max_body_bytes: parse_bytes(&s.max_body)
+                .map_err(|e| invalid(format!("server.max_body: {e}")))?
+                as usize,
+        };
+
+        let mut registries = Vec::new();
+        for r in self.registries {
+            let what = format!("registries[{}].password", r.host);
+            registries.push(RegistryConfig {
+                password: r
+                    .password
+                    .map(|p| Secret::resolve(&what, &p, base))
+                    .transpose()?,
+                host: r.host,
+                insecure: r.insecure,
+                username: r.username,
+            });
+        }
+
+        let mut sources: Vec<SourceConfig> = Vec::new();
+        for src in self.sources {
+            if !valid_name(&src.name) {
+                return Err(invalid(format!(
+                    "source name `{}`: use lower-case letters, digits, - and _",
+                    src.name
+                )));
+            }
+            if sources.iter().any(|o| o.name == src.name) {
+                return Err(invalid(format!("source `{}` is defined twice", src.name)));
+            }
+            let token = src
+                .token
+                .map(|t| Secret::resolve(&format!("sources.{}.token", src.name), &t, base))
+                .transpose()?;
+            let hmac_secret = src
+                .hmac_secret
+                .map(|t| Secret::resolve(&format!("sources.{}.hmac_secret", src.name), &t, base))
+                .transpose()?;
+            let empty = |s: &Option<Secret>| s.as_ref().is_none_or(|s| s.expose().is_empty());
+            match src.kind {
+                SourceKind::Distribution if empty(&token) && empty(&hmac_secret) => {
+                    return Err(invalid(format!(
+                        "source `{}`: a distribution source needs `token` or `hmac_secret`; \
+                         Pier never accepts unauthenticated webhooks",
+                        src.name
+                    )));
+                }
+                SourceKind::Generic if empty(&hmac_secret) => {
+                    return Err(invalid(format!(
+                        "source `{}`: a generic source needs `hmac_secret`",
+                        src.name
+                    )));
+                }
+                _ => {}
+            }
+            let default_header = match src.kind {
+                SourceKind::Distribution => "X-Hub-Signature-256",
+                SourceKind::Generic => "X-Pier-Signature",
+            };
+            sources.push(SourceConfig {
+                name: src.name,
+                kind: src.kind,
+                token: token.filter(|t| !t.expose().is_empty()),
+                hmac_secret: hmac_secret.filter(|t| !t.expose().is_empty()),
+                signature_header: src
+                    .signature_header
+                    .unwrap_or_else(|| default_header.to_owned()),
+            });
+        }
+
+        let mut apps: Vec<AppConfig> = Vec::new();
+        for a in self.apps {
+            if !valid_name(&a.name) {
+                return Err(invalid(format!(
+                    "app name `{}`: use lower-case letters, digits, - and _",
+                    a.name
+                )));
+            }
+            if apps.iter().any(|o| o.name == a.name) {
+                return Err(invalid(format!("app `{}` is defined twice", a.name)));
+            }
+            if a.image.contains('@') || a.image.rsplit('/').next().is_some_and(|l| l.contains(':'))
+            {
+                return Err(invalid(format!(
+                    "app `{}`: image `{}` must be a repository without tag or digest; \
+                     put the tag in `tag`",
+                    a.name, a.image
+                )));
+            }
+            if !a.image.contains('/') {
+                return Err(invalid(format!(
+                    "app `{}`: image `{}` must name its registry host, e.g. \
+                     127.0.0.1:5000/{}",
+                    a.name, a.image, a.image
+                )));
+            }
+            if a.health.is_some() && a.publish.is_none() {
+                return Err(invalid(format!(
+                    "app `{}`: an HTTP health check needs `publish`",
+                    a.name
+                )));
+            }
+            if let Some(h) = &a.health
+                && !h.path.starts_with('/')
+            {
+                return Err(invalid(format!(
+                    "app `{}`: health.path must start with /",
+                    a.name
+                )));
+            }
+            if let Some(c) = a.cpus
+                && !(c > 0.0 && c <= 1024.0)
+            {
+                return Err(invalid(format!("app `{}`: cpus must be > 0", a.name)));
+            }
+            if !["no", "always", "on-failure", "unless-stopped"].contains(&a.restart.as_str()) {
+                return Err(invalid(format!(
+                    "app `{}`: restart must be no, always, on-failure or unless-stopped",
+                    a.name
+                )));
+            }
+            let mut env = BTreeMap::new();
+            for (k, v) in a.env {
+                let what = format!("apps.{}.env.{k}", a.name);
+                env.insert(k, Secret::resolve(&what, &v, base)?);
+            }
+            let memory_bytes = a
+                .memory
+                .map(|m| parse_bytes(&m))
+                .transpose()
+                .map_err(|e| invalid(format!("app `{}`: memory: {e}", a.name)))?;
+            apps.push(AppConfig {
+                name: a.name,
+                image: a.image,
+                tag: a.tag,
+                port: a.port,
+                publish: a.publish,
+                health: a.health.map(|h| HealthConfig {
+                    path: h.path,
+                    timeout: h.timeout,
+                }),
+                env,
+                memory_bytes,
+                cpus: a.cpus,
+                restart: a.restart,
+                strategy: a.strategy,
+                stop_timeout: a.stop_timeout,
+            });
+        }
+        for r in &registries {
+            if r.username.is_some() != r.password.is_some() {
+                return Err(invalid(format!(
+                    "registry `{}`: give both username and password, or neither",
+                    r.host
+                )));
+            }
+        }
+        Ok(super::Config {
+            server,
+            registries,
+            sources,
+            apps,
+        })
+    }
+}
