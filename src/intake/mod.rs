@@ -335,7 +335,7 @@ mod tests {
     #[test]
     fn retries_share_a_key_and_events_without_ids_have_none() {
         let a = event(None, "demo/web", Some("main"));
-        assert_eq!(event_key(&[a.clone()]).as_deref(), Some("e"));
+        assert_eq!(event_key(std::slice::from_ref(&a)).as_deref(), Some("e"));
         let mut b = a.clone();
         b.event_id = Some("f".into());
         assert_eq!(event_key(&[a.clone(), b]).as_deref(), Some("e,f"));
