@@ -61,7 +61,13 @@ pub(super) async fn receive(
         Err(IntakeError::Store(_)) => "unavailable",
         Err(_) => "rejected",
     };
-    metrics::counter!("pier_webhooks_total", "source" => source.clone(), "result" => label)
+    // Only configured names become label values: random paths must not grow the metrics.
+    let source_label = if s.config.source(&source).is_some() {
+        source.clone()
+    } else {
+        "unknown".to_owned()
+    };
+    metrics::counter!("pier_webhooks_total", "source" => source_label, "result" => label)
         .increment(1);
     match result {
         Ok(accepted) => {
