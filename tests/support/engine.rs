@@ -80,42 +80,14 @@ impl Engine {
     /// Creates and starts a container of `image` labelled `pier.managed=true` and
     /// `pier.app=<app>`, container port 8080 published on `publish`. Returns its id.
     pub async fn run_labelled(&self, app: &str, image: &str, publish: SocketAddr) -> String {
-        let bindings = std::collections::HashMap::from([(
-            "8080/tcp".to_owned(),
-            Some(vec![PortBinding {
-                host_ip: Some(publish.ip().to_string()),
-                host_port: Some(publish.port().to_string()),
-            }]),
-        )]);
-        let labels = std::collections::HashMap::from([
-            ("pier.managed".to_owned(), "true".to_owned()),
-            ("pier.app".to_owned(), app.to_owned()),
-            ("pier.test".to_owned(), "true".to_owned()),
-        ]);
-        let created = self
-            .docker
-            .create_container(
-                Some(CreateContainerOptions {
-                    name: Some(format!("{app}-{}", random_hex(6))),
-                    ..Default::default()
-                }),
-                ContainerCreateBody {
-                    image: Some(image.to_owned()),
-                    labels: Some(labels),
-                    host_config: Some(HostConfig {
-                        port_bindings: Some(bindings),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                },
-            )
-            .await
-            .unwrap_or_else(|e| panic!("create container of {image}: {e}"));
+        let id = self
+            .create_labelled(app, &[("pier.test", "true")], image, publish)
+            .await;
         self.docker
-            .start_container(&created.id, None)
+            .start_container(&id, None)
             .await
-            .unwrap_or_else(|e| panic!("start container {}: {e}", created.id));
-        created.id
+            .unwrap_or_else(|e| panic!("start container {id}: {e}"));
+        id
     }
 
     /// Creates (does not start) a container as Pier's `create` step would for deployment
@@ -128,6 +100,19 @@ impl Engine {
         image: &str,
         publish: SocketAddr,
     ) -> String {
+        let labels = [("pier.deployment", deployment), ("pier.digest", digest)];
+        self.create_labelled(app, &labels, image, publish).await
+    }
+
+    /// Creates a container of `app` (`pier.managed`, `pier.app` and `extra` labels) with
+    /// container port 8080 published on `publish`.
+    async fn create_labelled(
+        &self,
+        app: &str,
+        extra: &[(&str, &str)],
+        image: &str,
+        publish: SocketAddr,
+    ) -> String {
         let bindings = std::collections::HashMap::from([(
             "8080/tcp".to_owned(),
             Some(vec![PortBinding {
@@ -135,12 +120,11 @@ impl Engine {
                 host_port: Some(publish.port().to_string()),
             }]),
         )]);
-        let labels = std::collections::HashMap::from([
+        let mut labels = std::collections::HashMap::from([
             ("pier.managed".to_owned(), "true".to_owned()),
             ("pier.app".to_owned(), app.to_owned()),
-            ("pier.deployment".to_owned(), deployment.to_owned()),
-            ("pier.digest".to_owned(), digest.to_owned()),
         ]);
+        labels.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         self.docker
             .create_container(
                 Some(CreateContainerOptions {
