@@ -396,9 +396,9 @@ async fn orphans_are_removed_at_start_up_and_the_removal_is_recorded() {
     env.cleanup().await;
 }
 
-#[tokio::test]
-async fn a_serving_container_removed_behind_piers_back_is_redeployed() {
-    let mut env = TestEnv::builder()
+/// v1 serves, deployed from a push; reconciliation sweeps every second.
+async fn serving_v1_with_fast_sweeps() -> (TestEnv, String, String, serde_json::Value) {
+    let env = TestEnv::builder()
         .server_toml("sweep_interval = \"1s\"")
         .start()
         .await;
@@ -406,6 +406,12 @@ async fn a_serving_container_removed_behind_piers_back_is_redeployed() {
     let v1 = env.push(&TestImage::healthy("v1"), "main").await;
     env.wait_app_version("v1", DEPLOY).await;
     let first = env.latest_final_of(&app, &[], DEPLOY).await;
+    (env, app, v1, first)
+}
+
+#[tokio::test]
+async fn a_serving_container_removed_behind_piers_back_is_redeployed() {
+    let (mut env, app, v1, first) = serving_v1_with_fast_sweeps().await;
     env.engine.remove_app_containers(&app).await;
     let again = env
         .latest_final_of(&app, &[first["id"].as_str().unwrap()], DEPLOY)
@@ -421,14 +427,7 @@ async fn a_serving_container_removed_behind_piers_back_is_redeployed() {
 
 #[tokio::test]
 async fn a_serving_container_that_cannot_be_restored_is_tried_once_not_every_sweep() {
-    let env = TestEnv::builder()
-        .server_toml("sweep_interval = \"1s\"")
-        .start()
-        .await;
-    let app = env.app().to_owned();
-    let v1 = env.push(&TestImage::healthy("v1"), "main").await;
-    env.wait_app_version("v1", DEPLOY).await;
-    let first = env.latest_final_of(&app, &[], DEPLOY).await;
+    let (env, app, v1, first) = serving_v1_with_fast_sweeps().await;
     // The image is gone from the registry and from the engine, and so is the container.
     assert_eq!(env.registry().delete_manifest(env.repo(), &v1).await, 202);
     env.engine.remove_app_containers(&app).await;
