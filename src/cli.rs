@@ -25,6 +25,16 @@ pub struct Cli {
         default_value = "pier.toml"
     )]
     pub config: PathBuf,
+    /// Log lines as text, or one JSON object per line (with the request, deployment and
+    /// step they belong to).
+    #[arg(
+        long,
+        global = true,
+        env = "PIER_LOG_FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    pub log_format: crate::serve::LogFormat,
     #[command(subcommand)]
     pub command: Command,
 }

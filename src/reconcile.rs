@@ -16,7 +16,9 @@ use uuid::Uuid;
 
 use crate::config::Config;
 use crate::engine::{Engine, EngineError, LABEL_APP, LABEL_DEPLOYMENT};
-use crate::store::{DeploymentState, Enqueued, NewDeployment, Store, StoreError, Trigger};
+use crate::store::{
+    DeploymentState, Enqueued, NewDeployment, ReconcileKind, Store, StoreError, Trigger,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
@@ -68,9 +70,7 @@ pub async fn reconcile(
         let deployment = c
             .label(LABEL_DEPLOYMENT)
             .and_then(|d| Uuid::parse_str(d).ok());
-        let state = deployment
-            .and_then(|d| states.get(&d))
-            .and_then(|s| DeploymentState::parse(s));
+        let state = deployment.and_then(|d| states.get(&d)).copied();
         match state {
             Some(s) if !s.is_final() => {}
             Some(s) => {
@@ -83,7 +83,13 @@ pub async fn reconcile(
                 );
                 tracing::info!(%app, container = %c.id, "{detail}");
                 store
-                    .record_reconcile(app, "removed_orphan", Some(&c.id), deployment, &detail)
+                    .record_reconcile(
+                        app,
+                        ReconcileKind::RemovedOrphan,
+                        Some(&c.id),
+                        deployment,
+                        &detail,
+                    )
                     .await?;
                 out.removed.push(c.id.clone());
             }
@@ -113,9 +119,9 @@ pub async fn reconcile(
             .await?
             .into_iter()
             .next();
-        if latest.is_some_and(|d| {
-            d.trigger == Trigger::Reconcile.as_str() && d.state() == DeploymentState::Failed
-        }) {
+        if latest
+            .is_some_and(|d| d.trigger == Trigger::Reconcile && d.state == DeploymentState::Failed)
+        {
             out.warnings.push(format!(
                 "{}: serving container is gone and restoring it failed; waiting for a push or a redeploy",
                 app.name
@@ -142,7 +148,7 @@ pub async fn reconcile(
             store
                 .record_reconcile(
                     &app.name,
-                    "requeued_missing",
+                    ReconcileKind::RequeuedMissing,
                     Some(&generation.container_id),
                     Some(id),
                     &detail,

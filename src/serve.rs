@@ -1,29 +1,49 @@
 //! Start-up: connect, migrate, then the HTTP server and the workers side by side under one
 //! shutdown signal.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::Context as _;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use metrics_exporter_prometheus::PrometheusHandle;
+
+use crate::backoff::Backoff;
 use crate::config::Config;
-use crate::engine::Engine;
-use crate::pipeline::Context;
+use crate::engine::{Engine, EngineView};
+use crate::pipeline::{Context, error_chain};
 use crate::registry::Registry;
 use crate::store::Store;
 use crate::web::{self, AppState};
-use crate::worker::{self, Workers};
+use crate::worker::{self, Signals, Workers};
 
-pub fn init_tracing() {
+/// How log lines are written: human-readable text, or one JSON object per line for a log
+/// collector. Colour codes only when the output is a terminal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+pub fn init_tracing(format: LogFormat) {
+    use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("pier=info,warn"));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_target(false)
-        .init();
+        .with_target(false);
+    match format {
+        LogFormat::Text => builder.with_ansi(std::io::stdout().is_terminal()).init(),
+        LogFormat::Json => builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .init(),
+    }
 }
 
 /// Exactly one TLS crypto provider: oci-client's reqwest brings aws-lc-rs.
@@ -42,8 +62,8 @@ pub struct Parts {
 pub async fn connect(config: Config, migrate: bool) -> anyhow::Result<Parts> {
     install_crypto_provider();
     let store = Store::connect_lazy(config.server.database_url.expose()).context("database url")?;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let mut delay = Duration::from_millis(100);
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2))
+        .within(Duration::from_secs(30));
     loop {
         let res = if migrate {
             store.migrate().await
@@ -52,10 +72,9 @@ pub async fn connect(config: Config, migrate: bool) -> anyhow::Result<Parts> {
         };
         match res {
             Ok(()) => break,
-            Err(e) if e.is_unavailable() && tokio::time::Instant::now() < deadline => {
-                tracing::warn!(error = %e, "database not reachable yet; retrying");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(2));
+            Err(e) if e.is_unavailable() && !backoff.expired() => {
+                tracing::warn!(error = %error_chain(&e), "database not reachable yet; retrying");
+                backoff.wait().await;
             }
             Err(e) => {
                 return Err(e).context(if migrate {
@@ -76,11 +95,37 @@ pub async fn connect(config: Config, migrate: bool) -> anyhow::Result<Parts> {
     })
 }
 
-/// `pier serve` (HTTP and workers) or `pier worker` (workers only).
+/// `pier serve` (HTTP and workers) or `pier worker` (workers only), until SIGTERM or
+/// Ctrl-C.
 pub async fn run(config: Config, http: bool) -> anyhow::Result<()> {
-    let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
-        .install_recorder()
-        .ok();
+    let listener = match http {
+        true => Some(
+            tokio::net::TcpListener::bind(config.server.listen)
+                .await
+                .with_context(|| format!("listen on {}", config.server.listen))?,
+        ),
+        false => None,
+    };
+    let shutdown = CancellationToken::new();
+    let on_signal = shutdown.clone();
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!(
+            "shutting down: no new claims; finishing or releasing deployments in flight"
+        );
+        on_signal.cancel();
+    });
+    run_until(config, listener, shutdown).await
+}
+
+/// The whole of Pier in this process: the HTTP app on `http` (when given) and the workers,
+/// until `shutdown` fires. Tests start it in-process on a port-0 listener.
+pub async fn run_until(
+    config: Config,
+    http: Option<tokio::net::TcpListener>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let metrics = metrics_handle();
     let Parts {
         config,
         store,
@@ -99,11 +144,27 @@ pub async fn run(config: Config, http: bool) -> anyhow::Result<()> {
         store_patience: Duration::from_secs(120),
         retry_budget: Duration::from_secs(120),
     });
-    let shutdown = CancellationToken::new();
     let (wake_tx, wake_rx) = watch::channel(0u64);
+    let (alive_tx, alive_rx) = watch::channel(false);
+    let liveness_key = worker::liveness_key();
 
     // Before any claim: remove what crashed runs left behind and that nothing will resume.
     run_reconcile(&config, &store, &engine).await;
+
+    // The listener holds this process's liveness lock: it stops only after the workers
+    // have finished or released their deployments, or they would look abandoned.
+    let listener_stop = CancellationToken::new();
+    let listening = tokio::spawn(worker::listen(
+        store.clone(),
+        liveness_key,
+        Signals {
+            wake: wake_tx,
+            alive: alive_tx,
+        },
+        listener_stop.clone(),
+    ));
+
+    let mut tasks = tokio::task::JoinSet::new();
     let (c, s, e, stop) = (
         config.clone(),
         store.clone(),
@@ -111,9 +172,6 @@ pub async fn run(config: Config, http: bool) -> anyhow::Result<()> {
         shutdown.clone(),
     );
     let sweep = config.server.sweep_interval;
-
-    let mut tasks = tokio::task::JoinSet::new();
-    tasks.spawn(worker::listen(store.clone(), wake_tx, shutdown.clone()));
     tasks.spawn(async move {
         loop {
             tokio::select! {
@@ -126,20 +184,19 @@ pub async fn run(config: Config, http: bool) -> anyhow::Result<()> {
         Workers {
             ctx,
             config: config.clone(),
+            liveness_key,
             wake: wake_rx,
+            alive: alive_rx,
             shutdown: shutdown.clone(),
         }
         .run(),
     );
-    if http {
-        let listener = tokio::net::TcpListener::bind(config.server.listen)
-            .await
-            .with_context(|| format!("listen on {}", config.server.listen))?;
+    if let Some(listener) = http {
         tracing::info!(addr = %listener.local_addr()?, "listening");
         let app = web::router(AppState {
             config: config.clone(),
             store,
-            engine,
+            engine: EngineView::new(engine),
             metrics,
         });
         let stop = shutdown.clone();
@@ -153,11 +210,23 @@ pub async fn run(config: Config, http: bool) -> anyhow::Result<()> {
         });
     }
     tracing::info!(workers = config.server.workers, "pier running");
-    shutdown_signal().await;
-    tracing::info!("shutting down: no new claims; finishing or releasing deployments in flight");
-    shutdown.cancel();
+    shutdown.cancelled().await;
     while tasks.join_next().await.is_some() {}
+    listener_stop.cancel();
+    let _ = listening.await;
     Ok(())
+}
+
+/// The process's metrics recorder, installed once however many times Pier starts in it.
+fn metrics_handle() -> Option<PrometheusHandle> {
+    static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            metrics_exporter_prometheus::PrometheusBuilder::new()
+                .install_recorder()
+                .ok()
+        })
+        .clone()
 }
 
 async fn run_reconcile(config: &Config, store: &Store, engine: &Engine) {
@@ -175,7 +244,7 @@ async fn run_reconcile(config: &Config, store: &Store, engine: &Engine) {
             }
         }
         Err(e) => {
-            tracing::warn!(error = %e, "reconciliation failed; it runs again at the next sweep")
+            tracing::warn!(error = %error_chain(&e), "reconciliation failed; it runs again at the next sweep")
         }
     }
 }

@@ -138,6 +138,29 @@ pub enum Strategy {
     Recreate,
 }
 
+/// What the engine does when the app's container exits. Parsed once, at load: a typo is a
+/// config error, never a silent default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum RestartPolicy {
+    No,
+    Always,
+    OnFailure,
+    #[default]
+    UnlessStopped,
+}
+
+impl RestartPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::No => "no",
+            Self::Always => "always",
+            Self::OnFailure => "on-failure",
+            Self::UnlessStopped => "unless-stopped",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HealthConfig {
     pub path: String,
@@ -156,7 +179,7 @@ pub struct AppConfig {
     pub env: BTreeMap<String, Secret>,
     pub memory_bytes: Option<i64>,
     pub cpus: Option<f64>,
-    pub restart: String,
+    pub restart: RestartPolicy,
     pub strategy: Strategy,
     pub stop_timeout: Duration,
 }

@@ -20,9 +20,6 @@ fn default_max_body() -> String {
 fn default_tag() -> String {
     "latest".into()
 }
-fn default_restart() -> String {
-    "unless-stopped".into()
-}
 fn default_health_timeout() -> Duration {
     Duration::from_secs(60)
 }
@@ -102,8 +99,8 @@ struct App {
     env: BTreeMap<String, String>,
     memory: Option<String>,
     cpus: Option<f64>,
-    #[serde(default = "default_restart")]
-    restart: String,
+    #[serde(default)]
+    restart: RestartPolicy,
     #[serde(default)]
     strategy: Strategy,
     #[serde(default = "default_stop_timeout", with = "humantime_serde")]
@@ -257,12 +254,6 @@ impl Config {
                 && !(c > 0.0 && c <= 1024.0)
             {
                 return Err(invalid(format!("app `{}`: cpus must be > 0", a.name)));
-            }
-            if !["no", "always", "on-failure", "unless-stopped"].contains(&a.restart.as_str()) {
-                return Err(invalid(format!(
-                    "app `{}`: restart must be no, always, on-failure or unless-stopped",
-                    a.name
-                )));
             }
             let mut env = BTreeMap::new();
             for (k, v) in a.env {

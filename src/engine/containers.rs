@@ -3,7 +3,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bollard::models::{
-    ContainerCreateBody, HostConfig, PortBinding, RestartPolicy, RestartPolicyNameEnum,
+    ContainerCreateBody, HostConfig, PortBinding, RestartPolicy as EngineRestartPolicy,
+    RestartPolicyNameEnum,
 };
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, ListContainersOptionsBuilder, LogsOptionsBuilder,
@@ -13,6 +14,7 @@ use futures_util::StreamExt;
 use serde::Serialize;
 
 use super::{Engine, Result, err, label_filters, status_of};
+use crate::config::RestartPolicy;
 
 /// Everything the `create` step asks of the engine.
 #[derive(Debug, Clone)]
@@ -26,7 +28,7 @@ pub struct ContainerSpec {
     pub publish: Option<SocketAddr>,
     pub memory_bytes: Option<i64>,
     pub nano_cpus: Option<i64>,
-    pub restart: String,
+    pub restart: RestartPolicy,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -87,11 +89,11 @@ impl Engine {
                 }]),
             )])
         });
-        let restart = match spec.restart.as_str() {
-            "no" => RestartPolicyNameEnum::NO,
-            "always" => RestartPolicyNameEnum::ALWAYS,
-            "on-failure" => RestartPolicyNameEnum::ON_FAILURE,
-            _ => RestartPolicyNameEnum::UNLESS_STOPPED,
+        let restart = match spec.restart {
+            RestartPolicy::No => RestartPolicyNameEnum::NO,
+            RestartPolicy::Always => RestartPolicyNameEnum::ALWAYS,
+            RestartPolicy::OnFailure => RestartPolicyNameEnum::ON_FAILURE,
+            RestartPolicy::UnlessStopped => RestartPolicyNameEnum::UNLESS_STOPPED,
         };
         let body = ContainerCreateBody {
             image: Some(spec.image.clone()),
@@ -100,7 +102,7 @@ impl Engine {
             exposed_ports: Some(vec![port_key]),
             host_config: Some(HostConfig {
                 port_bindings,
-                restart_policy: Some(RestartPolicy {
+                restart_policy: Some(EngineRestartPolicy {
                     name: Some(restart),
                     maximum_retry_count: None,
                 }),

@@ -2,6 +2,7 @@
 //! pipeline needs; "not found" is a value, not an error, because replays depend on it.
 
 mod containers;
+mod view;
 
 use std::collections::HashMap;
 
@@ -13,6 +14,7 @@ use futures_util::StreamExt;
 
 use crate::registry::Platform;
 pub use containers::{ContainerFacts, ContainerSpec, Health, Removed, Stopped};
+pub use view::EngineView;
 
 pub const LABEL_MANAGED: &str = "pier.managed";
 pub const LABEL_APP: &str = "pier.app";
@@ -50,9 +52,10 @@ fn err(action: impl Into<String>, e: DockerError) -> EngineError {
             action,
             message: error,
         },
+        // Keep the causes (connection refused, timed out, ...), not just the outer words.
         other => EngineError::Unavailable {
             action,
-            message: other.to_string(),
+            message: crate::pipeline::error_chain(&other),
         },
     }
 }

@@ -7,9 +7,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::image::VerifiedImage;
-use super::journal::{Begun, IntentCheck};
-use super::{PipelineError, Run, Step, StepError};
+use super::{PipelineError, Run, Step, StepError, error_chain};
 use crate::config::Origin;
 use crate::engine::{
     ContainerSpec, LABEL_APP, LABEL_DEPLOYMENT, LABEL_DIGEST, LABEL_MANAGED, Removed, Stopped,
@@ -28,7 +26,7 @@ struct CreateIntent<'a> {
     publish: Option<SocketAddr>,
     memory_bytes: Option<i64>,
     nano_cpus: Option<i64>,
-    restart: &'a str,
+    restart: &'static str,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -93,7 +91,7 @@ fn short(ids: &[String]) -> String {
         .join(", ")
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 struct RollbackIntent {
     candidates: Vec<String>,
     restore: Vec<String>,
@@ -131,17 +129,13 @@ impl Run<'_> {
             publish: self.app.publish,
             memory_bytes: self.app.memory_bytes,
             nano_cpus: self.app.cpus.map(|c| (c * 1e9) as i64),
-            restart: self.app.restart.clone(),
+            restart: self.app.restart,
         }
     }
 
     /// Journaled in its own committed write before anything starts it, so a crash cannot
     /// leave an untracked container; a replay adopts the container its label names.
-    pub(super) async fn create(
-        &self,
-        r: &Resolved,
-        _image: &VerifiedImage,
-    ) -> Result<Candidate, PipelineError> {
+    pub(super) async fn create(&self, r: &Resolved) -> Result<Candidate, PipelineError> {
         let spec = self.spec(r);
         let env_sha256 = hex::encode(Sha256::digest(spec.env.join("\n").as_bytes()));
         let intent = CreateIntent {
@@ -153,44 +147,30 @@ impl Run<'_> {
             publish: spec.publish,
             memory_bytes: spec.memory_bytes,
             nano_cpus: spec.nano_cpus,
-            restart: &spec.restart,
+            restart: spec.restart.as_str(),
         };
-        if let Begun::Done(c) = self
-            .begin::<Candidate>(Step::Create, &intent, IntentCheck::Strict)
-            .await?
-        {
-            return Ok(c);
-        }
-        let res = self
-            .retrying(Step::Create, || async {
-                let dep = self.dep.id.to_string();
-                let existing = self
-                    .ctx
-                    .engine
-                    .managed_containers(Some(&self.app.name), Some(&dep))
-                    .await?;
-                if let Some(c) = existing.into_iter().next() {
-                    return Ok(Candidate {
-                        id: c.id,
-                        name: c.name,
-                        adopted: true,
-                    });
-                }
-                let id = self.ctx.engine.create_container(&spec).await?;
-                Ok(Candidate {
-                    id,
-                    name: spec.name.clone(),
-                    adopted: false,
-                })
-            })
-            .await;
-        match res {
-            Ok(c) => {
-                self.succeed(Step::Create, &c).await?;
-                Ok(c)
+        self.step(Step::Create, &intent, || async {
+            let dep = self.dep.id.to_string();
+            let existing = self
+                .ctx
+                .engine
+                .managed_containers(Some(&self.app.name), Some(&dep))
+                .await?;
+            if let Some(c) = existing.into_iter().next() {
+                return Ok(Candidate {
+                    id: c.id,
+                    name: c.name,
+                    adopted: true,
+                });
             }
-            Err(e) => Err(self.failed(Step::Create, e).await),
-        }
+            let id = self.ctx.engine.create_container(&spec).await?;
+            Ok(Candidate {
+                id,
+                name: spec.name.clone(),
+                adopted: false,
+            })
+        })
+        .await
     }
 
     /// `recreate` frees the fixed host port: the serving generation is stopped (kept, not
@@ -203,32 +183,20 @@ impl Run<'_> {
             Ok(o) => o,
             Err(e) => return Err(self.failed_before_begin(Step::StopOld, e).await),
         };
-        let plan = match self
-            .begin::<OldGeneration>(Step::StopOld, &observed, IntentCheck::Recorded)
-            .await?
-        {
-            Begun::Done(o) => return Ok(o),
-            Begun::Fresh => observed,
-            Begun::Resumed(recorded) => serde_json::from_value(recorded)
-                .map_err(|e| PipelineError::Journal(format!("stop_old intent: {e}")))?,
-        };
-        for id in &plan.running {
-            let res = self
-                .retrying(Step::StopOld, || async {
-                    Ok(self
-                        .ctx
-                        .engine
-                        .stop_container(id, self.app.stop_timeout)
-                        .await?)
-                })
-                .await;
-            match res {
-                Ok(Stopped::Stopped | Stopped::WasNotRunning | Stopped::Gone) => {}
-                Err(e) => return Err(self.failed(Step::StopOld, e).await),
+        self.observed_step(Step::StopOld, observed, |plan: OldGeneration| async move {
+            for id in &plan.running {
+                match self
+                    .ctx
+                    .engine
+                    .stop_container(id, self.app.stop_timeout)
+                    .await?
+                {
+                    Stopped::Stopped | Stopped::WasNotRunning | Stopped::Gone => {}
+                }
             }
-        }
-        self.succeed(Step::StopOld, &plan).await?;
-        Ok(plan)
+            Ok(plan.clone())
+        })
+        .await
     }
 
     async fn observe_old(&self, candidate: &Candidate) -> Result<OldGeneration, StepError> {
@@ -248,35 +216,12 @@ impl Run<'_> {
         Ok(old)
     }
 
-    /// An error while observing, before the step's intent exists: journal the step as begun
-    /// and failed so that the timeline shows where it stopped.
-    async fn failed_before_begin(&self, step: Step, e: StepError) -> PipelineError {
-        if let Err(p) = self
-            .begin::<serde_json::Value>(step, &serde_json::json!({}), IntentCheck::Recorded)
-            .await
-        {
-            return p;
-        }
-        self.failed(step, e).await
-    }
-
     pub(super) async fn start(&self, candidate: &Candidate) -> Result<(), PipelineError> {
         let intent = serde_json::json!({ "container": candidate.id });
-        if let Begun::Done(()) = self
-            .begin::<()>(Step::Start, &intent, IntentCheck::Strict)
-            .await?
-        {
-            return Ok(());
-        }
-        let res = self
-            .retrying(Step::Start, || async {
-                Ok(self.ctx.engine.start_container(&candidate.id).await?)
-            })
-            .await;
-        match res {
-            Ok(()) => self.succeed(Step::Start, &()).await,
-            Err(e) => Err(self.failed(Step::Start, e).await),
-        }
+        self.step(Step::Start, &intent, || async {
+            Ok(self.ctx.engine.start_container(&candidate.id).await?)
+        })
+        .await
     }
 
     /// The new generation serves: the old containers are removed. A container already gone
@@ -290,22 +235,20 @@ impl Run<'_> {
         let mut ids: Vec<String> = old.running.iter().chain(&old.idle).cloned().collect();
         ids.retain(|i| i != &candidate.id);
         let intent = serde_json::json!({ "containers": ids });
-        if let Begun::Done(r) = self
-            .begin::<Retired>(Step::Retire, &intent, IntentCheck::Strict)
-            .await?
-        {
-            return Ok(r);
-        }
-        let mut retired = Retired::default();
-        for id in ids {
-            match self.ctx.engine.remove_container(&id).await {
-                Ok(Removed::Removed) => retired.removed.push(id),
-                Ok(Removed::AlreadyGone) => retired.already_gone.push(id),
-                Err(e) => retired.warnings.push(format!("remove {id}: {e}")),
+        self.step(Step::Retire, &intent, || async {
+            let mut retired = Retired::default();
+            for id in &ids {
+                match self.ctx.engine.remove_container(id).await {
+                    Ok(Removed::Removed) => retired.removed.push(id.clone()),
+                    Ok(Removed::AlreadyGone) => retired.already_gone.push(id.clone()),
+                    Err(e) => retired
+                        .warnings
+                        .push(format!("remove {id}: {}", error_chain(&e))),
+                }
             }
-        }
-        self.succeed(Step::Retire, &retired).await?;
-        Ok(retired)
+            Ok(retired)
+        })
+        .await
     }
 
     /// Undoes a failed deployment: removes every container of this deployment (by the
@@ -315,19 +258,25 @@ impl Run<'_> {
         let steps = self
             .store_retry(|| self.ctx.store.steps(self.dep.id))
             .await?;
-        let find = |s: Step| steps.iter().find(|r| r.step == s.as_str());
-        if find(Step::Switch).is_some_and(|r| r.state() == StepState::Succeeded) {
+        let find = |s: Step| steps.iter().find(|r| r.step == s);
+        if find(Step::Switch).is_some_and(|r| r.state == StepState::Succeeded) {
             return Ok(RolledBack {
                 warnings: vec!["new generation already switched; nothing rolled back".into()],
                 ..Default::default()
             });
         }
+        // What this deployment created and what it stopped, read from its journal. An entry
+        // that does not decode fails the rollback loudly: guessing "nothing to restore"
+        // would leave the app down while the record says all is well.
+        let mut candidates: Vec<String> = match find(Step::Create).and_then(|r| r.result.clone()) {
+            Some(v) => vec![
+                serde_json::from_value::<Candidate>(v)
+                    .map_err(|e| PipelineError::journal(Step::Create, "result", e))?
+                    .id,
+            ],
+            None => vec![],
+        };
         let dep = self.dep.id.to_string();
-        let mut candidates: Vec<String> = find(Step::Create)
-            .and_then(|r| r.result.clone())
-            .and_then(|v| serde_json::from_value::<Candidate>(v).ok())
-            .map(|c| vec![c.id])
-            .unwrap_or_default();
         let labelled = self
             .ctx
             .engine
@@ -335,17 +284,21 @@ impl Run<'_> {
             .await
             .map_err(|e| PipelineError::Failed {
                 step: Step::Rollback,
-                reason: e.to_string(),
+                source: e.into(),
             })?;
         for c in labelled {
             if !candidates.contains(&c.id) {
                 candidates.push(c.id);
             }
         }
-        let restore: Vec<String> = find(Step::StopOld)
-            .and_then(|r| serde_json::from_value::<OldGeneration>(r.intent.clone()).ok())
-            .map(|o| o.running)
-            .unwrap_or_default();
+        let restore: Vec<String> = match find(Step::StopOld) {
+            Some(r) if r.intent != serde_json::json!({}) => {
+                serde_json::from_value::<OldGeneration>(r.intent.clone())
+                    .map_err(|e| PipelineError::journal(Step::StopOld, "intent", e))?
+                    .running
+            }
+            _ => vec![],
+        };
         let intent = RollbackIntent {
             candidates,
             restore,
@@ -356,41 +309,37 @@ impl Run<'_> {
         {
             return Ok(RolledBack::default());
         }
-        let plan = match self
-            .begin::<RolledBack>(Step::Rollback, &intent, IntentCheck::Recorded)
-            .await?
-        {
-            Begun::Done(r) => return Ok(r),
-            Begun::Fresh => intent,
-            Begun::Resumed(recorded) => serde_json::from_value(recorded)
-                .map_err(|e| PipelineError::Journal(format!("rollback intent: {e}")))?,
-        };
-        let mut out = RolledBack::default();
-        for id in &plan.candidates {
-            if out.logs.is_none() {
-                out.logs = self
-                    .ctx
-                    .engine
-                    .logs_tail(id, 30)
-                    .await
-                    .ok()
-                    .filter(|l| !l.is_empty())
-                    .map(|l| self.redact(&l));
+        self.observed_step(Step::Rollback, intent, |plan: RollbackIntent| async move {
+            let mut out = RolledBack::default();
+            for id in &plan.candidates {
+                if out.logs.is_none() {
+                    out.logs = self
+                        .ctx
+                        .engine
+                        .logs_tail(id, 30)
+                        .await
+                        .ok()
+                        .filter(|l| !l.is_empty())
+                        .map(|l| self.redact(&l));
+                }
+                match self.ctx.engine.remove_container(id).await {
+                    Ok(_) => out.removed_candidates.push(id.clone()),
+                    Err(e) => out
+                        .warnings
+                        .push(format!("remove candidate {id}: {}", error_chain(&e))),
+                }
             }
-            match self.ctx.engine.remove_container(id).await {
-                Ok(_) => out.removed_candidates.push(id.clone()),
-                Err(e) => out.warnings.push(format!("remove candidate {id}: {e}")),
+            for id in &plan.restore {
+                match self.ctx.engine.start_container(id).await {
+                    Ok(()) => out.restarted.push(id.clone()),
+                    Err(e) => out.warnings.push(format!(
+                        "restart previous generation {id}: {}",
+                        error_chain(&e)
+                    )),
+                }
             }
-        }
-        for id in &plan.restore {
-            match self.ctx.engine.start_container(id).await {
-                Ok(()) => out.restarted.push(id.clone()),
-                Err(e) => out
-                    .warnings
-                    .push(format!("restart previous generation {id}: {e}")),
-            }
-        }
-        self.succeed(Step::Rollback, &out).await?;
-        Ok(out)
+            Ok(out)
+        })
+        .await
     }
 }

@@ -6,10 +6,12 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use super::container::Candidate;
-use super::journal::{Begun, IntentCheck};
+use super::image::VerifiedImage;
 use super::{PipelineError, Run, Step, StepError};
+use crate::backoff::Backoff;
 use crate::engine::Health;
 use crate::registry::Resolved;
+use crate::store::GenerationSwitch;
 
 /// How the candidate is judged healthy.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -68,39 +70,21 @@ impl Run<'_> {
         }
     }
 
-    pub(super) async fn health(&self, candidate: &Candidate) -> Result<Healthy, PipelineError> {
+    pub(super) async fn health(
+        &self,
+        candidate: &Candidate,
+        image: &VerifiedImage,
+    ) -> Result<Healthy, PipelineError> {
         let mut probe = self.probe();
-        if probe == Probe::Running {
-            let verified = self
-                .ctx
-                .store
-                .step(self.dep.id, Step::Verify.as_str())
-                .await
-                .ok()
-                .flatten();
-            let has_hc = verified
-                .and_then(|r| r.result)
-                .and_then(|v| v.get("has_healthcheck").and_then(|b| b.as_bool()))
-                .unwrap_or(false);
-            if has_hc {
-                probe = Probe::Healthcheck {
-                    timeout_ms: 120_000,
-                };
-            }
+        if probe == Probe::Running && image.has_healthcheck {
+            probe = Probe::Healthcheck {
+                timeout_ms: 120_000,
+            };
         }
-        if let Begun::Done(h) = self
-            .begin::<Healthy>(Step::Health, &probe, IntentCheck::Strict)
-            .await?
-        {
-            return Ok(h);
-        }
-        match self.wait_healthy(&probe, &candidate.id).await {
-            Ok(h) => {
-                self.succeed(Step::Health, &h).await?;
-                Ok(h)
-            }
-            Err(e) => Err(self.failed(Step::Health, e).await),
-        }
+        self.step(Step::Health, &probe, || {
+            self.wait_healthy(&probe, &candidate.id)
+        })
+        .await
     }
 
     async fn wait_healthy(&self, probe: &Probe, id: &str) -> Result<Healthy, StepError> {
@@ -111,9 +95,8 @@ impl Run<'_> {
             }
             Probe::Running => Duration::from_secs(10),
         };
-        let deadline = started + timeout;
         let client = &self.ctx.http;
-        let mut delay = FIRST_PROBE_DELAY;
+        let mut backoff = Backoff::new(FIRST_PROBE_DELAY, MAX_PROBE_DELAY).within(timeout);
         let mut probes = 0u32;
         let mut last = String::from("no answer yet");
         loop {
@@ -173,14 +156,12 @@ impl Run<'_> {
                     detail,
                 });
             }
-            if Instant::now() + delay > deadline {
+            if !backoff.wait().await {
                 return Err(StepError::Check(format!(
                     "not healthy within {}s: {last}",
                     timeout.as_secs_f32()
                 )));
             }
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(MAX_PROBE_DELAY);
         }
     }
 
@@ -192,25 +173,16 @@ impl Run<'_> {
         candidate: &Candidate,
     ) -> Result<(), PipelineError> {
         let intent = serde_json::json!({ "container": candidate.id, "digest": r.digest });
-        if let Begun::Done(_) = self
-            .begin::<serde_json::Value>(Step::Switch, &intent, IntentCheck::Strict)
-            .await?
-        {
-            return Ok(());
-        }
-        let result = serde_json::json!({ "container": candidate.id, "name": candidate.name });
-        self.store_retry(|| {
-            self.ctx.store.switch_generation(
-                self.dep.id,
-                self.owner,
-                &self.app.name,
-                &r.digest,
-                &candidate.id,
-                &result,
-            )
-        })
-        .await?;
-        crate::faults::crash_point(Step::Switch.as_str(), "after");
+        let generation = GenerationSwitch {
+            app: self.app.name.clone(),
+            digest: r.digest.clone(),
+            container_id: candidate.id.clone(),
+        };
+        let _: serde_json::Value = self
+            .switching_step(Step::Switch, &intent, Some(&generation), || async {
+                Ok(serde_json::json!({ "container": candidate.id, "name": candidate.name }))
+            })
+            .await?;
         Ok(())
     }
 }

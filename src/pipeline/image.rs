@@ -2,9 +2,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::journal::{Begun, IntentCheck};
-use super::{PipelineError, Run, Step, StepError};
 use std::time::Duration;
+
+use super::{PipelineError, Run, Step, StepError};
+use crate::backoff::Backoff;
 
 use crate::registry::{RegistryError, Resolved, Wanted};
 
@@ -53,30 +54,24 @@ impl Run<'_> {
             digest: pinned,
             platform: self.ctx.platform.to_string(),
         };
-        let resolved = match self
-            .begin::<Resolved>(Step::Resolve, &intent, IntentCheck::Strict)
-            .await?
-        {
-            Begun::Done(r) => r,
-            Begun::Fresh | Begun::Resumed(_) => {
-                let wanted = match (pinned, self.dep.requested_tag.as_deref()) {
-                    (Some(d), _) => Wanted::Digest(d),
-                    (None, Some(t)) => Wanted::Tag(t),
-                    (None, None) => Wanted::Tag(&self.app.tag),
-                };
-                let res = self
-                    .retrying(Step::Resolve, || async {
-                        Ok(self.resolve_settled(wanted.clone()).await?)
-                    })
-                    .await;
-                let r = match res {
-                    Ok(r) => r,
-                    Err(e) => return Err(self.failed(Step::Resolve, e).await),
-                };
-                self.succeed(Step::Resolve, &r).await?;
-                r
-            }
+        let wanted = match (pinned, self.dep.requested_tag.as_deref()) {
+            (Some(d), _) => Wanted::Digest(d),
+            (None, Some(t)) => Wanted::Tag(t),
+            (None, None) => Wanted::Tag(&self.app.tag),
         };
+        // What serves now, to tell a tag the registry has not moved yet from one that
+        // moved on; read before the step so that a database error is not a registry one.
+        let serving = self
+            .store_retry(|| self.ctx.store.generation(&self.app.name))
+            .await?
+            .map(|g| g.digest);
+        let resolved = self
+            .step(Step::Resolve, &intent, || async {
+                Ok(self
+                    .resolve_settled(wanted.clone(), serving.as_deref())
+                    .await?)
+            })
+            .await?;
         self.store_retry(|| {
             self.ctx.store.set_resolved(
                 self.dep.id,
@@ -94,25 +89,18 @@ impl Run<'_> {
     /// resolve right after a webhook can still see the previous digest: the one serving.
     /// While the tag names what serves instead of the digest the sender pushed, ask again
     /// for a short while. Any other digest means the tag moved on: that is deployed.
-    async fn resolve_settled(&self, wanted: Wanted<'_>) -> Result<Resolved, RegistryError> {
+    async fn resolve_settled(
+        &self,
+        wanted: Wanted<'_>,
+        serving: Option<&str>,
+    ) -> Result<Resolved, RegistryError> {
         let claim = self
             .dep
             .claimed_digest
             .as_deref()
             .filter(|_| !self.dep.pinned);
-        let serving = match claim {
-            Some(_) => self
-                .ctx
-                .store
-                .generation(&self.app.name)
-                .await
-                .ok()
-                .flatten()
-                .map(|g| g.digest),
-            None => None,
-        };
-        let deadline = tokio::time::Instant::now() + SETTLE;
-        let mut delay = Duration::from_millis(20);
+        let mut settle =
+            Backoff::new(Duration::from_millis(20), Duration::from_millis(500)).within(SETTLE);
         loop {
             let r = self
                 .ctx
@@ -122,18 +110,16 @@ impl Run<'_> {
             let stale = claim.is_some_and(|c| {
                 r.digest != c
                     && r.index_digest.as_deref() != Some(c)
-                    && serving.as_deref() == Some(r.digest.as_str())
+                    && serving == Some(r.digest.as_str())
             });
-            let agrees = !stale;
-            if agrees || tokio::time::Instant::now() + delay > deadline {
-                if !agrees {
-                    tracing::info!(deployment = %self.dep.id, claimed = ?claim, resolved = %r.digest,
-                        "the tag still names the serving digest, not the one the sender pushed");
-                }
+            if !stale {
                 return Ok(r);
             }
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_millis(500));
+            if !settle.wait().await {
+                tracing::info!(claimed = ?claim, resolved = %r.digest,
+                    "the tag still names the serving digest, not the one the sender pushed");
+                return Ok(r);
+            }
         }
     }
 
@@ -142,26 +128,15 @@ impl Run<'_> {
         let intent = ImageIntent {
             reference: &reference,
         };
-        if let Begun::Done(()) = self
-            .begin::<()>(Step::Pull, &intent, IntentCheck::Strict)
-            .await?
-        {
-            return Ok(());
-        }
         let creds = self.ctx.registry.credentials(self.app.registry_host());
-        let res = self
-            .retrying(Step::Pull, || async {
-                Ok(self
-                    .ctx
-                    .engine
-                    .pull(&self.app.image, &r.digest, creds.clone())
-                    .await?)
-            })
-            .await;
-        if let Err(e) = res {
-            return Err(self.failed(Step::Pull, e).await);
-        }
-        self.succeed(Step::Pull, &()).await
+        self.step(Step::Pull, &intent, || async {
+            Ok(self
+                .ctx
+                .engine
+                .pull(&self.app.image, &r.digest, creds.clone())
+                .await?)
+        })
+        .await
     }
 
     /// The engine's own record of the image must name the resolved digest, and the image
@@ -171,51 +146,40 @@ impl Run<'_> {
         let intent = ImageIntent {
             reference: &reference,
         };
-        if let Begun::Done(v) = self
-            .begin::<VerifiedImage>(Step::Verify, &intent, IntentCheck::Strict)
-            .await?
-        {
-            return Ok(v);
-        }
-        let res = self
-            .retrying(Step::Verify, || async {
-                let image = match self.ctx.engine.image(&reference).await? {
-                    Some(image) => image,
-                    // Removed since the pull (a prune, an operator): pull it again, once.
-                    None => {
-                        let creds = self.ctx.registry.credentials(self.app.registry_host());
-                        self.ctx.engine.pull(&self.app.image, &r.digest, creds).await?;
-                        self.ctx.engine.image(&reference).await?.ok_or_else(|| {
-                            StepError::Check(format!("{reference} is not in the engine after the pull"))
-                        })?
-                    }
-                };
-                if !image.repo_digests.iter().any(|d| d == &reference) {
-                    return Err(StepError::Check(format!(
-                        "digest mismatch: the engine's image {} has repo digests [{}], not {reference}",
-                        image.id,
-                        image.repo_digests.join(", ")
-                    )));
+        self.step(Step::Verify, &intent, || async {
+            let image = match self.ctx.engine.image(&reference).await? {
+                Some(image) => image,
+                // Removed since the pull (a prune, an operator): pull it again, once.
+                None => {
+                    let creds = self.ctx.registry.credentials(self.app.registry_host());
+                    self.ctx
+                        .engine
+                        .pull(&self.app.image, &r.digest, creds)
+                        .await?;
+                    self.ctx.engine.image(&reference).await?.ok_or_else(|| {
+                        StepError::Check(format!("{reference} is not in the engine after the pull"))
+                    })?
                 }
-                let want = &self.ctx.platform;
-                if image.platform.os != want.os || image.platform.architecture != want.architecture {
-                    return Err(StepError::Check(format!(
-                        "platform mismatch: image is {}, engine runs {want}",
-                        image.platform
-                    )));
-                }
-                Ok(VerifiedImage {
-                    image_id: image.id,
-                    has_healthcheck: image.has_healthcheck,
-                })
-            })
-            .await;
-        match res {
-            Ok(v) => {
-                self.succeed(Step::Verify, &v).await?;
-                Ok(v)
+            };
+            if !image.repo_digests.iter().any(|d| d == &reference) {
+                return Err(StepError::Check(format!(
+                    "digest mismatch: the engine's image {} has repo digests [{}], not {reference}",
+                    image.id,
+                    image.repo_digests.join(", ")
+                )));
             }
-            Err(e) => Err(self.failed(Step::Verify, e).await),
-        }
+            let want = &self.ctx.platform;
+            if image.platform.os != want.os || image.platform.architecture != want.architecture {
+                return Err(StepError::Check(format!(
+                    "platform mismatch: image is {}, engine runs {want}",
+                    image.platform
+                )));
+            }
+            Ok(VerifiedImage {
+                image_id: image.id,
+                has_healthcheck: image.has_healthcheck,
+            })
+        })
+        .await
     }
 }

@@ -1,15 +1,18 @@
-//! The journal protocol every step follows: intent committed before the side effect,
-//! result after it; a replay sees what was recorded and never swaps parameters.
+//! The journal protocol, and the one runner every step goes through: intent committed
+//! before the side effect, result after it, crash points on both sides, one backoff for
+//! transient errors. A replay sees what was recorded and never swaps parameters.
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use tracing::Instrument;
 
-use super::{PipelineError, Run, Step};
-use crate::store::{StepState, StoreError};
+use super::{PipelineError, Run, Step, StepError, error_chain};
+use crate::backoff::Backoff;
+use crate::store::{GenerationSwitch, StepState, StoreError};
 
 /// Where a step stands when the pipeline reaches it.
-pub enum Begun<T> {
+enum Begun<T> {
     /// First time: the intent is now recorded; do the side effect.
     Fresh,
     /// A crash (or lost lease) interrupted it: the recorded intent is the plan; check the
@@ -21,7 +24,7 @@ pub enum Begun<T> {
 
 /// How a replayed step's recorded intent is compared with the one computed now.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub enum IntentCheck {
+enum IntentCheck {
     /// Derived from config and the deployment: any difference is a conflict.
     Strict,
     /// Observed from the engine when first run (which containers were serving): the
@@ -30,7 +33,102 @@ pub enum IntentCheck {
 }
 
 impl Run<'_> {
-    pub(super) async fn begin<T: DeserializeOwned>(
+    /// Runs a step whose intent follows from the config and the deployment. A replay
+    /// whose intent differs from the recorded one is a conflict.
+    pub(super) async fn step<I, T, F, Fut>(
+        &self,
+        step: Step,
+        intent: &I,
+        effect: F,
+    ) -> Result<T, PipelineError>
+    where
+        I: Serialize,
+        T: Serialize + DeserializeOwned,
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, StepError>>,
+    {
+        self.switching_step(step, intent, None, effect).await
+    }
+
+    /// Like [`Run::step`]; its success also makes `switch` the app's serving generation,
+    /// in the same transaction as the step's result.
+    pub(super) async fn switching_step<I, T, F, Fut>(
+        &self,
+        step: Step,
+        intent: &I,
+        switch: Option<&GenerationSwitch>,
+        effect: F,
+    ) -> Result<T, PipelineError>
+    where
+        I: Serialize,
+        T: Serialize + DeserializeOwned,
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, StepError>>,
+    {
+        let span = tracing::info_span!("step", %step);
+        async {
+            match self.begin::<T>(step, intent, IntentCheck::Strict).await? {
+                Begun::Done(t) => Ok(t),
+                Begun::Fresh | Begun::Resumed(_) => self.effect(step, switch, effect).await,
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Runs a step whose intent was observed on the engine (what served when it began):
+    /// a replay follows the recorded plan, whatever the engine shows now.
+    pub(super) async fn observed_step<I, T, F, Fut>(
+        &self,
+        step: Step,
+        observed: I,
+        effect: F,
+    ) -> Result<T, PipelineError>
+    where
+        I: Serialize + DeserializeOwned + Clone,
+        T: Serialize + DeserializeOwned,
+        F: Fn(I) -> Fut,
+        Fut: Future<Output = Result<T, StepError>>,
+    {
+        let span = tracing::info_span!("step", %step);
+        async {
+            let plan = match self
+                .begin::<T>(step, &observed, IntentCheck::Recorded)
+                .await?
+            {
+                Begun::Done(t) => return Ok(t),
+                Begun::Fresh => observed,
+                Begun::Resumed(recorded) => serde_json::from_value(recorded)
+                    .map_err(|e| PipelineError::journal(step, "intent", e))?,
+            };
+            self.effect(step, None, || effect(plan.clone())).await
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// The side effect, retried while transient, then its result (or failure) journaled.
+    async fn effect<T, F, Fut>(
+        &self,
+        step: Step,
+        switch: Option<&GenerationSwitch>,
+        effect: F,
+    ) -> Result<T, PipelineError>
+    where
+        T: Serialize,
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, StepError>>,
+    {
+        match self.retrying(effect).await {
+            Ok(t) => {
+                self.succeed(step, &t, switch).await?;
+                Ok(t)
+            }
+            Err(e) => Err(self.failed(step, e).await),
+        }
+    }
+
+    async fn begin<T: DeserializeOwned>(
         &self,
         step: Step,
         intent: &impl Serialize,
@@ -38,17 +136,13 @@ impl Run<'_> {
     ) -> Result<Begun<T>, PipelineError> {
         let intent = serde_json::to_value(intent).expect("intents serialize");
         let recorded = self
-            .store_retry(|| self.ctx.store.step(self.dep.id, step.as_str()))
+            .store_retry(|| self.ctx.store.step(self.dep.id, step))
             .await?;
         let Some(rec) = recorded else {
             self.store_retry(|| {
-                self.ctx.store.step_begin(
-                    self.dep.id,
-                    self.owner,
-                    step.as_str(),
-                    &intent,
-                    self.dep.attempt,
-                )
+                self.ctx
+                    .store
+                    .step_begin(self.dep.id, self.owner, step, &intent, self.dep.attempt)
             })
             .await?;
             crate::faults::crash_point(step.as_str(), "before");
@@ -61,57 +155,74 @@ impl Run<'_> {
                 now: intent,
             });
         }
-        match rec.state() {
+        match rec.state {
             StepState::Succeeded => {
                 let result = rec.result.unwrap_or(Value::Null);
                 serde_json::from_value(result)
                     .map(Begun::Done)
-                    .map_err(|e| PipelineError::Journal(format!("{step} result: {e}")))
+                    .map_err(|e| PipelineError::journal(step, "result", e))
             }
             StepState::Failed => Err(PipelineError::Failed {
                 step,
-                reason: rec.error.unwrap_or_else(|| "failed".into()),
+                source: StepError::Recorded(rec.error.unwrap_or_else(|| "failed".into())),
             }),
             StepState::Started => {
                 self.store_retry(|| {
-                    self.ctx.store.step_replay(
-                        self.dep.id,
-                        self.owner,
-                        step.as_str(),
-                        self.dep.attempt,
-                    )
+                    self.ctx
+                        .store
+                        .step_replay(self.dep.id, self.owner, step, self.dep.attempt)
                 })
                 .await?;
-                tracing::info!(deployment = %self.dep.id, %step, "resuming interrupted step");
+                tracing::info!("resuming interrupted step");
                 crate::faults::crash_point(step.as_str(), "before");
                 Ok(Begun::Resumed(rec.intent))
             }
         }
     }
 
-    pub(super) async fn succeed(
+    async fn succeed(
         &self,
         step: Step,
         result: &impl Serialize,
+        switch: Option<&GenerationSwitch>,
     ) -> Result<(), PipelineError> {
         let result = serde_json::to_value(result).expect("results serialize");
         self.store_retry(|| {
             self.ctx
                 .store
-                .step_succeed(self.dep.id, self.owner, step.as_str(), &result)
+                .step_succeed(self.dep.id, self.owner, step, &result, switch)
         })
         .await?;
         crate::faults::crash_point(step.as_str(), "after");
         Ok(())
     }
 
-    pub(super) async fn fail_step(&self, step: Step, reason: &str) -> Result<(), PipelineError> {
-        self.store_retry(|| {
-            self.ctx
-                .store
-                .step_fail(self.dep.id, self.owner, step.as_str(), reason)
-        })
-        .await
+    /// Ties a step error to its step and journals it, with its whole chain of causes.
+    async fn failed(&self, step: Step, e: StepError) -> PipelineError {
+        let reason = error_chain(&e);
+        let res = self
+            .store_retry(|| {
+                self.ctx
+                    .store
+                    .step_fail(self.dep.id, self.owner, step, &reason)
+            })
+            .await;
+        match res {
+            Ok(()) => PipelineError::Failed { step, source: e },
+            Err(store) => store,
+        }
+    }
+
+    /// An error while observing, before the step's intent exists: journal the step as
+    /// begun and failed so that the timeline shows where it stopped.
+    pub(super) async fn failed_before_begin(&self, step: Step, e: StepError) -> PipelineError {
+        if let Err(p) = self
+            .begin::<Value>(step, &serde_json::json!({}), IntentCheck::Recorded)
+            .await
+        {
+            return p;
+        }
+        self.failed(step, e).await
     }
 
     /// Journal writes wait out a database outage (with backoff) instead of abandoning a
@@ -119,18 +230,48 @@ impl Run<'_> {
     pub(super) async fn store_retry<T, F, Fut>(&self, mut op: F) -> Result<T, PipelineError>
     where
         F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = Result<T, StoreError>>,
+        Fut: Future<Output = Result<T, StoreError>>,
     {
-        let mut delay = std::time::Duration::from_millis(100);
-        let deadline = tokio::time::Instant::now() + self.ctx.store_patience;
+        let mut backoff = Backoff::new(
+            std::time::Duration::from_millis(100),
+            std::time::Duration::from_secs(2),
+        )
+        .within(self.ctx.store_patience);
         loop {
             match op().await {
-                Err(e) if e.is_unavailable() && tokio::time::Instant::now() < deadline => {
-                    tracing::warn!(deployment = %self.dep.id, error = %e, "database unavailable; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(std::time::Duration::from_secs(2));
+                Err(e) if e.is_unavailable() => {
+                    tracing::warn!(error = %error_chain(&e), "database unavailable; retrying");
+                    if !backoff.wait().await {
+                        return Err(PipelineError::Store(e));
+                    }
                 }
                 other => return other.map_err(PipelineError::Store),
+            }
+        }
+    }
+
+    /// Retries an idempotent side effect on transient errors, with backoff capped at 5 s,
+    /// until the retry budget is spent; permanent errors return at once.
+    pub(super) async fn retrying<T, F, Fut>(&self, op: F) -> Result<T, StepError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, StepError>>,
+    {
+        let mut backoff = Backoff::new(
+            std::time::Duration::from_millis(200),
+            std::time::Duration::from_secs(5),
+        )
+        .within(self.ctx.retry_budget);
+        loop {
+            match op().await {
+                Err(e) if e.is_transient() => match backoff.next_delay() {
+                    Some(delay) => {
+                        tracing::warn!(error = %error_chain(&e), retry_in = ?delay, "transient failure; retrying");
+                        tokio::time::sleep(delay).await;
+                    }
+                    None => return Err(e),
+                },
+                other => return other,
             }
         }
     }

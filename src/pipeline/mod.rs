@@ -1,80 +1,34 @@
 //! The journaled deployment pipeline, strategy `recreate`:
 //! resolve, pull, verify, create, stop_old, start, health, switch, retire.
 //! On failure before `switch`: rollback (remove the candidate, start the old generation).
+//!
+//! Every step runs through one runner (`journal.rs`): intent committed before the side
+//! effect, crash points before and after it, transient errors retried with one backoff,
+//! the result or the failure journaled. A step is the intent it computes and the side
+//! effect it does; nothing else.
 
 mod container;
 mod health;
-
-pub use health::probe_client;
 mod image;
 mod journal;
 
-use std::fmt;
+pub use health::probe_client;
+
 use std::time::Duration;
 
-use serde::Serialize;
 use serde_json::Value;
 
 use crate::config::AppConfig;
 use crate::engine::{Engine, EngineError};
 use crate::registry::{Platform, Registry, RegistryError};
-use crate::store::{Deployment, DeploymentState, Store, StoreError, Trigger};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Step {
-    Resolve,
-    Pull,
-    Verify,
-    Create,
-    StopOld,
-    Start,
-    Health,
-    Switch,
-    Retire,
-    Rollback,
-}
-
-impl Step {
-    pub const ALL: [Step; 10] = [
-        Step::Resolve,
-        Step::Pull,
-        Step::Verify,
-        Step::Create,
-        Step::StopOld,
-        Step::Start,
-        Step::Health,
-        Step::Switch,
-        Step::Retire,
-        Step::Rollback,
-    ];
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Step::Resolve => "resolve",
-            Step::Pull => "pull",
-            Step::Verify => "verify",
-            Step::Create => "create",
-            Step::StopOld => "stop_old",
-            Step::Start => "start",
-            Step::Health => "health",
-            Step::Switch => "switch",
-            Step::Retire => "retire",
-            Step::Rollback => "rollback",
-        }
-    }
-}
-
-impl fmt::Display for Step {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use crate::store::Step;
+use crate::store::{Deployment, DeploymentState, Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PipelineError {
     /// A step failed for good: roll back (a no-op when nothing was changed yet).
-    #[error("{step}: {reason}")]
-    Failed { step: Step, reason: String },
+    #[error("{step}: {source}")]
+    Failed { step: Step, source: StepError },
     /// The step's recorded intent differs from what it would do now (config changed
     /// between a crash and the restart): never silently swap parameters.
     #[error("{step}: conflict: the journal recorded {recorded} but the step would now do {now}")]
@@ -83,8 +37,13 @@ pub enum PipelineError {
         recorded: Value,
         now: Value,
     },
-    #[error("journal: {0}")]
-    Journal(String),
+    /// A journal entry this run depends on does not decode: never guess what it said.
+    #[error("journal: the {what} of step {step} does not decode")]
+    Journal {
+        step: Step,
+        what: &'static str,
+        source: serde_json::Error,
+    },
     /// Claimed this many times without finishing (each run died): a deployment that kills
     /// its worker must not do so forever.
     #[error("gave up after {0} attempts, each interrupted before the deployment finished")]
@@ -93,6 +52,12 @@ pub enum PipelineError {
     /// touch nothing; the journal lets the next holder resume.
     #[error(transparent)]
     Store(StoreError),
+}
+
+impl PipelineError {
+    fn journal(step: Step, what: &'static str, source: serde_json::Error) -> Self {
+        PipelineError::Journal { step, what, source }
+    }
 }
 
 /// Errors of the registry or the engine inside a step, before being tied to the step.
@@ -104,6 +69,9 @@ pub enum StepError {
     Engine(#[from] EngineError),
     #[error("{0}")]
     Check(String),
+    /// A failure journaled by an earlier run, replayed as it was recorded.
+    #[error("{0}")]
+    Recorded(String),
 }
 
 impl StepError {
@@ -111,9 +79,25 @@ impl StepError {
         match self {
             StepError::Registry(e) => e.is_transient(),
             StepError::Engine(e) => e.is_transient(),
-            StepError::Check(_) => false,
+            StepError::Check(_) | StepError::Recorded(_) => false,
         }
     }
+}
+
+/// An error and every cause under it, once each: what the journal, the page and the log
+/// show, so that the cause is never lost to an early `to_string()`.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let t = c.to_string();
+        if !text.contains(&t) {
+            text.push_str(": ");
+            text.push_str(&t);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 /// What everything a pipeline run needs, shared by all workers of a process.
@@ -167,10 +151,10 @@ pub async fn run(ctx: &Context, owner: &str, dep: &Deployment, app: &AppConfig) 
         return run
             .fail(PipelineError::Failed {
                 step: Step::Resolve,
-                reason: format!(
+                source: StepError::Check(format!(
                     "conflict: queued for {} but the app now follows {}",
                     dep.image, app.image
-                ),
+                )),
             })
             .await;
     }
@@ -179,30 +163,25 @@ pub async fn run(ctx: &Context, owner: &str, dep: &Deployment, app: &AppConfig) 
             run.finish(DeploymentState::Succeeded, &outcome, None, None)
                 .await
         }
-        Err(PipelineError::Store(e)) => Outcome::Abandoned(e.to_string()),
+        Err(PipelineError::Store(e)) => Outcome::Abandoned(error_chain(&e)),
         Err(e) => run.fail(e).await,
     }
 }
 
 impl Run<'_> {
-    fn is_manual(&self) -> bool {
-        self.dep.trigger == Trigger::Manual.as_str()
-            || self.dep.trigger == Trigger::Rollback.as_str()
-    }
-
     async fn steps(&self) -> Result<String, PipelineError> {
         let resolved = self.resolve().await?;
-        if !self.is_manual()
+        if !self.dep.trigger.is_operator()
             && let Some(note) = self.already_running(&resolved.digest).await?
         {
             return Ok(note);
         }
         self.pull(&resolved).await?;
         let image = self.verify(&resolved).await?;
-        let candidate = self.create(&resolved, &image).await?;
+        let candidate = self.create(&resolved).await?;
         let old = self.stop_old(&candidate).await?;
         self.start(&candidate).await?;
-        let probe = self.health(&candidate).await?;
+        let probe = self.health(&candidate, &image).await?;
         self.switch(&resolved, &candidate).await?;
         let retired = self.retire(&candidate, &old).await?;
         let mut note = format!(
@@ -219,17 +198,13 @@ impl Run<'_> {
     }
 
     /// A webhook for the digest that already serves, healthy, is a no-op: it succeeds at
-    /// once and says so, instead of restarting a healthy service.
+    /// once and says so, instead of restarting a healthy service. Once `pull` is in the
+    /// journal the deployment is under way and is finished, not skipped.
     async fn already_running(&self, digest: &str) -> Result<Option<String>, PipelineError> {
-        if self
-            .ctx
-            .store
-            .step(self.dep.id, Step::Pull.as_str())
-            .await
-            .ok()
-            .flatten()
-            .is_some()
-        {
+        let pulled = self
+            .store_retry(|| self.ctx.store.step(self.dep.id, Step::Pull))
+            .await?;
+        if pulled.is_some() {
             return Ok(None);
         }
         let current = self
@@ -248,7 +223,12 @@ impl Run<'_> {
                 "no-op: {digest} already runs in {} (deployment {})",
                 c.name, current.deployment_id
             ))),
-            _ => Ok(None),
+            Ok(_) => Ok(None),
+            Err(e) => {
+                // Not knowing is not "running": deploy it again rather than claim a no-op.
+                tracing::warn!(error = %error_chain(&e), "cannot inspect the serving container; deploying anyway");
+                Ok(None)
+            }
         }
     }
 
@@ -269,23 +249,29 @@ impl Run<'_> {
         match res {
             Ok(()) => {
                 metrics::counter!("pier_deployments_finished_total", "app" => self.app.name.clone(), "state" => state.as_str()).increment(1);
-                tracing::info!(deployment = %self.dep.id, app = %self.app.name, %state, outcome, error, "deployment finished");
+                tracing::info!(%state, outcome, error, "deployment finished");
                 Outcome::Finished(state)
             }
-            Err(e) => Outcome::Abandoned(e.to_string()),
+            Err(e) => Outcome::Abandoned(error_chain(&e)),
         }
     }
 
     /// A failed deployment leaves the running service as it was: the candidate is removed
     /// and the old generation started again, and the record says why, with the candidate's
-    /// last log lines.
+    /// last log lines. A rollback that cannot do its work is said loudly: the deployment
+    /// fails with that reason and the log carries an alert, never a quiet "done".
     async fn fail(&self, error: PipelineError) -> Outcome {
-        let reason = error.to_string();
-        tracing::warn!(deployment = %self.dep.id, app = %self.app.name, error = %reason, "deployment failed; rolling back");
+        let reason = error_chain(&error);
+        tracing::warn!(error = %reason, "deployment failed; rolling back");
         let (logs, rollback_note) = match self.rollback().await {
             Ok(r) => (r.logs.clone(), r.summary()),
-            Err(PipelineError::Store(e)) => return Outcome::Abandoned(e.to_string()),
-            Err(e) => (None, format!("rollback failed: {e}")),
+            Err(PipelineError::Store(e)) => return Outcome::Abandoned(error_chain(&e)),
+            Err(e) => {
+                let cause = error_chain(&e);
+                tracing::error!(alert = true, error = %cause,
+                    "ALERT: rollback failed; the previous generation may not be running");
+                (None, format!("ROLLBACK FAILED ({cause}); check the app"))
+            }
         };
         let outcome = format!("failed; {rollback_note}");
         self.finish(
@@ -295,36 +281,5 @@ impl Run<'_> {
             logs.as_deref(),
         )
         .await
-    }
-
-    /// Ties a step error to its step, records it in the journal, and decides the retry:
-    /// transient errors are retried by the caller while the budget lasts.
-    async fn failed(&self, step: Step, e: StepError) -> PipelineError {
-        let reason = e.to_string();
-        if let Err(store) = self.fail_step(step, &reason).await {
-            return store;
-        }
-        PipelineError::Failed { step, reason }
-    }
-
-    /// Retries an idempotent side effect on transient errors, with exponential backoff
-    /// capped at 5 s, until the retry budget is spent; permanent errors return at once.
-    async fn retrying<T, F, Fut>(&self, step: Step, mut op: F) -> Result<T, StepError>
-    where
-        F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = Result<T, StepError>>,
-    {
-        let deadline = tokio::time::Instant::now() + self.ctx.retry_budget;
-        let mut delay = Duration::from_millis(200);
-        loop {
-            match op().await {
-                Err(e) if e.is_transient() && tokio::time::Instant::now() + delay < deadline => {
-                    tracing::warn!(deployment = %self.dep.id, %step, error = %e, retry_in = ?delay, "transient failure; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(5));
-                }
-                other => return other,
-            }
-        }
     }
 }

@@ -3,6 +3,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::deployments::{Enqueued, NewDeployment, enqueue_in};
+use super::kinds::Verdict;
 use super::{Result, Store};
 
 #[derive(Debug, Clone)]
@@ -23,7 +24,7 @@ pub struct Delivery {
     pub received_at: DateTime<Utc>,
     pub last_seen_at: DateTime<Utc>,
     pub seen_count: i32,
-    pub verdict: String,
+    pub verdict: Verdict,
     pub reason: String,
     pub events: serde_json::Value,
 }
@@ -50,9 +51,9 @@ impl Store {
     ) -> Result<DeliveryOutcome> {
         let mut tx = self.pool.begin().await?;
         let verdict = if wanted.is_empty() {
-            "ignored"
+            Verdict::Ignored
         } else {
-            "queued"
+            Verdict::Queued
         };
         let row: (Uuid, bool) = sqlx::query_as(
             "INSERT INTO deliveries (id, source, event_key, verdict, reason, events)

@@ -1,4 +1,3 @@
-use std::fmt;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -6,77 +5,14 @@ use serde::Serialize;
 use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
+use super::kinds::{DeploymentState, Trigger};
 use super::{Result, Store, StoreError};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Trigger {
-    Webhook,
-    Manual,
-    Rollback,
-    Reconcile,
-}
-
-impl Trigger {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Trigger::Webhook => "webhook",
-            Trigger::Manual => "manual",
-            Trigger::Rollback => "rollback",
-            Trigger::Reconcile => "reconcile",
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DeploymentState {
-    Queued,
-    Running,
-    Succeeded,
-    Failed,
-    Superseded,
-    Cancelled,
-}
-
-impl DeploymentState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Queued => "queued",
-            Self::Running => "running",
-            Self::Succeeded => "succeeded",
-            Self::Failed => "failed",
-            Self::Superseded => "superseded",
-            Self::Cancelled => "cancelled",
-        }
-    }
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "queued" => Self::Queued,
-            "running" => Self::Running,
-            "succeeded" => Self::Succeeded,
-            "failed" => Self::Failed,
-            "superseded" => Self::Superseded,
-            "cancelled" => Self::Cancelled,
-            _ => return None,
-        })
-    }
-    pub fn is_final(self) -> bool {
-        !matches!(self, Self::Queued | Self::Running)
-    }
-}
-
-impl fmt::Display for DeploymentState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 #[derive(Debug, Clone, sqlx::FromRow, Serialize)]
 pub struct Deployment {
     pub id: Uuid,
     pub app: String,
-    pub trigger: String,
+    pub trigger: Trigger,
     pub delivery_id: Option<Uuid>,
     pub image: String,
     pub requested_tag: Option<String>,
@@ -84,10 +20,12 @@ pub struct Deployment {
     pub pinned: bool,
     pub resolved_digest: Option<String>,
     pub platform: Option<String>,
-    pub state: String,
+    pub state: DeploymentState,
     pub attempt: i32,
     #[serde(skip)]
     pub lease_owner: Option<String>,
+    #[serde(skip)]
+    pub lease_key: Option<i64>,
     pub lease_expires_at: Option<DateTime<Utc>>,
     pub superseded_by: Option<Uuid>,
     pub outcome: Option<String>,
@@ -100,9 +38,6 @@ pub struct Deployment {
 }
 
 impl Deployment {
-    pub fn state(&self) -> DeploymentState {
-        DeploymentState::parse(&self.state).unwrap_or(DeploymentState::Failed)
-    }
     pub fn short_id(&self) -> String {
         self.id.simple().to_string()[..8].to_owned()
     }
@@ -201,7 +136,7 @@ pub(super) async fn enqueue_in(
     )
     .bind(id)
     .bind(&d.app)
-    .bind(d.trigger.as_str())
+    .bind(d.trigger)
     .bind(d.delivery_id)
     .bind(&d.image)
     .bind(&d.requested_tag)
@@ -224,15 +159,23 @@ impl Store {
         Ok(out)
     }
 
-    /// Claims the oldest runnable deployment: a running one whose lease expired (its
-    /// worker died; resumed from the journal) before any queued one, and a queued one only
-    /// when nothing runs for its app. The partial unique index on running deployments is
-    /// the final guard: losing that race is "nothing claimed", not an error.
-    pub async fn claim(&self, owner: &str, lease: Duration) -> Result<Option<Deployment>> {
+    /// Claims the oldest runnable deployment: a running one whose holder is gone (its
+    /// process's liveness lock was released when its connection closed) or whose lease
+    /// expired (a holder cut off from the database), before any queued one; a queued one
+    /// only when nothing runs for its app. The partial unique index on running deployments
+    /// is the final guard: losing that race is "nothing claimed", not an error.
+    pub async fn claim(
+        &self,
+        owner: &str,
+        liveness_key: i64,
+        lease: Duration,
+    ) -> Result<Option<Deployment>> {
         let res = sqlx::query_as::<_, Deployment>(
             "WITH candidate AS (
                SELECT d.id FROM deployments d
-               WHERE (d.state = 'running' AND d.lease_expires_at < now())
+               WHERE (d.state = 'running'
+                      AND (d.lease_expires_at < now()
+                           OR (d.lease_key IS NOT NULL AND NOT pier_holder_alive(d.lease_key))))
                   OR (d.state = 'queued' AND NOT EXISTS (
                         SELECT 1 FROM deployments r WHERE r.app = d.app AND r.state = 'running'))
                ORDER BY (d.state = 'running') DESC, d.created_at
@@ -240,13 +183,14 @@ impl Store {
                FOR UPDATE SKIP LOCKED
              )
              UPDATE deployments d
-             SET state = 'running', attempt = d.attempt + 1, lease_owner = $1,
-                 lease_expires_at = now() + $2 * interval '1 millisecond',
+             SET state = 'running', attempt = d.attempt + 1, lease_owner = $1, lease_key = $2,
+                 lease_expires_at = now() + $3 * interval '1 millisecond',
                  started_at = coalesce(d.started_at, now()), updated_at = now()
              FROM candidate WHERE d.id = candidate.id
              RETURNING d.*",
         )
         .bind(owner)
+        .bind(liveness_key)
         .bind(millis(lease))
         .fetch_optional(&self.pool)
         .await;
@@ -307,12 +251,13 @@ impl Store {
         let n = sqlx::query(
             "UPDATE deployments
              SET state = $3, outcome = $4, error = $5, candidate_logs = $6,
-                 finished_at = now(), updated_at = now(), lease_owner = NULL, lease_expires_at = NULL
+                 finished_at = now(), updated_at = now(),
+                 lease_owner = NULL, lease_key = NULL, lease_expires_at = NULL
              WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
         )
         .bind(id)
         .bind(owner)
-        .bind(state.as_str())
+        .bind(state)
         .bind(outcome)
         .bind(error)
         .bind(candidate_logs)
@@ -326,7 +271,8 @@ impl Store {
     /// worker resumes it from the journal without waiting for the lease to expire.
     pub async fn release(&self, id: Uuid, owner: &str) -> Result<()> {
         sqlx::query(
-            "UPDATE deployments SET lease_expires_at = now() - interval '1 second', updated_at = now()
+            "UPDATE deployments
+             SET lease_expires_at = now() - interval '1 second', lease_key = NULL, updated_at = now()
              WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
         )
         .bind(id)
@@ -378,15 +324,57 @@ impl Store {
     }
 }
 
+/// How often an idle worker looks for a holder that died while another process's
+/// deployment runs. Only while something runs: with nothing running, idle workers send no
+/// query until the next sweep or NOTIFY.
+pub const TAKEOVER_CHECK: Duration = Duration::from_secs(1);
+
 impl Store {
-    /// Time until the earliest running deployment's lease expires, if any runs.
-    pub async fn next_lease_expiry(&self) -> Result<Option<Duration>> {
-        let ms: Option<f64> = sqlx::query_scalar(
-            "SELECT GREATEST(0, EXTRACT(EPOCH FROM (min(lease_expires_at) - now())) * 1000)::float8
+    /// When an idle worker should look at the queue again by itself (NOTIFY wakes it
+    /// sooner): `None` when nothing runs anywhere; otherwise when the earliest lease
+    /// expires, or [`TAKEOVER_CHECK`] when a deployment runs under another process, whose
+    /// death must be noticed within a second or two.
+    pub async fn next_wakeup(&self, liveness_key: i64) -> Result<Option<Duration>> {
+        let row: (Option<f64>, Option<bool>) = sqlx::query_as(
+            "SELECT EXTRACT(EPOCH FROM (min(lease_expires_at) - now()))::float8,
+                    bool_or(lease_key IS DISTINCT FROM $1)
              FROM deployments WHERE state = 'running'",
         )
+        .bind(liveness_key)
         .fetch_one(&self.pool)
         .await?;
-        Ok(ms.map(|m| Duration::from_millis(m as u64)))
+        Ok(wakeup_from(row.0, row.1.unwrap_or(false)))
+    }
+}
+
+/// `None` when nothing runs (`min` over no rows is NULL: never read it as "now").
+fn wakeup_from(lease_left_secs: Option<f64>, others_running: bool) -> Option<Duration> {
+    let left = lease_left_secs?;
+    let lease = Duration::from_secs_f64(left.clamp(0.0, 86_400.0));
+    Some(if others_running {
+        lease.min(TAKEOVER_CHECK)
+    } else {
+        lease
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nothing_running_means_no_wakeup_at_all() {
+        assert_eq!(wakeup_from(None, false), None);
+        assert_eq!(wakeup_from(None, true), None);
+    }
+
+    #[test]
+    fn another_process_deploying_is_checked_every_second_and_an_expired_lease_at_once() {
+        assert_eq!(wakeup_from(Some(25.0), true), Some(TAKEOVER_CHECK));
+        assert_eq!(
+            wakeup_from(Some(25.0), false),
+            Some(Duration::from_secs(25))
+        );
+        assert_eq!(wakeup_from(Some(-3.0), false), Some(Duration::ZERO));
     }
 }

@@ -2,6 +2,7 @@
 
 mod deliveries;
 mod deployments;
+pub mod kinds;
 mod reconcile;
 mod steps;
 
@@ -11,9 +12,10 @@ use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
 pub use deliveries::{Delivery, DeliveryOutcome, NewDelivery};
-pub use deployments::{Deployment, DeploymentState, Enqueued, Generation, NewDeployment, Trigger};
+pub use deployments::{Deployment, Enqueued, Generation, NewDeployment, TAKEOVER_CHECK};
+pub use kinds::{DeploymentState, ReconcileKind, Step, StepState, Trigger, UnknownValue, Verdict};
 pub use reconcile::ReconcileAction;
-pub use steps::{StepRecord, StepState};
+pub use steps::{GenerationSwitch, StepRecord};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

@@ -4,13 +4,14 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use uuid::Uuid;
 
+use super::kinds::{DeploymentState, ReconcileKind};
 use super::{Result, Store};
 
 #[derive(Debug, Clone, sqlx::FromRow, Serialize)]
 pub struct ReconcileAction {
     pub id: i64,
     pub app: String,
-    pub action: String,
+    pub action: ReconcileKind,
     pub container_id: Option<String>,
     pub deployment_id: Option<Uuid>,
     pub detail: String,
@@ -19,8 +20,8 @@ pub struct ReconcileAction {
 
 impl Store {
     /// The states of the given deployments; ids the database does not know are absent.
-    pub async fn deployment_states(&self, ids: &[Uuid]) -> Result<HashMap<Uuid, String>> {
-        let rows: Vec<(Uuid, String)> =
+    pub async fn deployment_states(&self, ids: &[Uuid]) -> Result<HashMap<Uuid, DeploymentState>> {
+        let rows: Vec<(Uuid, DeploymentState)> =
             sqlx::query_as("SELECT id, state FROM deployments WHERE id = ANY($1)")
                 .bind(ids)
                 .fetch_all(&self.pool)
@@ -41,7 +42,7 @@ impl Store {
     pub async fn record_reconcile(
         &self,
         app: &str,
-        action: &str,
+        action: ReconcileKind,
         container_id: Option<&str>,
         deployment_id: Option<Uuid>,
         detail: &str,

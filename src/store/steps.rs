@@ -3,22 +3,15 @@ use serde::Serialize;
 use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
+use super::kinds::{Step, StepState};
 use super::{Result, Store, StoreError};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum StepState {
-    Started,
-    Succeeded,
-    Failed,
-}
 
 #[derive(Debug, Clone, sqlx::FromRow, Serialize)]
 pub struct StepRecord {
     pub id: i64,
     pub deployment_id: Uuid,
-    pub step: String,
-    pub state: String,
+    pub step: Step,
+    pub state: StepState,
     pub intent: serde_json::Value,
     pub result: Option<serde_json::Value>,
     pub error: Option<String>,
@@ -28,14 +21,14 @@ pub struct StepRecord {
     pub finished_at: Option<DateTime<Utc>>,
 }
 
-impl StepRecord {
-    pub fn state(&self) -> StepState {
-        match self.state.as_str() {
-            "succeeded" => StepState::Succeeded,
-            "failed" => StepState::Failed,
-            _ => StepState::Started,
-        }
-    }
+/// A step whose success also changes what serves: the `switch` step. Written in the same
+/// transaction as the step's result, so the page never names a generation the journal
+/// does not.
+#[derive(Debug, Clone)]
+pub struct GenerationSwitch {
+    pub app: String,
+    pub digest: String,
+    pub container_id: String,
 }
 
 /// Every journal write checks that the writer still holds the deployment's lease, so a
@@ -66,7 +59,7 @@ impl Store {
         )
     }
 
-    pub async fn step(&self, deployment: Uuid, step: &str) -> Result<Option<StepRecord>> {
+    pub async fn step(&self, deployment: Uuid, step: Step) -> Result<Option<StepRecord>> {
         Ok(
             sqlx::query_as("SELECT * FROM deployment_steps WHERE deployment_id = $1 AND step = $2")
                 .bind(deployment)
@@ -81,7 +74,7 @@ impl Store {
         &self,
         deployment: Uuid,
         owner: &str,
-        step: &str,
+        step: Step,
         intent: &serde_json::Value,
         attempt: i32,
     ) -> Result<()> {
@@ -106,7 +99,7 @@ impl Store {
         &self,
         deployment: Uuid,
         owner: &str,
-        step: &str,
+        step: Step,
         attempt: i32,
     ) -> Result<()> {
         let mut tx = self.pool.begin().await?;
@@ -124,16 +117,41 @@ impl Store {
         Ok(())
     }
 
+    /// Records a step's result; with `switch`, the app's serving generation changes in the
+    /// same transaction.
     pub async fn step_succeed(
         &self,
         deployment: Uuid,
         owner: &str,
-        step: &str,
+        step: Step,
         result: &serde_json::Value,
+        switch: Option<&GenerationSwitch>,
     ) -> Result<()> {
         let mut tx = self.pool.begin().await?;
         holds_lease(&mut tx, deployment, owner).await?;
-        finish_step(&mut tx, deployment, step, "succeeded", Some(result), None).await?;
+        if let Some(g) = switch {
+            sqlx::query(
+                "INSERT INTO app_generations (app, deployment_id, digest, container_id)
+                 VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (app) DO UPDATE SET deployment_id = $2, digest = $3,
+                     container_id = $4, switched_at = now()",
+            )
+            .bind(&g.app)
+            .bind(deployment)
+            .bind(&g.digest)
+            .bind(&g.container_id)
+            .execute(&mut *tx)
+            .await?;
+        }
+        finish_step(
+            &mut tx,
+            deployment,
+            step,
+            StepState::Succeeded,
+            Some(result),
+            None,
+        )
+        .await?;
         tx.commit().await?;
         Ok(())
     }
@@ -142,48 +160,18 @@ impl Store {
         &self,
         deployment: Uuid,
         owner: &str,
-        step: &str,
+        step: Step,
         error: &str,
     ) -> Result<()> {
         let mut tx = self.pool.begin().await?;
         holds_lease(&mut tx, deployment, owner).await?;
-        finish_step(&mut tx, deployment, step, "failed", None, Some(error)).await?;
-        tx.commit().await?;
-        Ok(())
-    }
-
-    /// The `switch` step: the app's serving generation and the step's result change in
-    /// one transaction, so the status page never names a generation the journal does not.
-    pub async fn switch_generation(
-        &self,
-        deployment: Uuid,
-        owner: &str,
-        app: &str,
-        digest: &str,
-        container_id: &str,
-        result: &serde_json::Value,
-    ) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
-        holds_lease(&mut tx, deployment, owner).await?;
-        sqlx::query(
-            "INSERT INTO app_generations (app, deployment_id, digest, container_id)
-             VALUES ($1, $2, $3, $4)
-             ON CONFLICT (app) DO UPDATE SET deployment_id = $2, digest = $3,
-                 container_id = $4, switched_at = now()",
-        )
-        .bind(app)
-        .bind(deployment)
-        .bind(digest)
-        .bind(container_id)
-        .execute(&mut *tx)
-        .await?;
         finish_step(
             &mut tx,
             deployment,
-            "switch",
-            "succeeded",
-            Some(result),
+            step,
+            StepState::Failed,
             None,
+            Some(error),
         )
         .await?;
         tx.commit().await?;
@@ -194,8 +182,8 @@ impl Store {
 async fn finish_step(
     tx: &mut Transaction<'_, Postgres>,
     deployment: Uuid,
-    step: &str,
-    state: &str,
+    step: Step,
+    state: StepState,
     result: Option<&serde_json::Value>,
     error: Option<&str>,
 ) -> Result<()> {

@@ -1,5 +1,9 @@
 //! HTTP: webhooks, the status pages, the JSON API, health and metrics. Every route is
 //! listed in `router()`; handlers call the store, never SQL.
+//!
+//! Web and intake only read and enqueue: they see the engine through the read-only
+//! [`EngineView`] (the page shows the engine's truth beside the journal) and never create,
+//! start, stop or remove anything. Only the pipeline and reconciliation change the engine.
 
 mod api;
 mod error;
@@ -18,7 +22,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use tower_http::trace::TraceLayer;
 
 use crate::config::Config;
-use crate::engine::Engine;
+use crate::engine::EngineView;
 use crate::intake::verify;
 use crate::store::Store;
 pub use error::WebError;
@@ -27,7 +31,7 @@ pub use error::WebError;
 pub struct AppState {
     pub config: Arc<Config>,
     pub store: Store,
-    pub engine: Engine,
+    pub engine: EngineView,
     pub metrics: Option<PrometheusHandle>,
 }
 
@@ -51,8 +55,18 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .layer(TraceLayer::new_for_http())
+        .layer(TraceLayer::new_for_http().make_span_with(request_span))
         .with_state(state)
+}
+
+/// One span per request, named by its matched route, never by its raw path: a path can
+/// carry a secret (a token-in-URL webhook) or forged bytes meant for the log.
+fn request_span(req: &axum::http::Request<axum::body::Body>) -> tracing::Span {
+    let route = req
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or("unmatched", |p| p.as_str());
+    tracing::info_span!("request", method = %req.method(), route)
 }
 
 async fn healthz() -> &'static str {

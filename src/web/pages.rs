@@ -69,7 +69,7 @@ pub(super) struct DeliveriesPage {
 impl Fmt for DeliveriesPage {}
 
 fn any_active(ds: &[Deployment]) -> bool {
-    ds.iter().any(|d| !d.state().is_final())
+    ds.iter().any(|d| !d.state.is_final())
 }
 
 pub(super) async fn index(State(s): State<AppState>) -> Result<IndexPage, PageError> {
@@ -107,7 +107,7 @@ pub(super) async fn deployment(
 ) -> Result<DeploymentPage, PageError> {
     let id = Uuid::parse_str(&id).map_err(|_| WebError::NotFound(format!("deployment {id}")))?;
     let d = views::deployment_view(&s, id).await?;
-    let live = !d.deployment.state().is_final();
+    let live = !d.deployment.state.is_final();
     Ok(DeploymentPage { d, live })
 }
 

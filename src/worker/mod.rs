@@ -1,5 +1,13 @@
 //! Workers: claim deployments from the queue, hold their lease with a heartbeat, run the
-//! pipeline. Woken by LISTEN/NOTIFY; a timer only as a safety net and for lease expiry.
+//! pipeline. Woken by LISTEN/NOTIFY; a timer only as a safety net, for lease expiry, and
+//! (while another process deploys) to notice that its holder died.
+//!
+//! Liveness and fencing are two separate things here. Liveness: each process holds a
+//! session-level advisory lock (its `liveness_key`) on its listening connection; when the
+//! process dies, Postgres drops the lock at once and any other worker resumes its
+//! deployments. Fencing: every write a worker makes is guarded by its `lease_owner` in SQL,
+//! so a worker that is alive but was cut off long enough for its lease to expire and be
+//! taken over can never write again.
 
 mod wake;
 
@@ -9,21 +17,32 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
+use crate::backoff::Backoff;
 use crate::config::Config;
-use crate::pipeline::{self, Context, Outcome};
+use crate::pipeline::{self, Context, Outcome, error_chain};
 use crate::store::{Deployment, DeploymentState, StoreError};
 
-pub use wake::listen;
+pub use wake::{CHANNEL, Signals, listen};
 
 /// How long a deployment in flight may take to finish after shutdown is asked before its
 /// lease is released for another worker to resume it from the journal.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
+/// A fresh liveness key: random, positive, 62 bits, so that no two processes share one
+/// and none collides with the 32-bit keys of per-app enqueue locks.
+pub fn liveness_key() -> i64 {
+    let (hi, _) = uuid::Uuid::new_v4().as_u64_pair();
+    ((hi >> 2) | (1 << 40)) as i64
+}
+
 pub struct Workers {
     pub ctx: Arc<Context>,
     pub config: Arc<Config>,
+    pub liveness_key: i64,
     pub wake: watch::Receiver<u64>,
+    pub alive: watch::Receiver<bool>,
     pub shutdown: CancellationToken,
 }
 
@@ -44,7 +63,9 @@ impl Workers {
                 owner: owner_name(i),
                 ctx: self.ctx.clone(),
                 config: self.config.clone(),
+                liveness_key: self.liveness_key,
                 wake: self.wake.clone(),
+                alive: self.alive.clone(),
                 shutdown: self.shutdown.clone(),
             };
             tasks.spawn(w.run());
@@ -57,24 +78,35 @@ struct Worker {
     owner: String,
     ctx: Arc<Context>,
     config: Arc<Config>,
+    liveness_key: i64,
     wake: watch::Receiver<u64>,
+    alive: watch::Receiver<bool>,
     shutdown: CancellationToken,
 }
 
 impl Worker {
     async fn run(mut self) {
         let lease = self.config.server.lease;
-        let mut backoff = Duration::from_millis(200);
+        let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
         tracing::debug!(owner = %self.owner, "worker started");
         while !self.shutdown.is_cancelled() {
+            if !self.wait_alive().await {
+                break;
+            }
             // Mark wake-ups seen *before* looking, so one arriving meanwhile is not lost.
             self.wake.borrow_and_update();
-            match self.ctx.store.claim(&self.owner, lease).await {
+            match self
+                .ctx
+                .store
+                .claim(&self.owner, self.liveness_key, lease)
+                .await
+            {
                 Ok(Some(dep)) => {
-                    backoff = Duration::from_millis(200);
+                    backoff.reset();
                     self.run_one(dep).await;
                 }
                 Ok(None) => {
+                    backoff.reset();
                     let idle = self.idle_for().await;
                     tokio::select! {
                         _ = self.wake.changed() => {}
@@ -83,31 +115,49 @@ impl Worker {
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(owner = %self.owner, error = %e, "claim failed; retrying");
-                    tokio::select! {
-                        _ = tokio::time::sleep(backoff) => {}
-                        _ = self.shutdown.cancelled() => {}
-                    }
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    tracing::warn!(owner = %self.owner, error = %error_chain(&e), "claim failed; retrying");
+                    backoff.wait_or(&self.shutdown).await;
                 }
             }
         }
         tracing::debug!(owner = %self.owner, "worker stopped");
     }
 
-    /// Sleeps until the next lease in the database expires (a crashed worker's deployment
-    /// to take over), or the sweep interval, whichever is sooner.
+    /// Waits until this process holds its liveness lock; `false` on shutdown.
+    async fn wait_alive(&mut self) -> bool {
+        tokio::select! {
+            r = self.alive.wait_for(|alive| *alive) => r.is_ok(),
+            _ = self.shutdown.cancelled() => false,
+        }
+    }
+
+    /// Sleeps until the queue may have changed without a NOTIFY: a lease expires, a holder
+    /// in another process may have died, or the sweep comes round. With nothing running
+    /// anywhere this is the sweep interval: an idle Pier sends no queries.
     async fn idle_for(&self) -> Duration {
         let sweep = self.config.server.sweep_interval;
-        match self.ctx.store.next_lease_expiry().await {
-            Ok(Some(left)) => left.min(sweep) + Duration::from_millis(20),
-            _ => sweep,
+        match self.ctx.store.next_wakeup(self.liveness_key).await {
+            Ok(Some(at)) => at.min(sweep) + Duration::from_millis(20),
+            Ok(None) => sweep,
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), "cannot read lease expiries; sleeping a second");
+                sweep.min(Duration::from_secs(1))
+            }
         }
     }
 
     async fn run_one(&self, dep: Deployment) {
+        let span =
+            tracing::info_span!("deployment", id = %dep.id, app = %dep.app, attempt = dep.attempt);
+        self.run_claimed(dep).instrument(span).await
+    }
+
+    async fn run_claimed(&self, dep: Deployment) {
+        if dep.attempt > 1 {
+            metrics::counter!("pier_lease_takeovers_total").increment(1);
+        }
         let Some(app) = self.config.app(&dep.app) else {
-            let _ = self
+            let res = self
                 .ctx
                 .store
                 .finish(
@@ -119,31 +169,36 @@ impl Worker {
                     None,
                 )
                 .await;
+            if let Err(e) = res {
+                tracing::warn!(error = %error_chain(&e), "cannot fail a deployment of an unknown app; it is claimed again later");
+            }
             return;
         };
-        tracing::info!(owner = %self.owner, deployment = %dep.id, app = %dep.app, attempt = dep.attempt, "claimed");
+        tracing::info!(owner = %self.owner, "claimed");
         let mut work = pin!(pipeline::run(&self.ctx, &self.owner, &dep, app));
         let lost = self.heartbeat(&dep);
         tokio::select! {
-            outcome = &mut work => self.report(&dep, outcome),
+            outcome = &mut work => self.report(outcome),
             reason = lost => {
-                tracing::warn!(deployment = %dep.id, %reason, "lease lost; abandoning this run, the new holder resumes it");
+                tracing::warn!(%reason, "lease lost; abandoning this run, the new holder resumes it");
             }
             _ = self.shutdown.cancelled() => {
                 tokio::select! {
-                    outcome = &mut work => self.report(&dep, outcome),
+                    outcome = &mut work => self.report(outcome),
                     _ = tokio::time::sleep(SHUTDOWN_GRACE) => {
-                        tracing::info!(deployment = %dep.id, "shutting down mid-deployment; releasing it for resume");
-                        let _ = self.ctx.store.release(dep.id, &self.owner).await;
+                        tracing::info!("shutting down mid-deployment; releasing it for resume");
+                        if let Err(e) = self.ctx.store.release(dep.id, &self.owner).await {
+                            tracing::warn!(error = %error_chain(&e), "release failed; the deployment is resumed once this process is gone");
+                        }
                     }
                 }
             }
         }
     }
 
-    fn report(&self, dep: &Deployment, outcome: Outcome) {
+    fn report(&self, outcome: Outcome) {
         if let Outcome::Abandoned(reason) = outcome {
-            tracing::warn!(deployment = %dep.id, %reason, "run abandoned; it resumes when its lease expires");
+            tracing::warn!(%reason, "run abandoned; another worker resumes it");
         }
     }
 
@@ -156,7 +211,7 @@ impl Worker {
                 Ok(()) => {}
                 Err(StoreError::LeaseLost) => return "another worker holds the lease".into(),
                 Err(e) => {
-                    tracing::warn!(deployment = %dep.id, error = %e, "heartbeat failed; retrying")
+                    tracing::warn!(error = %error_chain(&e), "heartbeat failed; retrying")
                 }
             }
         }

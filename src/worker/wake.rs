@@ -1,53 +1,102 @@
-use std::time::Duration;
+//! The process's one listening connection: it turns NOTIFYs into wake-ups for every
+//! worker, and it holds the process's liveness lock.
 
-use sqlx::postgres::PgListener;
+use sqlx::postgres::{PgListener, PgPoolOptions};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::backoff::Backoff;
+use crate::pipeline::error_chain;
 use crate::store::Store;
 
 /// The channel the `deployments` trigger notifies on every queue change.
 pub const CHANNEL: &str = "pier_queue";
 
-/// Turns NOTIFYs into wake-ups for every worker (a counter they watch). After any
-/// (re)connection it wakes them too, since notifications sent meanwhile are lost.
-pub async fn listen(store: Store, wake: watch::Sender<u64>, shutdown: CancellationToken) {
-    let mut backoff = Duration::from_millis(200);
+/// What the listener shares with the workers.
+pub struct Signals {
+    /// Bumped on every NOTIFY, and after every (re)connection, since notifications sent
+    /// while disconnected are lost.
+    pub wake: watch::Sender<u64>,
+    /// True while this connection holds the liveness lock. Workers claim only then: a
+    /// deployment claimed under a key nobody holds would look abandoned to every other
+    /// process at once.
+    pub alive: watch::Sender<bool>,
+}
+
+/// Listens for queue changes on one connection that also holds the session-level advisory
+/// lock `liveness_key`. The lock lives exactly as long as the connection: if this process
+/// dies, Postgres releases it at once and other processes resume its deployments without
+/// waiting for their leases to expire.
+pub async fn listen(
+    store: Store,
+    liveness_key: i64,
+    signals: Signals,
+    shutdown: CancellationToken,
+) {
+    let mut backoff = Backoff::new(
+        std::time::Duration::from_millis(200),
+        std::time::Duration::from_secs(5),
+    );
     while !shutdown.is_cancelled() {
-        let mut listener = match PgListener::connect_with(store.pool()).await {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::warn!(error = %e, "queue listener cannot connect; retrying");
-                tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {}
-                    _ = shutdown.cancelled() => return,
+        match connect(&store, liveness_key).await {
+            Ok(mut listener) => {
+                backoff.reset();
+                signals.alive.send_replace(true);
+                signals.wake.send_modify(|n| *n += 1);
+                let lost = relay(&mut listener, &signals, &shutdown).await;
+                signals.alive.send_replace(false);
+                if let Some(e) = lost {
+                    tracing::warn!(error = %e, "queue listener lost its connection; reconnecting");
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-                continue;
+                drop(listener);
             }
-        };
-        if let Err(e) = listener.listen(CHANNEL).await {
-            tracing::warn!(error = %e, "LISTEN failed; retrying");
-            continue;
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), "queue listener cannot connect; retrying");
+                if !backoff.wait_or(&shutdown).await {
+                    return;
+                }
+            }
         }
-        backoff = Duration::from_millis(200);
-        wake.send_modify(|n| *n += 1);
-        loop {
-            tokio::select! {
-                msg = listener.try_recv() => match msg {
-                    Ok(Some(_)) => wake.send_modify(|n| *n += 1),
-                    // The connection dropped; notifications may have been missed.
-                    Ok(None) => {
-                        tracing::warn!("queue listener lost its connection; reconnecting");
-                        wake.send_modify(|n| *n += 1);
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "queue listener failed; reconnecting");
-                        break;
-                    }
-                },
-                _ = shutdown.cancelled() => return,
-            }
+    }
+}
+
+/// A connection of its own, never the shared pool's: a session lock on a pooled connection
+/// would outlive this listener and keep a dead holder looking alive.
+async fn connect(store: &Store, liveness_key: i64) -> Result<PgListener, sqlx::Error> {
+    let own = PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(std::time::Duration::from_secs(5))
+        .connect_lazy_with((*store.pool().connect_options()).clone());
+    let mut listener = PgListener::connect_with(&own).await?;
+    listener.listen(CHANNEL).await?;
+    let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+        .bind(liveness_key)
+        .fetch_one(&mut listener)
+        .await?;
+    if !locked {
+        // Keys are random 62-bit numbers: someone else holding ours is a bug, not a race.
+        return Err(sqlx::Error::Protocol(format!(
+            "liveness lock {liveness_key} is held by another session"
+        )));
+    }
+    Ok(listener)
+}
+
+/// Relays notifications until the connection drops (`Some(reason)`) or shutdown (`None`).
+async fn relay(
+    listener: &mut PgListener,
+    signals: &Signals,
+    shutdown: &CancellationToken,
+) -> Option<String> {
+    loop {
+        tokio::select! {
+            msg = listener.try_recv() => match msg {
+                Ok(Some(_)) => signals.wake.send_modify(|n| *n += 1),
+                // The connection dropped, and the liveness lock with it.
+                Ok(None) => return Some("connection closed".into()),
+                Err(e) => return Some(error_chain(&e)),
+            },
+            _ = shutdown.cancelled() => return None,
         }
     }
 }

@@ -1,0 +1,126 @@
+//! The one backoff every retry loop in Pier uses: exponential, capped, optionally bounded
+//! by a deadline, and cancellable. A loop that retries without it has no bound.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    first: Duration,
+    next: Duration,
+    max: Duration,
+    deadline: Option<Instant>,
+}
+
+impl Backoff {
+    /// Delays `first`, `2 * first`, ... up to `max`, with no deadline.
+    pub fn new(first: Duration, max: Duration) -> Self {
+        Self {
+            first,
+            next: first,
+            max,
+            deadline: None,
+        }
+    }
+
+    /// Gives up once waiting would pass `budget` from now.
+    pub fn within(mut self, budget: Duration) -> Self {
+        self.deadline = Some(Instant::now() + budget);
+        self
+    }
+
+    /// After a success: the next failure starts from the first delay again.
+    pub fn reset(&mut self) {
+        self.next = self.first;
+    }
+
+    /// Whether the deadline (if any) has passed.
+    pub fn expired(&self) -> bool {
+        self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+
+    /// The delay to wait now, or `None` when waiting it would pass the deadline.
+    pub fn next_delay(&mut self) -> Option<Duration> {
+        let delay = self.next;
+        if self.deadline.is_some_and(|d| Instant::now() + delay > d) {
+            return None;
+        }
+        self.next = (self.next * 2).min(self.max);
+        Some(delay)
+    }
+
+    /// Waits at least `at_least` (a peer's `Retry-After`), then continues backing off from
+    /// there; `None` when that would pass the deadline.
+    pub fn next_delay_at_least(&mut self, at_least: Duration) -> Option<Duration> {
+        let delay = self.next_delay()?.max(at_least);
+        if self.deadline.is_some_and(|d| Instant::now() + delay > d) {
+            return None;
+        }
+        Some(delay)
+    }
+
+    /// Sleeps the next delay. `false`, without sleeping, when the deadline would pass.
+    pub async fn wait(&mut self) -> bool {
+        match self.next_delay() {
+            Some(d) => {
+                tokio::time::sleep(d).await;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Like [`Backoff::wait`], but `false` as soon as `cancel` fires.
+    pub async fn wait_or(&mut self, cancel: &CancellationToken) -> bool {
+        let Some(d) = self.next_delay() else {
+            return false;
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(d) => true,
+            _ = cancel.cancelled() => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delays_double_up_to_the_cap_and_start_over_after_a_reset() {
+        let ms = Duration::from_millis;
+        let mut b = Backoff::new(ms(100), ms(350));
+        let got: Vec<_> = (0..4).map(|_| b.next_delay().unwrap()).collect();
+        assert_eq!(got, [ms(100), ms(200), ms(350), ms(350)]);
+        b.reset();
+        assert_eq!(b.next_delay(), Some(ms(100)));
+    }
+
+    #[test]
+    fn no_delay_is_offered_past_the_deadline() {
+        let ms = Duration::from_millis;
+        let mut b = Backoff::new(ms(40), ms(1000)).within(ms(100));
+        assert_eq!(b.next_delay(), Some(ms(40)));
+        // 80 ms more would still fit in 100 ms only if no time passed; 160 cannot.
+        let _ = b.next_delay();
+        assert_eq!(b.next_delay(), None);
+        let mut b = Backoff::new(ms(10), ms(10)).within(ms(50));
+        assert_eq!(
+            b.next_delay_at_least(ms(500)),
+            None,
+            "Retry-After past the deadline"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_wait_returns_at_once() {
+        let cancel = CancellationToken::new();
+        cancel.cancel();
+        let mut b = Backoff::new(Duration::from_secs(60), Duration::from_secs(60));
+        let started = std::time::Instant::now();
+        assert!(!b.wait_or(&cancel).await);
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+}

@@ -1,0 +1,238 @@
+//! Every enumerated value the database stores, each mapped to its text in exactly one
+//! place. Decoding a value the code does not know is an error that names it: a row written
+//! by a newer Pier, or by hand, is never silently read as something else.
+
+use sqlx::Postgres;
+use sqlx::encode::IsNull;
+use sqlx::error::BoxDynError;
+use sqlx::postgres::{PgArgumentBuffer, PgTypeInfo, PgValueRef};
+
+/// A stored text that names no variant of the enum it is read as.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {kind} `{value}` in the database")]
+pub struct UnknownValue {
+    pub kind: &'static str,
+    pub value: String,
+}
+
+/// Declares an enum stored as `text`: `as_str`, `FromStr` (strict), `Display`, serde as
+/// the same text, and sqlx encode/decode through those two functions only.
+macro_rules! db_enum {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident ($what:literal) {
+            $( $(#[$vmeta:meta])* $variant:ident = $text:literal ),+ $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $( $(#[$vmeta])* $variant ),+
+        }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text),+
+                }
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = $crate::store::kinds::UnknownValue;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                match s {
+                    $($text => Ok($name::$variant),)+
+                    other => Err($crate::store::kinds::UnknownValue {
+                        kind: $what,
+                        value: other.chars().take(64).collect(),
+                    }),
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+                s.parse().map_err(serde::de::Error::custom)
+            }
+        }
+
+        impl sqlx::Type<sqlx::Postgres> for $name {
+            fn type_info() -> sqlx::postgres::PgTypeInfo {
+                $crate::store::kinds::text_type()
+            }
+            fn compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
+                $crate::store::kinds::text_compatible(ty)
+            }
+        }
+
+        impl<'r> sqlx::Decode<'r, sqlx::Postgres> for $name {
+            fn decode(
+                value: sqlx::postgres::PgValueRef<'r>,
+            ) -> Result<Self, sqlx::error::BoxDynError> {
+                Ok($crate::store::kinds::decode_text(value)?.parse::<$name>()?)
+            }
+        }
+
+        impl sqlx::Encode<'_, sqlx::Postgres> for $name {
+            fn encode_by_ref(
+                &self,
+                buf: &mut sqlx::postgres::PgArgumentBuffer,
+            ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+                $crate::store::kinds::encode_text(self.as_str(), buf)
+            }
+        }
+    };
+}
+
+pub fn text_type() -> PgTypeInfo {
+    <&str as sqlx::Type<Postgres>>::type_info()
+}
+
+pub fn text_compatible(ty: &PgTypeInfo) -> bool {
+    <&str as sqlx::Type<Postgres>>::compatible(ty)
+}
+
+pub fn decode_text(value: PgValueRef<'_>) -> Result<&str, BoxDynError> {
+    <&str as sqlx::Decode<Postgres>>::decode(value)
+}
+
+pub fn encode_text(s: &str, buf: &mut PgArgumentBuffer) -> Result<IsNull, BoxDynError> {
+    <&str as sqlx::Encode<Postgres>>::encode_by_ref(&s, buf)
+}
+
+db_enum! {
+    /// `deployments.state`. `queued` and `running` are the queue; the rest are final.
+    pub enum DeploymentState ("deployment state") {
+        Queued = "queued",
+        Running = "running",
+        Succeeded = "succeeded",
+        Failed = "failed",
+        Superseded = "superseded",
+        Cancelled = "cancelled",
+    }
+}
+
+impl DeploymentState {
+    pub fn is_final(self) -> bool {
+        !matches!(self, Self::Queued | Self::Running)
+    }
+}
+
+db_enum! {
+    /// `deployments.trigger`: what asked for the deployment.
+    pub enum Trigger ("deployment trigger") {
+        Webhook = "webhook",
+        Manual = "manual",
+        Rollback = "rollback",
+        Reconcile = "reconcile",
+    }
+}
+
+impl Trigger {
+    /// An operator named what to deploy: it runs even when that digest already serves.
+    pub fn is_operator(self) -> bool {
+        matches!(self, Self::Manual | Self::Rollback)
+    }
+}
+
+db_enum! {
+    /// `deployment_steps.step`: the pipeline's steps, in the order they run.
+    pub enum Step ("pipeline step") {
+        Resolve = "resolve",
+        Pull = "pull",
+        Verify = "verify",
+        Create = "create",
+        StopOld = "stop_old",
+        Start = "start",
+        Health = "health",
+        Switch = "switch",
+        Retire = "retire",
+        Rollback = "rollback",
+    }
+}
+
+db_enum! {
+    /// `deployment_steps.state`: the intent is committed as `started` before the side
+    /// effect; the result moves it to `succeeded` or `failed`.
+    pub enum StepState ("step state") {
+        Started = "started",
+        Succeeded = "succeeded",
+        Failed = "failed",
+    }
+}
+
+db_enum! {
+    /// `deliveries.verdict`: what an authentic delivery led to.
+    pub enum Verdict ("delivery verdict") {
+        Queued = "queued",
+        Ignored = "ignored",
+    }
+}
+
+db_enum! {
+    /// `reconcile_actions.action`: what reconciliation changed on the engine or the queue.
+    pub enum ReconcileKind ("reconcile action") {
+        RemovedOrphan = "removed_orphan",
+        RequeuedMissing = "requeued_missing",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trips<T>(all: &[T])
+    where
+        T: Copy + std::fmt::Debug + PartialEq + std::str::FromStr + std::fmt::Display,
+        <T as std::str::FromStr>::Err: std::fmt::Debug,
+    {
+        for v in all {
+            assert_eq!(v.to_string().parse::<T>().unwrap(), *v);
+            let json = serde_json::to_string(&v.to_string()).unwrap();
+            assert_eq!(json, format!("\"{v}\""));
+        }
+    }
+
+    #[test]
+    fn every_stored_value_round_trips_through_its_text() {
+        round_trips(DeploymentState::ALL);
+        round_trips(Trigger::ALL);
+        round_trips(Step::ALL);
+        round_trips(StepState::ALL);
+        round_trips(Verdict::ALL);
+        round_trips(ReconcileKind::ALL);
+    }
+
+    #[test]
+    fn an_unknown_value_is_an_error_that_names_it() {
+        let e = "paused".parse::<DeploymentState>().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "unknown deployment state `paused` in the database"
+        );
+        assert!("Queued".parse::<DeploymentState>().is_err(), "case matters");
+        assert!("".parse::<Step>().is_err());
+        assert!("deploy".parse::<Trigger>().is_err());
+        assert!(serde_json::from_str::<StepState>("\"done\"").is_err());
+        assert_eq!(
+            serde_json::from_str::<Step>("\"stop_old\"").unwrap(),
+            Step::StopOld
+        );
+    }
+}
