@@ -46,15 +46,19 @@ mod engine;
 mod env;
 mod hooks;
 mod images;
+mod pgproxy;
 mod pier_process;
 mod registry;
 
 pub use db::*;
 pub use engine::*;
+#[allow(unused_imports)] // the store-only tests need no environment
 pub use env::*;
 #[allow(unused_imports)] // only some test binaries record hooks
 pub use hooks::*;
 pub use images::*;
+#[allow(unused_imports)] // only some test binaries relay Postgres
+pub use pgproxy::*;
 pub use pier_process::*;
 pub use registry::*;
 

@@ -1,0 +1,92 @@
+//! An idle Pier sends Postgres nothing between sweeps: no polling loop, whatever happened
+//! before. Every statement its pool and its listener send is counted by a relay.
+
+mod support;
+
+use std::time::Duration;
+
+use support::*;
+
+const DEPLOY: Duration = Duration::from_secs(60);
+
+/// Waits until no statement has gone through for `quiet`; returns the count then.
+async fn settled(proxy: &PgProxy, quiet: Duration) -> u64 {
+    wait_until("pier settles", Duration::from_secs(30), || async {
+        let before = proxy.statements();
+        tokio::time::sleep(quiet).await;
+        (proxy.statements() == before).then_some(before)
+    })
+    .await
+}
+
+/// Statements sent during `window`, the measurement itself being a span of time.
+async fn statements_during(proxy: &PgProxy, window: Duration) -> u64 {
+    let before = proxy.statements();
+    tokio::time::sleep(window).await;
+    proxy.statements() - before
+}
+
+#[tokio::test]
+async fn an_idle_pier_with_two_workers_sends_no_statement_between_sweeps() {
+    let env = TestEnv::builder()
+        .workers(2)
+        .server_toml("sweep_interval = \"1h\"")
+        .without_pier()
+        .start()
+        .await;
+    let proxy = PgProxy::start(&env.db.url).await;
+    let config = env
+        .config_toml()
+        .replace(&env.db.url, &proxy.url_for(&env.db.url));
+    let pier = PierCommand::new(&config).start().await;
+    pier.wait_for_log("pier running", Duration::from_secs(10))
+        .await;
+    let at_start = settled(&proxy, Duration::from_millis(500)).await;
+    assert!(
+        at_start > 0,
+        "the relay counts statements (migrate, LISTEN, claims)"
+    );
+    let idle = statements_during(&proxy, Duration::from_secs(5)).await;
+    assert_eq!(idle, 0, "statements sent in 5 s by an idle pier");
+
+    // After a deployment the workers go back to sleep: nothing runs, so nothing to poll.
+    let busy_from = proxy.statements();
+    env.push(&TestImage::healthy("v1"), "main").await;
+    env.wait_app_version("v1", DEPLOY).await;
+    let final_state = env.latest_final_of(env.app(), &[], DEPLOY).await;
+    assert_eq!(final_state["state"], "succeeded");
+    let after = settled(&proxy, Duration::from_millis(500)).await;
+    assert!(after > busy_from, "the deployment went through the relay");
+    let idle = statements_during(&proxy, Duration::from_secs(5)).await;
+    assert_eq!(
+        idle, 0,
+        "statements sent in 5 s after the deployment finished"
+    );
+    drop(pier);
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_short_sweep_costs_a_bounded_handful_of_statements_per_sweep() {
+    let env = TestEnv::builder()
+        .workers(2)
+        .server_toml("sweep_interval = \"1s\"")
+        .without_pier()
+        .start()
+        .await;
+    let proxy = PgProxy::start(&env.db.url).await;
+    let config = env
+        .config_toml()
+        .replace(&env.db.url, &proxy.url_for(&env.db.url));
+    let pier = PierCommand::new(&config).start().await;
+    pier.wait_for_log("pier running", Duration::from_secs(10))
+        .await;
+    // Five sweeps: each is a reconcile pass (a few reads) and one claim and one wake-up
+    // query per worker. A polling loop would send hundreds.
+    let sent = statements_during(&proxy, Duration::from_secs(5)).await;
+    eprintln!("statements in 5 s with a 1 s sweep: {sent}");
+    assert!(sent > 0, "the sweep runs");
+    assert!(sent <= 6 * 10, "{sent} statements in 5 s");
+    drop(pier);
+    env.cleanup().await;
+}
