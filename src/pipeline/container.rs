@@ -313,14 +313,13 @@ impl Run<'_> {
             let mut out = RolledBack::default();
             for id in &plan.candidates {
                 if out.logs.is_none() {
-                    out.logs = self
-                        .ctx
-                        .engine
-                        .logs_tail(id, 30)
-                        .await
-                        .ok()
-                        .filter(|l| !l.is_empty())
-                        .map(|l| self.redact(&l));
+                    match self.ctx.engine.logs_tail(id, 30).await {
+                        Ok(l) if !l.is_empty() => out.logs = Some(self.redact(&l)),
+                        Ok(_) => {}
+                        Err(e) => out
+                            .warnings
+                            .push(format!("read candidate {id}'s logs: {}", error_chain(&e))),
+                    }
                 }
                 match self.ctx.engine.remove_container(id).await {
                     Ok(_) => out.removed_candidates.push(id.clone()),

@@ -49,7 +49,7 @@ impl Store {
         delivery: NewDelivery,
         wanted: Vec<NewDeployment>,
     ) -> Result<DeliveryOutcome> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         let verdict = if wanted.is_empty() {
             Verdict::Ignored
         } else {

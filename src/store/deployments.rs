@@ -153,7 +153,7 @@ pub(super) async fn enqueue_in(
 
 impl Store {
     pub async fn enqueue(&self, d: NewDeployment) -> Result<Enqueued> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         let out = enqueue_in(&mut tx, d).await?;
         tx.commit().await?;
         Ok(out)

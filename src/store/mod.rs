@@ -8,8 +8,8 @@ mod steps;
 
 use std::time::Duration;
 
-use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
+use sqlx::{PgPool, Postgres, Transaction};
 
 pub use deliveries::{Delivery, DeliveryOutcome, NewDelivery};
 pub use deployments::{Deployment, Enqueued, Generation, NewDeployment, TAKEOVER_CHECK};
@@ -92,6 +92,22 @@ impl Store {
                 sqlx::migrate::MigrateError::Execute(e) => StoreError::from(e),
                 other => StoreError::Query(sqlx::Error::Migrate(Box::new(other))),
             })
+    }
+
+    /// Starts a transaction that a cancelled caller cannot leave half-open. sqlx 0.9's
+    /// `Pool::begin` is not cancel-safe on Postgres (launchbadge/sqlx#4385): a future
+    /// dropped while `BEGIN` is in flight returns its connection to the pool inside an open
+    /// transaction, and the next borrower (a worker's claim, say) runs in it. Run in a task
+    /// of its own, `BEGIN` always completes; if nobody awaits the transaction any more it
+    /// is dropped there, which rolls it back.
+    pub(crate) async fn begin(&self) -> Result<Transaction<'static, Postgres>> {
+        let pool = self.pool.clone();
+        match tokio::spawn(async move { pool.begin().await }).await {
+            Ok(tx) => Ok(tx?),
+            Err(join) => Err(StoreError::Query(sqlx::Error::Protocol(format!(
+                "BEGIN task failed: {join}"
+            )))),
+        }
     }
 
     pub async fn ping(&self) -> Result<()> {
