@@ -84,6 +84,32 @@ impl Backoff {
     }
 }
 
+/// Runs `op` until it succeeds, fails in a way `retryable` rejects, or `backoff` runs out
+/// (then the last error). `on_retry` sees each error that is retried and the delay.
+pub async fn retry<T, E, F, Fut>(
+    mut backoff: Backoff,
+    retryable: impl Fn(&E) -> bool,
+    on_retry: impl Fn(&E, Duration),
+    mut op: F,
+) -> Result<T, E>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    loop {
+        match op().await {
+            Err(e) if retryable(&e) => match backoff.next_delay() {
+                Some(delay) => {
+                    on_retry(&e, delay);
+                    tokio::time::sleep(delay).await;
+                }
+                None => return Err(e),
+            },
+            other => return other,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,6 +138,24 @@ mod tests {
             None,
             "Retry-After past the deadline"
         );
+    }
+
+    #[tokio::test]
+    async fn retry_stops_at_the_first_error_it_may_not_retry() {
+        let ms = Duration::from_millis;
+        let mut calls = 0;
+        let out: Result<(), &str> = retry(
+            Backoff::new(ms(1), ms(1)),
+            |e| *e == "transient",
+            |_, _| {},
+            || {
+                calls += 1;
+                let e = if calls < 3 { "transient" } else { "permanent" };
+                async move { Err(e) }
+            },
+        )
+        .await;
+        assert_eq!((out, calls), (Err("permanent"), 3));
     }
 
     #[tokio::test]

@@ -26,11 +26,11 @@ async fn statements_during(proxy: &PgProxy, window: Duration) -> u64 {
     proxy.statements() - before
 }
 
-#[tokio::test]
-async fn an_idle_pier_with_two_workers_sends_no_statement_between_sweeps() {
+/// A Pier with two workers whose every statement goes through a counting relay.
+async fn proxied_pier(sweep: &str) -> (TestEnv, PgProxy, PierProcess) {
     let env = TestEnv::builder()
         .workers(2)
-        .server_toml("sweep_interval = \"1h\"")
+        .server_toml(&format!("sweep_interval = \"{sweep}\""))
         .without_pier()
         .start()
         .await;
@@ -41,6 +41,12 @@ async fn an_idle_pier_with_two_workers_sends_no_statement_between_sweeps() {
     let pier = PierCommand::new(&config).start().await;
     pier.wait_for_log("pier running", Duration::from_secs(10))
         .await;
+    (env, proxy, pier)
+}
+
+#[tokio::test]
+async fn an_idle_pier_with_two_workers_sends_no_statement_between_sweeps() {
+    let (env, proxy, pier) = proxied_pier("1h").await;
     let at_start = settled(&proxy, Duration::from_millis(500)).await;
     assert!(
         at_start > 0,
@@ -68,19 +74,7 @@ async fn an_idle_pier_with_two_workers_sends_no_statement_between_sweeps() {
 
 #[tokio::test]
 async fn a_short_sweep_costs_a_bounded_handful_of_statements_per_sweep() {
-    let env = TestEnv::builder()
-        .workers(2)
-        .server_toml("sweep_interval = \"1s\"")
-        .without_pier()
-        .start()
-        .await;
-    let proxy = PgProxy::start(&env.db.url).await;
-    let config = env
-        .config_toml()
-        .replace(&env.db.url, &proxy.url_for(&env.db.url));
-    let pier = PierCommand::new(&config).start().await;
-    pier.wait_for_log("pier running", Duration::from_secs(10))
-        .await;
+    let (env, proxy, pier) = proxied_pier("1s").await;
     // Five sweeps: each is a reconcile pass (a few reads) and one claim and one wake-up
     // query per worker. A polling loop would send hundreds.
     let sent = statements_during(&proxy, Duration::from_secs(5)).await;

@@ -8,7 +8,9 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use super::{PipelineError, Run, Step, StepError, error_chain};
-use crate::backoff::Backoff;
+use std::time::Duration;
+
+use crate::backoff::{Backoff, retry};
 use crate::store::{GenerationSwitch, StepState, StoreError};
 
 /// Where a step stands when the pipeline reaches it.
@@ -227,27 +229,21 @@ impl Run<'_> {
 
     /// Journal writes wait out a database outage (with backoff) instead of abandoning a
     /// half-done step; a lost lease ends the run at once, since another worker owns it.
-    pub(super) async fn store_retry<T, F, Fut>(&self, mut op: F) -> Result<T, PipelineError>
+    pub(super) async fn store_retry<T, F, Fut>(&self, op: F) -> Result<T, PipelineError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, StoreError>>,
     {
-        let mut backoff = Backoff::new(
-            std::time::Duration::from_millis(100),
-            std::time::Duration::from_secs(2),
+        let backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2))
+            .within(self.ctx.store_patience);
+        retry(
+            backoff,
+            StoreError::is_unavailable,
+            |e, _| tracing::warn!(error = %error_chain(e), "database unavailable; retrying"),
+            op,
         )
-        .within(self.ctx.store_patience);
-        loop {
-            match op().await {
-                Err(e) if e.is_unavailable() => {
-                    tracing::warn!(error = %error_chain(&e), "database unavailable; retrying");
-                    if !backoff.wait().await {
-                        return Err(PipelineError::Store(e));
-                    }
-                }
-                other => return other.map_err(PipelineError::Store),
-            }
-        }
+        .await
+        .map_err(PipelineError::Store)
     }
 
     /// Retries an idempotent side effect on transient errors, with backoff capped at 5 s,
@@ -257,22 +253,14 @@ impl Run<'_> {
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, StepError>>,
     {
-        let mut backoff = Backoff::new(
-            std::time::Duration::from_millis(200),
-            std::time::Duration::from_secs(5),
+        let backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5))
+            .within(self.ctx.retry_budget);
+        retry(
+            backoff,
+            StepError::is_transient,
+            |e, delay| tracing::warn!(error = %error_chain(e), retry_in = ?delay, "transient failure; retrying"),
+            op,
         )
-        .within(self.ctx.retry_budget);
-        loop {
-            match op().await {
-                Err(e) if e.is_transient() => match backoff.next_delay() {
-                    Some(delay) => {
-                        tracing::warn!(error = %error_chain(&e), retry_in = ?delay, "transient failure; retrying");
-                        tokio::time::sleep(delay).await;
-                    }
-                    None => return Err(e),
-                },
-                other => return other,
-            }
-        }
+        .await
     }
 }

@@ -86,43 +86,38 @@ impl Drop for PgProxy {
 }
 
 async fn relay(client: TcpStream, server: TcpStream, shared: Arc<Shared>) {
-    let (mut cr, mut cw) = client.into_split();
-    let (mut sr, mut sw) = server.into_split();
-    let up = {
-        let shared = shared.clone();
-        async move {
-            let mut counter = MessageCounter::default();
-            let mut buf = vec![0u8; 16 * 1024];
-            loop {
-                let n = match cr.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => n,
-                };
-                wait_thawed(&shared).await;
-                let found = counter.feed(&buf[..n]);
-                shared.statements.fetch_add(found, Ordering::SeqCst);
-                if sw.write_all(&buf[..n]).await.is_err() {
-                    break;
-                }
-            }
-            let _ = sw.shutdown().await;
+    let (cr, cw) = client.into_split();
+    let (sr, sw) = server.into_split();
+    tokio::join!(
+        pump(cr, sw, shared.clone(), Some(MessageCounter::default())),
+        pump(sr, cw, shared, None)
+    );
+}
+
+/// Copies one direction, holding every chunk while frozen; counts the frontend's
+/// statements when given a counter.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    shared: Arc<Shared>,
+    mut counter: Option<MessageCounter>,
+) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        wait_thawed(&shared).await;
+        if let Some(c) = counter.as_mut() {
+            let found = c.feed(&buf[..n]);
+            shared.statements.fetch_add(found, Ordering::SeqCst);
         }
-    };
-    let down = async move {
-        let mut buf = vec![0u8; 16 * 1024];
-        loop {
-            let n = match sr.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => n,
-            };
-            wait_thawed(&shared).await;
-            if cw.write_all(&buf[..n]).await.is_err() {
-                break;
-            }
+        if to.write_all(&buf[..n]).await.is_err() {
+            break;
         }
-        let _ = cw.shutdown().await;
-    };
-    tokio::join!(up, down);
+    }
+    let _ = to.shutdown().await;
 }
 
 async fn wait_thawed(shared: &Shared) {
