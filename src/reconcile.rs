@@ -4,8 +4,9 @@
 //! - An orphan is a container labelled for an app that is neither the app's serving
 //!   generation nor a container of a queued or running deployment (a candidate a crashed
 //!   worker left, which its resumer will adopt). Orphans are removed, and the removal is
-//!   recorded. A container whose deployment the database does not know is left alone and
-//!   reported: Pier never removes what it cannot account for.
+//!   recorded. Only a container the journal created (by id) is ever removed: one that merely
+//!   carries Pier's labels is left alone and reported. Pier never removes what it cannot
+//!   account for.
 //! - An app whose serving container is gone gets a `reconcile` deployment of the digest it
 //!   served, unless something is already queued or running for it.
 
@@ -58,6 +59,8 @@ pub async fn reconcile(
         })
         .collect();
     let states = store.deployment_states(&ids).await?;
+    let all_ids: Vec<String> = containers.iter().map(|c| c.id.clone()).collect();
+    let known = store.known_containers(&all_ids).await?;
 
     let mut out = Reconciled::default();
     for c in &containers {
@@ -73,7 +76,7 @@ pub async fn reconcile(
         let state = deployment.and_then(|d| states.get(&d)).copied();
         match state {
             Some(s) if !s.is_final() => {}
-            Some(s) => {
+            Some(s) if known.contains(&c.id) => {
                 engine.remove_container(&c.id).await?;
                 let detail = format!(
                     "removed orphan container {} ({}) of {s} deployment {}",
@@ -93,9 +96,9 @@ pub async fn reconcile(
                     .await?;
                 out.removed.push(c.id.clone());
             }
-            None => {
+            _ => {
                 let msg = format!(
-                    "container {} ({}) is labelled for {app} but its deployment is unknown to this database; left alone",
+                    "container {} ({}) is labelled for {app} but Pier's journal did not create it; left alone",
                     c.name, c.id
                 );
                 out.unaccounted.push(c.id.clone());

@@ -324,46 +324,50 @@ async fn a_registry_down_during_resolve_is_retried_until_it_is_back() {
 
 #[tokio::test]
 async fn orphans_are_removed_at_start_up_and_the_removal_is_recorded() {
-    let mut env = TestEnv::start().await;
+    let mut env = TestEnv::builder().lease("3s").start().await;
     let app = env.app().to_owned();
-    env.push(&TestImage::healthy("v1"), "main").await;
+    let v1 = env.push(&TestImage::healthy("v1"), "main").await;
     env.wait_app_version("v1", DEPLOY).await;
     let first = env.latest_final_of(&app, &[], DEPLOY).await;
-    let v2 = env.push(&TestImage::healthy("v2"), "main").await;
-    env.wait_app_version("v2", DEPLOY).await;
-    env.latest_final_of(&app, &[first["id"].as_str().unwrap()], DEPLOY)
-        .await;
 
-    // Leftovers: a container of the finished v1 deployment, and one whose deployment this
-    // database never heard of.
-    let v1_ref = format!(
-        "{}@{}",
-        env.image(),
-        first["resolved_digest"].as_str().unwrap()
-    );
-    let other = free_port();
-    let publish = std::net::SocketAddr::from(([127, 0, 0, 1], other));
-    let orphan = env
-        .engine
-        .create_labelled_for(
-            &app,
-            first["id"].as_str().unwrap(),
-            "sha256:old",
-            &v1_ref,
-            publish,
-        )
+    // A real orphan: v2's candidate, created and journaled by Pier, whose deployment then
+    // ended (given up) without removing it.
+    env.pier_mut()
+        .restart_with(|c| c.env("PIER_PAUSE_AT", "stop_old:before"))
         .await;
+    env.push(&TestImage::healthy("v2"), "main").await;
+    env.pier()
+        .wait_for_log("PIER_PAUSE_AT reached", DEPLOY)
+        .await;
+    env.pier_mut().kill();
+    let given_up = env.deployment_rows(&app).await.pop().unwrap();
+    let orphan: String = sqlx::query_scalar(
+        "SELECT result->>'id' FROM deployment_steps WHERE deployment_id = $1::uuid AND step = 'create'",
+    )
+    .bind(&given_up.id)
+    .fetch_one(&env.db.pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "UPDATE deployments SET state = 'failed', finished_at = now(), lease_owner = NULL,
+             lease_key = NULL, lease_expires_at = NULL
+         WHERE id = $1::uuid",
+    )
+    .bind(&given_up.id)
+    .execute(&env.db.pool)
+    .await
+    .unwrap();
+    // And a container that only carries the app's labels, naming a finished deployment:
+    // Pier's journal never created it, so it is not Pier's to remove.
+    let v1_ref = format!("{}@{v1}", env.image());
+    let publish = std::net::SocketAddr::from(([127, 0, 0, 1], free_port()));
     let stranger = env
         .engine
-        .create_labelled_for(
-            &app,
-            &uuid::Uuid::new_v4().to_string(),
-            "sha256:x",
-            &v1_ref,
-            publish,
-        )
+        .create_labelled_for(&app, first["id"].as_str().unwrap(), &v1, &v1_ref, publish)
         .await;
-    env.pier_mut().restart().await;
+    env.pier_mut()
+        .restart_with(|c| c.without_env("PIER_PAUSE_AT"))
+        .await;
 
     let ids = wait_until("the orphan is removed", DEPLOY, || async {
         let ids: Vec<String> = env
@@ -382,7 +386,7 @@ async fn orphans_are_removed_at_start_up_and_the_removal_is_recorded() {
     );
     assert_eq!(
         env.running_digests_of(&app).await,
-        vec![v2.clone()],
+        vec![v1.clone()],
         "the serving generation is untouched"
     );
     let (_, view) = env.api_get(&format!("/apps/{app}")).await;
@@ -393,6 +397,73 @@ async fn orphans_are_removed_at_start_up_and_the_removal_is_recorded() {
             .any(|a| a["action"] == "removed_orphan" && a["container_id"] == orphan.as_str()),
         "{actions:#?}"
     );
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_labelled_container_started_by_hand_survives_a_deploy() {
+    let env = TestEnv::start().await;
+    let app = env.app().to_owned();
+    let v1 = env.push(&TestImage::healthy("v1"), "main").await;
+    env.wait_app_version("v1", DEPLOY).await;
+    let first = env.latest_final_of(&app, &[], DEPLOY).await;
+
+    // Someone runs a container with the app's labels beside Pier's (a debug copy, say).
+    let by_hand = env
+        .engine
+        .run_labelled(
+            &app,
+            &format!("{}@{v1}", env.image()),
+            std::net::SocketAddr::from(([127, 0, 0, 1], free_port())),
+        )
+        .await;
+    let v2 = env.push(&TestImage::healthy("v2"), "main").await;
+    env.wait_app_version("v2", DEPLOY).await;
+    let latest = env
+        .latest_final_of(&app, &[first["id"].as_str().unwrap()], DEPLOY)
+        .await;
+    let done = env
+        .deployment_final(latest["id"].as_str().unwrap(), DEPLOY)
+        .await;
+    assert_eq!(done["state"], "succeeded", "{done:#}");
+
+    let running: Vec<String> = env
+        .engine
+        .running_containers_of_app(&app)
+        .await
+        .into_iter()
+        .filter_map(|c| c.id)
+        .collect();
+    assert!(
+        running.contains(&by_hand),
+        "the container started by hand still runs: {running:?}"
+    );
+    let stop_old = done["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["step"] == "stop_old")
+        .unwrap();
+    assert_eq!(
+        stop_old["intent"]["unaccounted"][0], by_hand.as_str(),
+        "the journal says it was left alone: {stop_old:#}"
+    );
+    assert!(
+        stop_old["intent"]["running"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|id| id != by_hand.as_str())
+    );
+    let (_, view) = env.api_get(&format!("/apps/{app}")).await;
+    let listed = view["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == by_hand.as_str())
+        .unwrap_or_else(|| panic!("the app page lists it: {view:#}"));
+    assert_eq!(listed["accounted_for"], false, "{listed:#}");
+    assert!(env.running_digests_of(&app).await.contains(&v2));
     env.cleanup().await;
 }
 

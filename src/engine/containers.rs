@@ -213,9 +213,10 @@ impl Engine {
     }
 
     pub async fn remove_container(&self, id: &str) -> Result<Removed> {
+        // Never the container's volumes: they may hold an app's data, and outlive it.
         let options = RemoveContainerOptionsBuilder::default()
             .force(true)
-            .v(true)
+            .v(false)
             .build();
         match self.docker.remove_container(id, Some(options)).await {
             Ok(()) => Ok(Removed::Removed),

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::{PipelineError, Run, Step, StepError, error_chain};
+use super::{PipelineError, Run, Step, error_chain};
 use crate::config::Origin;
 use crate::engine::{
     ContainerSpec, LABEL_APP, LABEL_DEPLOYMENT, LABEL_DIGEST, LABEL_MANAGED, Removed, Stopped,
@@ -45,6 +45,10 @@ pub struct OldGeneration {
     pub running: Vec<String>,
     /// Other containers of the app (stopped leftovers): removed by `retire`.
     pub idle: Vec<String>,
+    /// Containers labelled for the app that Pier's journal does not know (started by hand,
+    /// say): never stopped or removed, only reported.
+    #[serde(default)]
+    pub unaccounted: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -179,10 +183,7 @@ impl Run<'_> {
         &self,
         candidate: &Candidate,
     ) -> Result<OldGeneration, PipelineError> {
-        let observed = match self.observe_old(candidate).await {
-            Ok(o) => o,
-            Err(e) => return Err(self.failed_before_begin(Step::StopOld, e).await),
-        };
+        let observed = self.observe_old(candidate).await?;
         self.observed_step(Step::StopOld, observed, |plan: OldGeneration| async move {
             for id in &plan.running {
                 match self
@@ -199,15 +200,30 @@ impl Run<'_> {
         .await
     }
 
-    async fn observe_old(&self, candidate: &Candidate) -> Result<OldGeneration, StepError> {
-        let all = self
+    /// What serves and what is left over, among the containers Pier can account for: the
+    /// ones its journal created or its generations name, by id. A container that merely
+    /// carries the app's labels is someone else's and is left alone.
+    async fn observe_old(&self, candidate: &Candidate) -> Result<OldGeneration, PipelineError> {
+        let all = match self
             .ctx
             .engine
             .managed_containers(Some(&self.app.name), None)
+            .await
+        {
+            Ok(all) => all,
+            Err(e) => return Err(self.failed_before_begin(Step::StopOld, e.into()).await),
+        };
+        let ids: Vec<String> = all.iter().map(|c| c.id.clone()).collect();
+        let known = self
+            .store_retry(|| self.ctx.store.known_containers(&ids))
             .await?;
         let mut old = OldGeneration::default();
         for c in all.into_iter().filter(|c| c.id != candidate.id) {
-            if c.running {
+            if !known.contains(&c.id) {
+                tracing::warn!(container = %c.id, name = %c.name,
+                    "a container labelled for this app is unknown to the journal; left alone");
+                old.unaccounted.push(c.id);
+            } else if c.running {
                 old.running.push(c.id);
             } else {
                 old.idle.push(c.id);

@@ -1,4 +1,4 @@
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -27,6 +27,25 @@ impl Store {
                 .fetch_all(&self.pool)
                 .await?;
         Ok(rows.into_iter().collect())
+    }
+
+    /// Which of `ids` Pier can account for: containers its journal created (the `create`
+    /// step's result) or that serve as an app's generation. Only these are ever stopped or
+    /// removed; a container that merely carries Pier's labels is not Pier's to touch.
+    pub async fn known_containers(&self, ids: &[String]) -> Result<HashSet<String>> {
+        if ids.is_empty() {
+            return Ok(HashSet::new());
+        }
+        let known: Vec<String> = sqlx::query_scalar(
+            "SELECT result->>'id' FROM deployment_steps
+             WHERE step = 'create' AND result->>'id' = ANY($1)
+             UNION
+             SELECT container_id FROM app_generations WHERE container_id = ANY($1)",
+        )
+        .bind(ids)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(known.into_iter().collect())
     }
 
     /// Whether the app has a deployment queued or running.

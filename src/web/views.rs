@@ -19,7 +19,7 @@ pub struct AppView {
     /// What the journal says serves (written by the `switch` step).
     pub generation: Option<Generation>,
     /// What the engine says exists for this app, found by label.
-    pub containers: Vec<ContainerFacts>,
+    pub containers: Vec<ContainerView>,
     pub engine_error: Option<String>,
     pub latest_deployment: Option<Deployment>,
     pub deployments: Vec<Deployment>,
@@ -31,7 +31,10 @@ impl AppView {
     /// The serving container as the engine sees it, if it exists.
     pub fn serving(&self) -> Option<&ContainerFacts> {
         let g = self.generation.as_ref()?;
-        self.containers.iter().find(|c| c.id == g.container_id)
+        self.containers
+            .iter()
+            .find(|c| c.id == g.container_id)
+            .map(|c| &c.facts)
     }
 
     /// One line for the page: does the engine agree with the journal?
@@ -47,6 +50,22 @@ impl AppView {
 
     pub fn is_healthy_view(&self) -> bool {
         self.serving().is_some_and(|c| c.running)
+    }
+}
+
+/// A container labelled for an app, and whether Pier's journal created it. One it did not
+/// (started by hand with Pier's labels) is shown, and never stopped or removed.
+#[derive(Serialize)]
+pub struct ContainerView {
+    #[serde(flatten)]
+    pub facts: ContainerFacts,
+    pub accounted_for: bool,
+}
+
+impl std::ops::Deref for ContainerView {
+    type Target = ContainerFacts;
+    fn deref(&self) -> &ContainerFacts {
+        &self.facts
     }
 }
 
@@ -74,16 +93,24 @@ pub async fn app_view(
     let generation = s.store.generation(&app.name).await?;
     let deployments = s.store.app_deployments(&app.name, history).await?;
     let reconcile_actions = s.store.reconcile_actions(&app.name, 10).await?;
+    let mine: Vec<&ContainerFacts> = all
+        .iter()
+        .filter(|c| c.label(LABEL_APP) == Some(app.name.as_str()))
+        .collect();
+    let ids: Vec<String> = mine.iter().map(|c| c.id.clone()).collect();
+    let known = s.store.known_containers(&ids).await?;
     Ok(AppView {
         name: app.name.clone(),
         image: app.image.clone(),
         tag: app.tag.clone(),
         publish: app.publish.map(|a| a.to_string()),
         generation,
-        containers: all
-            .iter()
-            .filter(|c| c.label(LABEL_APP) == Some(app.name.as_str()))
-            .cloned()
+        containers: mine
+            .into_iter()
+            .map(|c| ContainerView {
+                accounted_for: known.contains(&c.id),
+                facts: c.clone(),
+            })
             .collect(),
         engine_error: engine_error.map(str::to_owned),
         latest_deployment: deployments.first().cloned(),
