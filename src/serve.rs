@@ -135,6 +135,10 @@ pub async fn run_until(
         .platform()
         .await
         .context("ask the engine its platform")?;
+    let env_key = store
+        .installation_key()
+        .await
+        .context("read the installation key")?;
     let ctx = Arc::new(Context {
         store: store.clone(),
         engine: engine.clone(),
@@ -143,6 +147,7 @@ pub async fn run_until(
         http: crate::pipeline::probe_client(),
         store_patience: Duration::from_secs(120),
         retry_budget: Duration::from_secs(120),
+        env_key,
     });
     let (wake_tx, wake_rx) = watch::channel(0u64);
     let (alive_tx, alive_rx) = watch::channel(false);

@@ -6,6 +6,7 @@ mod support;
 use std::time::Duration;
 
 use serde_json::Value;
+use sha2::Digest as _;
 use support::*;
 
 const DEPLOY: Duration = Duration::from_secs(60);
@@ -21,7 +22,10 @@ async fn running_digests(env: &TestEnv) -> Vec<String> {
 #[tokio::test]
 async fn push_of_v1_then_v2_runs_exactly_the_pushed_digest_in_one_container() {
     let env = TestEnv::builder()
-        .app(|a| a.extra_toml = "memory = \"64m\"\ncpus = 0.5\nrestart = \"always\"".into())
+        .app(|a| {
+            a.extra_toml =
+                "memory = \"64m\"\ncpus = 0.5\nrestart = \"always\"\npids_limit = 512".into()
+        })
         .start()
         .await;
 
@@ -62,6 +66,30 @@ async fn push_of_v1_then_v2_runs_exactly_the_pushed_digest_in_one_container() {
             .map(|n| n.to_string()),
         Some("always".to_owned())
     );
+    // Hardened by default: no privilege escalation, a pids limit (here set to 512).
+    assert_eq!(host.pids_limit, Some(512));
+    assert_eq!(
+        host.security_opt.unwrap_or_default(),
+        vec!["no-new-privileges:true".to_owned()]
+    );
+    // The journal keeps a keyed hash of the env values, never a plain one that would let a
+    // reader of the page confirm a guessed value.
+    let steps = env
+        .deployment_final(d1["id"].as_str().unwrap(), DEPLOY)
+        .await["steps"]
+        .clone();
+    let create = steps
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["step"] == "create")
+        .unwrap()
+        .clone();
+    let plain = hex::encode(sha2::Sha256::digest(b"GREETING=hello"));
+    assert!(create["intent"].get("env_sha256").is_none(), "{create:#}");
+    let keyed = create["intent"]["env_hmac"].as_str().unwrap_or_default();
+    assert_eq!(keyed.len(), 64, "{create:#}");
+    assert_ne!(keyed, plain);
     let env_vars = inspect.config.and_then(|c| c.env).unwrap_or_default();
     assert!(
         env_vars.contains(&"GREETING=hello".to_owned()),
@@ -175,6 +203,10 @@ async fn a_container_that_exits_at_once_fails_fast_with_its_logs() {
     assert!(logs.contains("GREETING=hello"), "{logs}");
     assert!(logs.contains("API_TOKEN=***"), "{logs}");
     assert!(!logs.contains("s3cret-app-token"), "{logs}");
+    // Also when the app printed it base64-encoded; and a NUL byte loses nothing.
+    assert!(logs.contains("b64:"), "{logs}");
+    assert!(!logs.contains("czNjcmV0LWFwcC10b2tlbg"), "{logs}");
+    assert!(logs.contains("nul:\u{fffd}:end"), "{logs}");
     env.wait_app_version("v1", Duration::from_secs(10)).await;
     assert_eq!(running_digests(&env).await, vec![v1]);
     assert_eq!(env.engine.containers_of_app(env.app()).await.len(), 1);

@@ -445,7 +445,8 @@ async fn a_labelled_container_started_by_hand_survives_a_deploy() {
         .find(|s| s["step"] == "stop_old")
         .unwrap();
     assert_eq!(
-        stop_old["intent"]["unaccounted"][0], by_hand.as_str(),
+        stop_old["intent"]["unaccounted"][0],
+        by_hand.as_str(),
         "the journal says it was left alone: {stop_old:#}"
     );
     assert!(

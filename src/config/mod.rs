@@ -182,6 +182,10 @@ pub struct AppConfig {
     pub restart: RestartPolicy,
     pub strategy: Strategy,
     pub stop_timeout: Duration,
+    /// Processes in the container cannot gain privileges (setuid, file capabilities).
+    pub no_new_privileges: bool,
+    /// Most processes and threads the container may have; `None` is no limit.
+    pub pids_limit: Option<i64>,
 }
 
 impl AppConfig {

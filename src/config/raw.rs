@@ -105,6 +105,18 @@ struct App {
     strategy: Strategy,
     #[serde(default = "default_stop_timeout", with = "humantime_serde")]
     stop_timeout: Duration,
+    #[serde(default = "default_true")]
+    no_new_privileges: bool,
+    #[serde(default = "default_pids_limit")]
+    pids_limit: i64,
+}
+
+fn default_true() -> bool {
+    true
+}
+/// Enough for a JVM's threads; a fork bomb stops here instead of at the host's limit.
+fn default_pids_limit() -> i64 {
+    4096
 }
 
 fn invalid(msg: impl Into<String>) -> ConfigError {
@@ -281,6 +293,8 @@ impl Config {
                 restart: a.restart,
                 strategy: a.strategy,
                 stop_timeout: a.stop_timeout,
+                no_new_privileges: a.no_new_privileges,
+                pids_limit: (a.pids_limit > 0).then_some(a.pids_limit),
             });
         }
         for r in &registries {

@@ -28,6 +28,8 @@ pub struct ContainerSpec {
     pub publish: Option<SocketAddr>,
     pub memory_bytes: Option<i64>,
     pub nano_cpus: Option<i64>,
+    pub no_new_privileges: bool,
+    pub pids_limit: Option<i64>,
     pub restart: RestartPolicy,
 }
 
@@ -108,6 +110,10 @@ impl Engine {
                 }),
                 memory: spec.memory_bytes,
                 nano_cpus: spec.nano_cpus,
+                pids_limit: spec.pids_limit,
+                security_opt: spec
+                    .no_new_privileges
+                    .then(|| vec!["no-new-privileges:true".to_owned()]),
                 ..Default::default()
             }),
             ..Default::default()

@@ -4,8 +4,9 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
+use hmac::{Hmac, KeyInit, Mac};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
+use sha2::Sha256;
 
 use super::{PipelineError, Run, Step, error_chain};
 use crate::config::Origin;
@@ -15,17 +16,21 @@ use crate::engine::{
 use crate::registry::Resolved;
 use crate::store::StepState;
 
-/// What `create` asks for. Env values are journaled only as a hash: they may be secrets.
+/// What `create` asks for. Env values are journaled only as a keyed hash (HMAC-SHA256 with
+/// the installation's key): a changed value shows as a change, but a plain hash would let
+/// anyone who reads the page confirm a guessed secret.
 #[derive(Serialize)]
 struct CreateIntent<'a> {
     name: &'a str,
     image: &'a str,
     env_names: Vec<&'a str>,
-    env_sha256: String,
+    env_hmac: String,
     port: u16,
     publish: Option<SocketAddr>,
     memory_bytes: Option<i64>,
     nano_cpus: Option<i64>,
+    no_new_privileges: bool,
+    pids_limit: Option<i64>,
     restart: &'static str,
 }
 
@@ -105,11 +110,13 @@ impl Run<'_> {
     /// The candidate's logs are shown on the status page: env values that came from a
     /// secret reference are masked, in case the app printed them.
     fn redact(&self, text: &str) -> String {
-        self.app
+        let secrets = self
+            .app
             .env
             .values()
-            .filter(|v| v.origin() == Origin::Reference && v.expose().len() >= 4)
-            .fold(text.to_owned(), |t, v| t.replace(v.expose(), "***"))
+            .filter(|v| v.origin() == Origin::Reference)
+            .map(|v| v.expose());
+        super::redact::storable(&super::redact::redact(text, secrets))
     }
 
     fn spec(&self, r: &Resolved) -> ContainerSpec {
@@ -133,6 +140,8 @@ impl Run<'_> {
             publish: self.app.publish,
             memory_bytes: self.app.memory_bytes,
             nano_cpus: self.app.cpus.map(|c| (c * 1e9) as i64),
+            no_new_privileges: self.app.no_new_privileges,
+            pids_limit: self.app.pids_limit,
             restart: self.app.restart,
         }
     }
@@ -141,16 +150,21 @@ impl Run<'_> {
     /// leave an untracked container; a replay adopts the container its label names.
     pub(super) async fn create(&self, r: &Resolved) -> Result<Candidate, PipelineError> {
         let spec = self.spec(r);
-        let env_sha256 = hex::encode(Sha256::digest(spec.env.join("\n").as_bytes()));
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.ctx.env_key)
+            .expect("HMAC takes a key of any length");
+        mac.update(spec.env.join("\n").as_bytes());
+        let env_hmac = hex::encode(mac.finalize().into_bytes());
         let intent = CreateIntent {
             name: &spec.name,
             image: &spec.image,
             env_names: self.app.env.keys().map(String::as_str).collect(),
-            env_sha256,
+            env_hmac,
             port: spec.port,
             publish: spec.publish,
             memory_bytes: spec.memory_bytes,
             nano_cpus: spec.nano_cpus,
+            no_new_privileges: spec.no_new_privileges,
+            pids_limit: spec.pids_limit,
             restart: spec.restart.as_str(),
         };
         self.step(Step::Create, &intent, || async {

@@ -11,6 +11,7 @@ mod container;
 mod health;
 mod image;
 mod journal;
+mod redact;
 
 pub use health::probe_client;
 
@@ -113,6 +114,8 @@ pub struct Context {
     pub store_patience: Duration,
     /// Transient registry and engine errors are retried until this much time has passed.
     pub retry_budget: Duration,
+    /// This installation's key for the journaled hash of env values (see `create`).
+    pub env_key: Vec<u8>,
 }
 
 pub struct Run<'a> {

@@ -4,6 +4,7 @@ use uuid::Uuid;
 
 use super::deployments::{Enqueued, NewDeployment, enqueue_in};
 use super::kinds::Verdict;
+use super::text::{pg_json, pg_opt, pg_text};
 use super::{Result, Store};
 
 #[derive(Debug, Clone)]
@@ -63,11 +64,11 @@ impl Store {
              RETURNING id, (xmax = 0) AS inserted",
         )
         .bind(Uuid::new_v4())
-        .bind(&delivery.source)
-        .bind(&delivery.event_key)
+        .bind(pg_text(&delivery.source))
+        .bind(pg_opt(delivery.event_key.as_deref()))
         .bind(verdict)
-        .bind(&delivery.reason)
-        .bind(&delivery.events)
+        .bind(pg_text(&delivery.reason))
+        .bind(pg_json(&delivery.events).as_ref())
         .fetch_one(&mut *tx)
         .await?;
         let (delivery_id, inserted) = row;

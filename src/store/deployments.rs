@@ -6,6 +6,7 @@ use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
 use super::kinds::{DeploymentState, Trigger};
+use super::text::{pg_opt, pg_text};
 use super::{Result, Store, StoreError};
 
 #[derive(Debug, Clone, sqlx::FromRow, Serialize)]
@@ -258,9 +259,9 @@ impl Store {
         .bind(id)
         .bind(owner)
         .bind(state)
-        .bind(outcome)
-        .bind(error)
-        .bind(candidate_logs)
+        .bind(pg_text(outcome))
+        .bind(pg_opt(error))
+        .bind(pg_opt(candidate_logs))
         .execute(&self.pool)
         .await?
         .rows_affected();

@@ -5,6 +5,7 @@ mod deployments;
 pub mod kinds;
 mod reconcile;
 mod steps;
+mod text;
 
 use std::time::Duration;
 
@@ -108,6 +109,20 @@ impl Store {
                 "BEGIN task failed: {join}"
             )))),
         }
+    }
+
+    /// This installation's secret key for the journaled env hash, made on first use. Two
+    /// processes starting at once agree on one: the first insert wins.
+    pub async fn installation_key(&self) -> Result<Vec<u8>> {
+        let (a, b) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+        let fresh: Vec<u8> = a.as_bytes().iter().chain(b.as_bytes()).copied().collect();
+        sqlx::query("INSERT INTO installation (env_key) VALUES ($1) ON CONFLICT DO NOTHING")
+            .bind(&fresh)
+            .execute(&self.pool)
+            .await?;
+        Ok(sqlx::query_scalar("SELECT env_key FROM installation")
+            .fetch_one(&self.pool)
+            .await?)
     }
 
     pub async fn ping(&self) -> Result<()> {

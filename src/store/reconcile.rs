@@ -5,6 +5,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use super::kinds::{DeploymentState, ReconcileKind};
+use super::text::pg_text;
 use super::{Result, Store};
 
 #[derive(Debug, Clone, sqlx::FromRow, Serialize)]
@@ -74,7 +75,7 @@ impl Store {
         .bind(action)
         .bind(container_id)
         .bind(deployment_id)
-        .bind(detail)
+        .bind(pg_text(detail))
         .execute(&self.pool)
         .await?;
         Ok(())

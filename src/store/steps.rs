@@ -4,6 +4,7 @@ use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
 use super::kinds::{Step, StepState};
+use super::text::{pg_json, pg_text};
 use super::{Result, Store, StoreError};
 
 #[derive(Debug, Clone, sqlx::FromRow, Serialize)]
@@ -86,7 +87,7 @@ impl Store {
         )
         .bind(deployment)
         .bind(step)
-        .bind(intent)
+        .bind(pg_json(intent).as_ref())
         .bind(attempt)
         .execute(&mut *tx)
         .await?;
@@ -194,8 +195,8 @@ async fn finish_step(
     .bind(deployment)
     .bind(step)
     .bind(state)
-    .bind(result)
-    .bind(error)
+    .bind(result.map(pg_json).as_ref().map(|c| c.as_ref()))
+    .bind(error.map(pg_text))
     .execute(&mut **tx)
     .await?;
     Ok(())

@@ -27,7 +27,8 @@ pub enum TestImage {
     Healthy { version: String },
     /// httpd runs, but `/www/health` is missing: `GET /health` is 404 forever.
     NoHealthFile { version: String },
-    /// Prints its environment and exits 1 at once.
+    /// Prints its environment, `$API_TOKEN` base64-encoded (`b64:…`) and a NUL byte
+    /// (`nul:\0:end`), as a crashing app's log might, and exits 1 at once.
     ExitsAtOnce { version: String },
     /// Like `Healthy`, plus an image HEALTHCHECK (`busybox wget` of /health every second).
     WithHealthcheck { version: String },
@@ -85,9 +86,14 @@ impl TestImage {
         let slow;
         let entrypoint: Vec<&str> = match self {
             // Prints its environment first, as a crashing app's log might.
-            TestImage::ExitsAtOnce { .. } => {
-                vec!["/bin/busybox", "sh", "-c", "/bin/busybox env; exit 1"]
-            }
+            TestImage::ExitsAtOnce { .. } => vec![
+                "/bin/busybox",
+                "sh",
+                "-c",
+                "/bin/busybox env; \
+                 /bin/busybox printf 'b64:%s\\n' \"$(/bin/busybox printf %s \"$API_TOKEN\" | /bin/busybox base64)\"; \
+                 /bin/busybox printf 'nul:\\000:end\\n'; exit 1",
+            ],
             TestImage::SlowStart { secs, .. } => {
                 slow = format!(
                     "trap 'exit 0' TERM; /bin/busybox sleep {secs} & wait; \

@@ -1,0 +1,100 @@
+//! What leaves a candidate's logs for the journal and the page: secrets masked, also when
+//! the app printed them base64-encoded, and text Postgres can store.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
+
+/// The shortest secret masked: anything shorter would mask ordinary words.
+const MIN_SECRET: usize = 4;
+/// The shortest base64 run masked: shorter runs match too much unrelated text.
+const MIN_ENCODED: usize = 8;
+
+/// Masks every secret in `text`, as written and as base64 (standard or URL-safe alphabet,
+/// at any of the three byte alignments it can have inside a longer encoded blob).
+pub fn redact<'a>(text: &str, secrets: impl IntoIterator<Item = &'a str>) -> String {
+    let mut out = text.to_owned();
+    for secret in secrets {
+        if secret.len() < MIN_SECRET {
+            continue;
+        }
+        for needle in std::iter::once(secret.to_owned()).chain(encodings(secret.as_bytes())) {
+            if needle.len() >= MIN_SECRET && out.contains(&needle) {
+                out = out.replace(&needle, "***");
+            }
+        }
+    }
+    out
+}
+
+/// The parts of `secret`'s base64 that do not depend on the bytes around it: for each
+/// alignment, the encoding with the partial groups at either end cut off.
+fn encodings(secret: &[u8]) -> Vec<String> {
+    let mut found = Vec::new();
+    for engine in [&STANDARD_NO_PAD, &URL_SAFE_NO_PAD] {
+        for lead in 0..3usize {
+            let mut buf = vec![0u8; lead];
+            buf.extend_from_slice(secret);
+            let encoded = engine.encode(&buf);
+            // Characters touched by the `lead` filler bytes, and by the unknown bytes that
+            // may follow the secret in a longer blob.
+            let skip = (lead * 4).div_ceil(3);
+            let full_groups = (lead + secret.len()) / 3 * 4;
+            if full_groups > skip {
+                let stable = &encoded[skip..full_groups];
+                if stable.len() >= MIN_ENCODED {
+                    found.push(stable.to_owned());
+                }
+            }
+        }
+    }
+    found.sort();
+    found.dedup();
+    found
+}
+
+/// Postgres `text` cannot hold NUL: a log line with one would fail the write that records
+/// the deployment's end. NUL becomes U+FFFD; nothing else changes.
+pub fn storable(text: &str) -> String {
+    text.replace('\0', "\u{fffd}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_secret_is_masked_as_written() {
+        let out = redact("token=s3cret-app-token ok", ["s3cret-app-token"]);
+        assert_eq!(out, "token=*** ok");
+    }
+
+    #[test]
+    fn a_secret_is_masked_when_printed_base64_encoded_at_any_alignment() {
+        let secret = "s3cret-app-token";
+        for prefix in ["", "a", "ab", "abc:"] {
+            for engine in [&base64::engine::general_purpose::STANDARD, &URL_SAFE_NO_PAD] {
+                let blob = engine.encode(format!("{prefix}{secret}|user=x"));
+                let out = redact(&format!("auth: {blob}"), [secret]);
+                assert!(out.contains("***"), "{prefix:?} {blob} -> {out}");
+                // What is left of the blob no longer decodes to anything with the secret.
+                for part in out.split("***") {
+                    let decoded = engine
+                        .decode(part.trim_start_matches("auth: "))
+                        .unwrap_or_default();
+                    assert!(!String::from_utf8_lossy(&decoded).contains(secret));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn short_secrets_and_ordinary_text_are_left_alone() {
+        assert_eq!(redact("a b c", ["ab"]), "a b c");
+        assert_eq!(redact("nothing here", ["s3cret-app-token"]), "nothing here");
+    }
+
+    #[test]
+    fn nul_bytes_become_storable() {
+        assert_eq!(storable("nul:\0:end"), "nul:\u{fffd}:end");
+    }
+}
