@@ -528,3 +528,59 @@ async fn a_registry_with_basic_auth_is_resolved_and_pulled_with_the_configured_c
     assert!(!api.to_string().contains(password));
     env.cleanup().await;
 }
+
+#[tokio::test]
+async fn an_image_whose_labels_claim_to_be_piers_is_refused_before_anything_is_created() {
+    let env = TestEnv::start().await;
+    let v1 = env.push(&TestImage::healthy("v1"), "main").await;
+    env.wait_app_version("v1", DEPLOY).await;
+    let good = latest_final(&env, &[]).await;
+
+    env.push(&TestImage::spoofs_labels("v2"), "main").await;
+    let refused = latest_final(&env, &[good["id"].as_str().unwrap()]).await;
+    assert_eq!(refused["state"], "failed", "{refused:#}");
+    let error = refused["error"].as_str().unwrap_or_default();
+    assert!(
+        error.starts_with("verify:") && error.contains("pier.app, pier.managed"),
+        "{error}"
+    );
+    let steps = env
+        .deployment_final(refused["id"].as_str().unwrap(), DEPLOY)
+        .await["steps"]
+        .clone();
+    assert!(
+        steps
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["step"] != "create"),
+        "nothing was created: {steps:#}"
+    );
+    assert_eq!(running_digests(&env).await, vec![v1]);
+    assert_eq!(env.engine.containers_of_app(env.app()).await.len(), 1);
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn pages_and_answers_forbid_framing_and_sniffing() {
+    let env = TestEnv::start().await;
+    for path in ["/", "/healthz", "/api/apps", "/deliveries"] {
+        let resp = reqwest::Client::new()
+            .get(env.pier_url(path))
+            .bearer_auth(&env.admin_token)
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await
+            .unwrap();
+        let h = resp.headers();
+        let get = |k: &str| h.get(k).and_then(|v| v.to_str().ok()).unwrap_or_default();
+        assert_eq!(get("x-frame-options"), "DENY", "{path}");
+        assert_eq!(get("x-content-type-options"), "nosniff", "{path}");
+        assert_eq!(get("referrer-policy"), "same-origin", "{path}");
+        assert!(
+            get("content-security-policy").contains("frame-ancestors 'none'"),
+            "{path}"
+        );
+    }
+    env.cleanup().await;
+}

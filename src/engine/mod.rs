@@ -20,6 +20,10 @@ pub const LABEL_MANAGED: &str = "pier.managed";
 pub const LABEL_APP: &str = "pier.app";
 pub const LABEL_DEPLOYMENT: &str = "pier.deployment";
 pub const LABEL_DIGEST: &str = "pier.digest";
+/// The labels by which Pier finds and identifies its containers. Pier sets all of them on
+/// every container it creates (a container's labels override its image's), and refuses an
+/// image that carries any of them: an image cannot make containers look like Pier's.
+pub const RESERVED_LABELS: [&str; 4] = [LABEL_MANAGED, LABEL_APP, LABEL_DEPLOYMENT, LABEL_DIGEST];
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -74,6 +78,8 @@ pub struct ImageFacts {
     pub repo_digests: Vec<String>,
     pub platform: Platform,
     pub has_healthcheck: bool,
+    /// The image's own labels (its config's `Labels`).
+    pub labels: HashMap<String, String>,
 }
 
 #[derive(Clone, Debug)]
@@ -145,6 +151,11 @@ impl Engine {
                     architecture: i.architecture.unwrap_or_default(),
                     variant: i.variant,
                 },
+                labels: i
+                    .config
+                    .as_ref()
+                    .and_then(|c| c.labels.clone())
+                    .unwrap_or_default(),
                 has_healthcheck: i
                     .config
                     .and_then(|c| c.healthcheck)

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::{PipelineError, Run, Step, StepError};
 use crate::backoff::Backoff;
+use crate::engine::RESERVED_LABELS;
 
 use crate::registry::{RegistryError, Resolved, Wanted};
 
@@ -166,6 +167,18 @@ impl Run<'_> {
                     "digest mismatch: the engine's image {} has repo digests [{}], not {reference}",
                     image.id,
                     image.repo_digests.join(", ")
+                )));
+            }
+            let mut claimed: Vec<&str> = RESERVED_LABELS
+                .into_iter()
+                .filter(|k| image.labels.contains_key(*k))
+                .collect();
+            if !claimed.is_empty() {
+                claimed.sort_unstable();
+                return Err(StepError::Check(format!(
+                    "the image carries labels reserved for Pier ({}): an image cannot claim to be \
+                     one of Pier's containers",
+                    claimed.join(", ")
                 )));
             }
             let want = &self.ctx.platform;

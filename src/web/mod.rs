@@ -15,10 +15,11 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use metrics_exporter_prometheus::PrometheusHandle;
+use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::config::Config;
@@ -55,8 +56,24 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        // Every answer forbids being framed (clickjacking the redeploy button), content
+        // sniffing, and leaking Pier's URLs to other sites in `Referer`.
+        .layer(fixed_header(header::X_FRAME_OPTIONS, "DENY"))
+        .layer(fixed_header(header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
+        .layer(fixed_header(header::REFERRER_POLICY, "same-origin"))
+        .layer(fixed_header(
+            header::CONTENT_SECURITY_POLICY,
+            "frame-ancestors 'none'",
+        ))
         .layer(TraceLayer::new_for_http().make_span_with(request_span))
         .with_state(state)
+}
+
+fn fixed_header(
+    name: header::HeaderName,
+    value: &'static str,
+) -> SetResponseHeaderLayer<HeaderValue> {
+    SetResponseHeaderLayer::if_not_present(name, HeaderValue::from_static(value))
 }
 
 /// One span per request, named by its matched route, never by its raw path: a path can

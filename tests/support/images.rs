@@ -35,6 +35,9 @@ pub enum TestImage {
     /// Like `Healthy`, but httpd starts only after `secs` seconds: a deployment that
     /// spends that long in its `health` step.
     SlowStart { version: String, secs: u32 },
+    /// Like `Healthy`, but the image's own labels claim to be Pier's (`pier.managed`,
+    /// `pier.app`), as a hostile image might.
+    SpoofsLabels { version: String },
 }
 
 impl TestImage {
@@ -66,13 +69,20 @@ impl TestImage {
         }
     }
 
+    pub fn spoofs_labels(version: &str) -> Self {
+        TestImage::SpoofsLabels {
+            version: version.to_owned(),
+        }
+    }
+
     pub fn version(&self) -> &str {
         match self {
             TestImage::SlowStart { version, .. } => version,
             TestImage::Healthy { version }
             | TestImage::NoHealthFile { version }
             | TestImage::ExitsAtOnce { version }
-            | TestImage::WithHealthcheck { version } => version,
+            | TestImage::WithHealthcheck { version }
+            | TestImage::SpoofsLabels { version } => version,
         }
     }
 
@@ -120,6 +130,10 @@ impl TestImage {
                 "pier.test": "true",
             },
         });
+        if let TestImage::SpoofsLabels { .. } = self {
+            cfg["Labels"]["pier.managed"] = "true".into();
+            cfg["Labels"]["pier.app"] = "someone-else".into();
+        }
         if let TestImage::WithHealthcheck { .. } = self {
             cfg["Healthcheck"] = serde_json::json!({
                 "Test": ["CMD", "/bin/busybox", "wget", "-q", "-O", "/dev/null",
