@@ -204,15 +204,11 @@ pub async fn run_until(
             engine: EngineView::new(engine),
             metrics,
         });
-        let stop = shutdown.clone();
-        tasks.spawn(async move {
-            let served = axum::serve(listener, app)
-                .with_graceful_shutdown(async move { stop.cancelled().await })
-                .await;
-            if let Err(e) = served {
-                tracing::error!(error = %e, "http server failed");
-            }
-        });
+        let limits = web::server::Limits {
+            header_timeout: config.server.header_timeout,
+            max_connections: config.server.max_connections,
+        };
+        tasks.spawn(web::server::serve(listener, app, limits, shutdown.clone()));
     }
     tracing::info!(workers = config.server.workers, "pier running");
     shutdown.cancelled().await;

@@ -105,6 +105,11 @@ pub struct ServerConfig {
     pub lease: Duration,
     pub sweep_interval: Duration,
     pub max_body_bytes: usize,
+    /// A client's whole request head, and a kept-alive connection's idle time.
+    pub header_timeout: Duration,
+    /// A whole request, body included, from its head to the answer.
+    pub request_timeout: Duration,
+    pub max_connections: usize,
 }
 
 #[derive(Debug, Clone)]

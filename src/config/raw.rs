@@ -55,6 +55,22 @@ struct Server {
     sweep_interval: Duration,
     #[serde(default = "default_max_body")]
     max_body: String,
+    #[serde(default = "default_header_timeout", with = "humantime_serde")]
+    header_timeout: Duration,
+    #[serde(default = "default_request_timeout", with = "humantime_serde")]
+    request_timeout: Duration,
+    #[serde(default = "default_max_connections")]
+    max_connections: usize,
+}
+
+fn default_header_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_request_timeout() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_max_connections() -> usize {
+    1024
 }
 
 #[derive(Deserialize)]
@@ -155,7 +171,18 @@ impl Config {
             max_body_bytes: parse_bytes(&s.max_body)
                 .map_err(|e| invalid(format!("server.max_body: {e}")))?
                 as usize,
+            header_timeout: s.header_timeout,
+            request_timeout: s.request_timeout,
+            max_connections: s.max_connections,
         };
+        if server.header_timeout.is_zero() || server.request_timeout.is_zero() {
+            return Err(invalid(
+                "server.header_timeout and server.request_timeout must be above zero",
+            ));
+        }
+        if server.max_connections == 0 {
+            return Err(invalid("server.max_connections must be at least 1"));
+        }
 
         let mut registries = Vec::new();
         for r in self.registries {

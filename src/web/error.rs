@@ -18,6 +18,8 @@ pub enum WebError {
     Forbidden(String),
     #[error("{0}")]
     BadRequest(String),
+    #[error("request body too large")]
+    TooLarge,
     #[error("unsupported content type")]
     UnsupportedMediaType(String),
     #[error("database unavailable, retry later")]
@@ -58,6 +60,7 @@ impl WebError {
             WebError::Forbidden(_) => StatusCode::FORBIDDEN,
             WebError::BadRequest(_) => StatusCode::BAD_REQUEST,
             WebError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            WebError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             WebError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             WebError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }

@@ -9,6 +9,7 @@ mod api;
 mod error;
 mod hooks;
 mod pages;
+pub mod server;
 mod views;
 
 use std::sync::Arc;
@@ -20,6 +21,7 @@ use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use metrics_exporter_prometheus::PrometheusHandle;
 use tower_http::set_header::SetResponseHeaderLayer;
+use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::config::Config;
@@ -64,6 +66,16 @@ pub fn router(state: AppState) -> Router {
         .layer(fixed_header(
             header::CONTENT_SECURITY_POLICY,
             "frame-ancestors 'none'",
+        ))
+        // A request, body included, gets `request_timeout` in all: a body trickled a byte at
+        // a time is cut off with 408 instead of holding a connection and a handler.
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            state.config.server.request_timeout,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            max_body,
+            server::refuse_oversize_and_close_after_errors,
         ))
         .layer(TraceLayer::new_for_http().make_span_with(request_span))
         .with_state(state)
