@@ -115,21 +115,7 @@ pub struct RegistryConfig {
     pub password: Option<Secret>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SourceKind {
-    Distribution,
-    Generic,
-}
-
-#[derive(Debug, Clone)]
-pub struct SourceConfig {
-    pub name: String,
-    pub kind: SourceKind,
-    pub token: Option<Secret>,
-    pub hmac_secret: Option<Secret>,
-    pub signature_header: String,
-}
+pub use source::{HmacKey, SourceConfig, SourceKind, SourceMode};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
@@ -228,6 +214,7 @@ pub fn parse_bytes(text: &str) -> Result<i64, String> {
 }
 
 mod raw;
+mod source;
 
 #[cfg(test)]
 mod tests {
@@ -254,8 +241,7 @@ mod tests {
         // SAFETY: only this test reads this variable.
         unsafe { std::env::set_var("PIER_TEST_CONFIG_TOKEN", "s3cret") };
         let c = Config::parse(MINIMAL, Path::new(".")).unwrap();
-        let token = c.sources[0].token.as_ref().unwrap();
-        assert_eq!(token.expose(), "s3cret");
+        assert_eq!(c.sources[0].tokens[0].expose(), "s3cret");
         assert!(!format!("{c:?}").contains("s3cret"));
         assert_eq!(c.apps[0].memory_bytes, Some(256 << 20));
         assert_eq!(c.apps[0].tag, "latest");

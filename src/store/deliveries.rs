@@ -37,6 +37,9 @@ pub enum DeliveryOutcome {
     },
     /// The same event was delivered before; nothing new is stored.
     Duplicate { delivery_id: Uuid },
+    /// The same authentic body was accepted before under another delivery id; nothing new
+    /// is stored.
+    Replay { delivery_id: Uuid },
 }
 
 impl Store {
@@ -74,6 +77,72 @@ impl Store {
             tx.commit().await?;
             return Ok(DeliveryOutcome::Duplicate { delivery_id });
         }
+        let mut deployments = Vec::with_capacity(wanted.len());
+        for mut d in wanted {
+            d.delivery_id = Some(delivery_id);
+            deployments.push(enqueue_in(&mut tx, d).await?);
+        }
+        tx.commit().await?;
+        Ok(DeliveryOutcome::Recorded {
+            delivery_id,
+            deployments,
+        })
+    }
+
+    /// Like [`Store::record_delivery`], and also refuses a body (by its SHA-256) that this
+    /// source already delivered: senders that sign only the body cannot tell a replay from
+    /// a retry, so the body itself is the event's identity. A retry of the same event id
+    /// is a `Duplicate`, the same body under another id a `Replay`; the unique indexes
+    /// decide races between processes.
+    pub async fn record_delivery_once(
+        &self,
+        delivery: NewDelivery,
+        body_sha256: &[u8],
+        wanted: Vec<NewDeployment>,
+    ) -> Result<DeliveryOutcome> {
+        let mut tx = self.pool.begin().await?;
+        let verdict = if wanted.is_empty() {
+            "ignored"
+        } else {
+            "queued"
+        };
+        let inserted: Option<Uuid> = sqlx::query_scalar(
+            "INSERT INTO deliveries (id, source, event_key, verdict, reason, events, body_sha256)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)
+             ON CONFLICT DO NOTHING
+             RETURNING id",
+        )
+        .bind(Uuid::new_v4())
+        .bind(&delivery.source)
+        .bind(&delivery.event_key)
+        .bind(verdict)
+        .bind(&delivery.reason)
+        .bind(&delivery.events)
+        .bind(body_sha256)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(delivery_id) = inserted else {
+            let (delivery_id, same_event): (Uuid, bool) = sqlx::query_as(
+                "UPDATE deliveries SET seen_count = seen_count + 1, last_seen_at = now()
+                 WHERE id = (SELECT id FROM deliveries
+                             WHERE source = $1
+                               AND (event_key = $2 OR body_sha256 = $3)
+                             ORDER BY (event_key IS NOT DISTINCT FROM $2) DESC
+                             LIMIT 1)
+                 RETURNING id, event_key IS NOT DISTINCT FROM $2",
+            )
+            .bind(&delivery.source)
+            .bind(&delivery.event_key)
+            .bind(body_sha256)
+            .fetch_one(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            return Ok(if same_event && delivery.event_key.is_some() {
+                DeliveryOutcome::Duplicate { delivery_id }
+            } else {
+                DeliveryOutcome::Replay { delivery_id }
+            });
+        };
         let mut deployments = Vec::with_capacity(wanted.len());
         for mut d in wanted {
             d.delivery_id = Some(delivery_id);

@@ -1,9 +1,12 @@
 use axum::Json;
-use axum::body::Bytes;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::body::{Body, Bytes};
+use axum::extract::{MatchedPath, Path, State};
+use axum::http::{HeaderMap, Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
+use tower_http::classify::{ServerErrorsAsFailures, SharedClassifier};
+use tower_http::trace::TraceLayer;
+use tracing::Span;
 use uuid::Uuid;
 
 use super::{AppState, WebError};
@@ -15,12 +18,15 @@ struct Answer {
     delivery: DeliveryRef,
     deployments: Vec<DeploymentRef>,
     events: Vec<EventVerdict>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
 }
 
 #[derive(Serialize)]
 struct DeliveryRef {
     id: Uuid,
     duplicate: bool,
+    replay: bool,
     url: String,
 }
 
@@ -43,6 +49,31 @@ pub(super) fn deployment_ref(e: Enqueued) -> DeploymentRef {
     }
 }
 
+/// The request span of every route. A hook's URL may end in a secret token
+/// (`/hooks/{source}/{token}`), so hook requests are recorded by their route template,
+/// never by their path; other routes keep their path.
+pub(super) type Trace =
+    TraceLayer<SharedClassifier<ServerErrorsAsFailures>, fn(&Request<Body>) -> Span>;
+
+pub(super) fn trace_layer() -> Trace {
+    TraceLayer::new_for_http().make_span_with(request_span as fn(&Request<Body>) -> Span)
+}
+
+fn request_span(req: &Request<Body>) -> Span {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(MatchedPath::as_str);
+    match route {
+        Some(r) if r.starts_with("/hooks/") => {
+            tracing::debug_span!("request", method = %req.method(), route = r)
+        }
+        // An unmatched path may be a mistyped hook URL with its token: not recorded.
+        None => tracing::debug_span!("request", method = %req.method(), route = "unmatched"),
+        Some(_) => tracing::debug_span!("request", method = %req.method(), uri = %req.uri()),
+    }
+}
+
 /// `POST /hooks/{source}`: 202 when it queued a deployment, 200 when an authentic
 /// delivery changes nothing, 401 (storing nothing) when it is not authentic, 503 when the
 /// database cannot take it, so the sender retries.
@@ -52,9 +83,39 @@ pub(super) async fn receive(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let result = intake::receive(&s.config, &s.store, &source, &headers, &body).await;
+    handle(s, source, None, headers, body).await
+}
+
+/// `POST /hooks/{source}/{token}`, for senders that cannot set a header (Docker Hub,
+/// Quay). The token is a credential: it goes to no log, label or page.
+pub(super) async fn receive_with_token(
+    State(s): State<AppState>,
+    Path((source, token)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    handle(s, source, Some(token), headers, body).await
+}
+
+async fn handle(
+    s: AppState,
+    source: String,
+    token: Option<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let result = intake::receive(
+        &s.config,
+        &s.store,
+        &source,
+        token.as_deref(),
+        &headers,
+        &body,
+    )
+    .await;
     let label = match &result {
         Ok(a) if a.duplicate => "duplicate",
+        Ok(a) if a.replay => "replay",
         Ok(a) if a.queued_any() => "queued",
         Ok(_) => "ignored",
         Err(IntakeError::Unauthenticated(_)) => "unauthenticated",
@@ -81,6 +142,7 @@ pub(super) async fn receive(
                 delivery: DeliveryRef {
                     id: accepted.delivery_id,
                     duplicate: accepted.duplicate,
+                    replay: accepted.replay,
                     url: format!("/deliveries#{}", accepted.delivery_id),
                 },
                 deployments: accepted
@@ -89,6 +151,7 @@ pub(super) async fn receive(
                     .map(deployment_ref)
                     .collect(),
                 events: accepted.events,
+                reason: accepted.reason,
             };
             (status, Json(answer)).into_response()
         }

@@ -15,7 +15,6 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use metrics_exporter_prometheus::PrometheusHandle;
-use tower_http::trace::TraceLayer;
 
 use crate::config::Config;
 use crate::engine::Engine;
@@ -38,6 +37,10 @@ pub fn router(state: AppState) -> Router {
             "/hooks/{source}",
             post(hooks::receive).layer(DefaultBodyLimit::max(max_body)),
         )
+        .route(
+            "/hooks/{source}/{token}",
+            post(hooks::receive_with_token).layer(DefaultBodyLimit::max(max_body)),
+        )
         .route("/", get(pages::index))
         .route("/apps/{app}", get(pages::app))
         .route("/apps/{app}/redeploy", post(pages::redeploy))
@@ -51,7 +54,7 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .layer(TraceLayer::new_for_http())
+        .layer(hooks::trace_layer())
         .with_state(state)
 }
 
