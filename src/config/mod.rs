@@ -302,13 +302,45 @@ mod example {
             "PIER_REGISTRY_PASSWORD",
             "PIER_HOOK_TOKEN",
             "PIER_CI_HMAC",
+            "PIER_GITHUB_SECRET",
+            "PIER_GITEA_SECRET",
+            "PIER_HARBOR_TOKEN",
+            "PIER_ZOT_TOKEN",
+            "PIER_ARTIFACTORY_SECRET",
+            "PIER_NEXUS_SECRET",
+            "PIER_ACR_TOKEN",
             "WEB_SESSION_KEY",
         ] {
             // SAFETY: these names are only read by config tests.
             unsafe { std::env::set_var(name, "x") };
         }
+        // SAFETY: as above.
+        unsafe {
+            std::env::set_var("PIER_DOCKERHUB_TOKEN", "0123456789abcdef-example");
+            std::env::set_var("PIER_QUAY_TOKEN", "0123456789abcdef-example");
+            std::env::set_var("PIER_STANDARD_WEBHOOKS_SECRET", "whsec_c2VjcmV0LWtleQ==");
+        }
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/pier.toml");
         let c = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
         assert!(!c.apps.is_empty() && !c.sources.is_empty());
+        // Every kind is documented with a source that loads.
+        for kind in [
+            "distribution",
+            "generic",
+            "github",
+            "gitea",
+            "harbor",
+            "zot",
+            "dockerhub",
+            "quay",
+            "artifactory",
+            "nexus",
+            "acr",
+        ] {
+            assert!(
+                c.sources.iter().any(|s| s.kind.as_str() == kind),
+                "examples/pier.toml has no {kind} source"
+            );
+        }
     }
 }
