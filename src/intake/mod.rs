@@ -665,6 +665,28 @@ mod tests {
     }
 
     #[test]
+    fn tags_match_ignoring_case_only_for_senders_that_fold_it() {
+        let apps = apps();
+        let lowered = event(None, "demo/web", Some("MAIN"));
+        assert!(match_apps(&apps, &lowered, false).is_err());
+        assert_eq!(
+            names(match_apps(&apps, &lowered, true)),
+            Ok(vec!["web".to_owned()])
+        );
+    }
+
+    #[test]
+    fn a_form_carries_its_json_in_the_payload_field() {
+        let form = serde_urlencoded::to_string([("payload", r#"{"a":"b c&d"}"#)]).unwrap();
+        assert_eq!(
+            form_payload(form.as_bytes()).as_deref(),
+            Some(br#"{"a":"b c&d"}"#.as_slice())
+        );
+        assert_eq!(form_payload(b"other=1"), None);
+        assert_eq!(form_payload(b"%zz"), None);
+    }
+
+    #[test]
     fn retries_share_a_key_and_events_without_ids_have_none() {
         let a = event(None, "demo/web", Some("main"));
         assert_eq!(
