@@ -431,6 +431,8 @@ async fn dockerhub_deliveries_carry_their_token_in_the_url_and_it_is_never_logge
     .await;
     // A URL token for a source that does not take one is no such hook.
     refused(&env, &format!("gen/{token}"), &headers, &body, 404).await;
+    // Nor is a URL that lost its source name: the token in the name's place is not logged.
+    refused(&env, &token, &headers, &body, 404).await;
     deploys(&env, &format!("hub/{token}"), &headers, &body, &digest).await;
     not_again(&env, &format!("hub/{token}"), &headers, &body, "replay").await;
 

@@ -122,13 +122,14 @@ async fn handle(
         Err(IntakeError::Store(_)) => "unavailable",
         Err(_) => "rejected",
     };
-    // Only configured names become label values: random paths must not grow the metrics.
-    let source_label = if s.config.source(&source).is_some() {
-        source.clone()
+    // Only configured names become label values or log fields: random paths must not grow
+    // the metrics, and a URL token sent where a source name belongs must not be logged.
+    let source = if s.config.source(&source).is_some() {
+        source
     } else {
         "unknown".to_owned()
     };
-    metrics::counter!("pier_webhooks_total", "source" => source_label, "result" => label)
+    metrics::counter!("pier_webhooks_total", "source" => source.clone(), "result" => label)
         .increment(1);
     match result {
         Ok(accepted) => {
