@@ -127,11 +127,11 @@ async fn a_retried_delivery_is_stored_once_and_queues_nothing_more() {
         reason: "deploys a".into(),
     };
     let first = store
-        .record_delivery(delivery(), vec![wanted("a", Some(&digest(1)))])
+        .record_delivery(delivery(), None, vec![wanted("a", Some(&digest(1)))])
         .await
         .unwrap();
     let second = store
-        .record_delivery(delivery(), vec![wanted("a", Some(&digest(2)))])
+        .record_delivery(delivery(), None, vec![wanted("a", Some(&digest(2)))])
         .await
         .unwrap();
     assert!(matches!(

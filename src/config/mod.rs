@@ -120,21 +120,7 @@ pub struct RegistryConfig {
     pub password: Option<Secret>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SourceKind {
-    Distribution,
-    Generic,
-}
-
-#[derive(Debug, Clone)]
-pub struct SourceConfig {
-    pub name: String,
-    pub kind: SourceKind,
-    pub token: Option<Secret>,
-    pub hmac_secret: Option<Secret>,
-    pub signature_header: String,
-}
+pub use source::{HmacKey, SourceConfig, SourceKind, SourceMode};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
@@ -260,6 +246,7 @@ pub fn parse_bytes(text: &str) -> Result<i64, String> {
 }
 
 mod raw;
+mod source;
 
 #[cfg(test)]
 mod tests {
@@ -286,8 +273,7 @@ mod tests {
         // SAFETY: only this test reads this variable.
         unsafe { std::env::set_var("PIER_TEST_CONFIG_TOKEN", "s3cret") };
         let c = Config::parse(MINIMAL, Path::new(".")).unwrap();
-        let token = c.sources[0].token.as_ref().unwrap();
-        assert_eq!(token.expose(), "s3cret");
+        assert_eq!(c.sources[0].tokens[0].expose(), "s3cret");
         assert!(!format!("{c:?}").contains("s3cret"));
         assert_eq!(c.apps[0].memory_bytes, Some(256 << 20));
         assert_eq!(c.apps[0].tag, "latest");
@@ -348,13 +334,45 @@ mod example {
             "PIER_REGISTRY_PASSWORD",
             "PIER_HOOK_TOKEN",
             "PIER_CI_HMAC",
+            "PIER_GITHUB_SECRET",
+            "PIER_GITEA_SECRET",
+            "PIER_HARBOR_TOKEN",
+            "PIER_ZOT_TOKEN",
+            "PIER_ARTIFACTORY_SECRET",
+            "PIER_NEXUS_SECRET",
+            "PIER_ACR_TOKEN",
             "WEB_SESSION_KEY",
         ] {
             // SAFETY: these names are only read by config tests.
             unsafe { std::env::set_var(name, "x") };
         }
+        // SAFETY: as above.
+        unsafe {
+            std::env::set_var("PIER_DOCKERHUB_TOKEN", "0123456789abcdef-example");
+            std::env::set_var("PIER_QUAY_TOKEN", "0123456789abcdef-example");
+            std::env::set_var("PIER_STANDARD_WEBHOOKS_SECRET", "whsec_c2VjcmV0LWtleQ==");
+        }
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/pier.toml");
         let c = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
         assert!(!c.apps.is_empty() && !c.sources.is_empty());
+        // Every kind is documented with a source that loads.
+        for kind in [
+            "distribution",
+            "generic",
+            "github",
+            "gitea",
+            "harbor",
+            "zot",
+            "dockerhub",
+            "quay",
+            "artifactory",
+            "nexus",
+            "acr",
+        ] {
+            assert!(
+                c.sources.iter().any(|s| s.kind.as_str() == kind),
+                "examples/pier.toml has no {kind} source"
+            );
+        }
     }
 }

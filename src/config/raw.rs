@@ -34,7 +34,7 @@ pub struct Config {
     #[serde(default)]
     registries: Vec<Registry>,
     #[serde(default)]
-    sources: Vec<Source>,
+    sources: Vec<super::source::RawSource>,
     #[serde(default)]
     apps: Vec<App>,
 }
@@ -81,16 +81,6 @@ struct Registry {
     insecure: bool,
     username: Option<String>,
     password: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Source {
-    name: String,
-    kind: SourceKind,
-    token: Option<String>,
-    hmac_secret: Option<String>,
-    signature_header: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -198,57 +188,6 @@ impl Config {
             });
         }
 
-        let mut sources: Vec<SourceConfig> = Vec::new();
-        for src in self.sources {
-            if !valid_name(&src.name) {
-                return Err(invalid(format!(
-                    "source name `{}`: use lower-case letters, digits, - and _",
-                    src.name
-                )));
-            }
-            if sources.iter().any(|o| o.name == src.name) {
-                return Err(invalid(format!("source `{}` is defined twice", src.name)));
-            }
-            let token = src
-                .token
-                .map(|t| Secret::resolve(&format!("sources.{}.token", src.name), &t, base))
-                .transpose()?;
-            let hmac_secret = src
-                .hmac_secret
-                .map(|t| Secret::resolve(&format!("sources.{}.hmac_secret", src.name), &t, base))
-                .transpose()?;
-            let empty = |s: &Option<Secret>| s.as_ref().is_none_or(|s| s.expose().is_empty());
-            match src.kind {
-                SourceKind::Distribution if empty(&token) && empty(&hmac_secret) => {
-                    return Err(invalid(format!(
-                        "source `{}`: a distribution source needs `token` or `hmac_secret`; \
-                         Pier never accepts unauthenticated webhooks",
-                        src.name
-                    )));
-                }
-                SourceKind::Generic if empty(&hmac_secret) => {
-                    return Err(invalid(format!(
-                        "source `{}`: a generic source needs `hmac_secret`",
-                        src.name
-                    )));
-                }
-                _ => {}
-            }
-            let default_header = match src.kind {
-                SourceKind::Distribution => "X-Hub-Signature-256",
-                SourceKind::Generic => "X-Pier-Signature",
-            };
-            sources.push(SourceConfig {
-                name: src.name,
-                kind: src.kind,
-                token: token.filter(|t| !t.expose().is_empty()),
-                hmac_secret: hmac_secret.filter(|t| !t.expose().is_empty()),
-                signature_header: src
-                    .signature_header
-                    .unwrap_or_else(|| default_header.to_owned()),
-            });
-        }
-
         let mut apps: Vec<AppConfig> = Vec::new();
         for a in self.apps {
             if !valid_name(&a.name) {
@@ -323,6 +262,20 @@ impl Config {
                 no_new_privileges: a.no_new_privileges,
                 pids_limit: (a.pids_limit > 0).then_some(a.pids_limit),
             });
+        }
+        let app_hosts: Vec<&str> = apps.iter().map(|a| a.registry_host()).collect();
+        let mut sources: Vec<SourceConfig> = Vec::new();
+        for src in self.sources {
+            if !valid_name(src.name()) {
+                return Err(invalid(format!(
+                    "source name `{}`: use lower-case letters, digits, - and _",
+                    src.name()
+                )));
+            }
+            if sources.iter().any(|o| o.name == src.name()) {
+                return Err(invalid(format!("source `{}` is defined twice", src.name())));
+            }
+            sources.push(src.resolve(base, &app_hosts)?);
         }
         for r in &registries {
             if r.username.is_some() != r.password.is_some() {

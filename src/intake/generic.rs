@@ -1,11 +1,15 @@
-//! The `generic` source: any sender that can sign its body with HMAC-SHA256 and send
-//! `{"repository": "...", "tag": "...", "digest": "sha256:..." (optional), "id": "..." (optional)}`.
+//! The `generic` source: any sender that signs its body, either with HMAC-SHA256 in a
+//! header (`mode = "hmac"`) or as Standard Webhooks (`mode = "standard-webhooks"`), and
+//! sends `{"repository": "...", "tag": "...", "digest": "sha256:..." (optional),
+//! "id": "..." (optional)}`. A Standard Webhooks sender may wrap that object in its usual
+//! envelope, `{"type": "image.pushed", "timestamp": "...", "data": {...}}`.
 
+use axum::http::HeaderMap;
 use serde::Deserialize;
 
-use super::{Malformed, PushEvent};
-
-pub const MEDIA_TYPES: &[&str] = &["application/json"];
+pub use super::is_digest;
+use super::{Malformed, Parsed, PushEvent, malformed, split_host};
+use crate::config::SourceMode;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -17,63 +21,106 @@ struct Body {
     id: Option<String>,
 }
 
-pub fn parse(body: &[u8]) -> Result<Vec<PushEvent>, Malformed> {
-    let b: Body =
-        serde_json::from_slice(body).map_err(|e| Malformed(format!("invalid body: {e}")))?;
+#[derive(Deserialize)]
+struct Envelope {
+    #[serde(rename = "type")]
+    kind: String,
+    data: serde_json::Value,
+}
+
+/// Event types of a Standard Webhooks envelope that mean "an image was pushed".
+const PUSH_TYPES: &[&str] = &["image.pushed", "image.push", "push"];
+
+pub fn parse(mode: SourceMode, headers: &HeaderMap, json: &[u8]) -> Result<Parsed, Malformed> {
+    if mode == SourceMode::StandardWebhooks {
+        let id = headers
+            .get("webhook-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let value: serde_json::Value =
+            serde_json::from_slice(json).map_err(|e| malformed("invalid body", e))?;
+        if value.get("data").is_some() && value.get("type").is_some() {
+            let envelope: Envelope =
+                serde_json::from_value(value).map_err(|e| malformed("invalid envelope", e))?;
+            if !PUSH_TYPES.contains(&envelope.kind.as_str()) {
+                return Ok(Parsed::nothing(
+                    id,
+                    format!(
+                        "event type `{}` is not a push",
+                        envelope.kind.chars().take(60).collect::<String>()
+                    ),
+                ));
+            }
+            let body: Body =
+                serde_json::from_value(envelope.data).map_err(|e| malformed("invalid data", e))?;
+            return Ok(Parsed::events(id, vec![event(body)?]));
+        }
+        let body: Body = serde_json::from_value(value).map_err(|e| malformed("invalid body", e))?;
+        return Ok(Parsed::events(id, vec![event(body)?]));
+    }
+    let b: Body = serde_json::from_slice(json).map_err(|e| malformed("invalid body", e))?;
+    Ok(Parsed::events(None, vec![event(b)?]))
+}
+
+fn event(b: Body) -> Result<PushEvent, Malformed> {
     if b.repository.is_empty() || b.tag.is_empty() {
         return Err(Malformed("repository and tag must not be empty".into()));
     }
     if let Some(d) = &b.digest
         && !is_digest(d)
     {
-        return Err(Malformed(format!("`{d}` is not a sha256 digest")));
+        return Err(Malformed("`digest` is not a sha256 digest".into()));
     }
     let (registry, repository) = split_host(&b.repository);
-    Ok(vec![PushEvent {
-        event_id: b.id,
-        registry,
-        repository,
-        tag: Some(b.tag),
-        digest: b.digest,
-        ignore: None,
-    }])
-}
-
-pub fn is_digest(d: &str) -> bool {
-    d.strip_prefix("sha256:")
-        .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
-}
-
-/// A first path segment with a dot, a colon or `localhost` is a registry host.
-fn split_host(repo: &str) -> (Option<String>, String) {
-    match repo.split_once('/') {
-        Some((first, rest))
-            if first.contains('.') || first.contains(':') || first == "localhost" =>
-        {
-            (Some(first.to_owned()), rest.to_owned())
-        }
-        _ => (None, repo.to_owned()),
-    }
+    let mut e = PushEvent::push(registry, repository, Some(b.tag), b.digest);
+    e.event_id = b.id;
+    Ok(e)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn hmac(body: &[u8]) -> Result<Vec<PushEvent>, Malformed> {
+        parse(SourceMode::Hmac, &HeaderMap::new(), body).map(|p| p.events)
+    }
+
     #[test]
     fn repository_may_carry_its_host() {
-        let ev = parse(br#"{"repository":"127.0.0.1:5000/demo/web","tag":"main"}"#).unwrap();
+        let ev = hmac(br#"{"repository":"127.0.0.1:5000/demo/web","tag":"main"}"#).unwrap();
         assert_eq!(ev[0].registry.as_deref(), Some("127.0.0.1:5000"));
         assert_eq!(ev[0].repository, "demo/web");
-        let ev = parse(br#"{"repository":"demo/web","tag":"main","id":"x"}"#).unwrap();
+        let ev = hmac(br#"{"repository":"demo/web","tag":"main","id":"x"}"#).unwrap();
         assert_eq!(ev[0].registry, None);
         assert_eq!(ev[0].event_id.as_deref(), Some("x"));
     }
 
     #[test]
     fn bad_bodies_say_why() {
-        assert!(parse(br#"{"repository":"demo/web"}"#).is_err());
-        assert!(parse(br#"{"repository":"demo/web","tag":"main","digest":"md5:1"}"#).is_err());
-        assert!(parse(br#"{"repository":"demo/web","tag":"main","extra":1}"#).is_err());
+        assert!(hmac(br#"{"repository":"demo/web"}"#).is_err());
+        assert!(hmac(br#"{"repository":"demo/web","tag":"main","digest":"md5:1"}"#).is_err());
+        assert!(hmac(br#"{"repository":"demo/web","tag":"main","extra":1}"#).is_err());
+    }
+
+    #[test]
+    fn a_standard_webhooks_envelope_is_read_and_its_id_is_the_delivery_id() {
+        let mut h = HeaderMap::new();
+        h.insert("webhook-id", "msg_1".parse().unwrap());
+        let p = parse(
+            SourceMode::StandardWebhooks,
+            &h,
+            br#"{"type":"image.pushed","timestamp":"2026-01-01T00:00:00Z","data":{"repository":"demo/web","tag":"main"}}"#,
+        )
+        .unwrap();
+        assert_eq!(p.delivery_id.as_deref(), Some("msg_1"));
+        assert_eq!(p.events[0].tag.as_deref(), Some("main"));
+        let other = parse(
+            SourceMode::StandardWebhooks,
+            &h,
+            br#"{"type":"image.deleted","data":{}}"#,
+        )
+        .unwrap();
+        assert!(other.events.is_empty());
+        assert!(other.reason.unwrap().contains("image.deleted"));
     }
 }

@@ -1,15 +1,27 @@
 //! Webhook intake: verify over the raw bytes, normalize into push events, match apps,
 //! and store the delivery with its deployments in one transaction.
 
+pub mod acr;
+pub mod artifactory;
 pub mod distribution;
+pub mod dockerhub;
 pub mod generic;
+pub mod gitea;
+pub mod github;
+pub mod harbor;
+pub mod nexus;
+pub mod quay;
 pub mod verify;
+pub mod zot;
+
+use std::borrow::Cow;
 
 use axum::http::HeaderMap;
 use serde::Serialize;
+use sha2::{Digest as _, Sha256};
 use uuid::Uuid;
 
-use crate::config::{AppConfig, Config, SourceConfig, SourceKind};
+use crate::config::{AppConfig, Config, SourceConfig, SourceKind, SourceMode};
 use crate::store::{
     DeliveryOutcome, Enqueued, NewDelivery, NewDeployment, Store, StoreError, Trigger,
 };
@@ -29,8 +41,86 @@ pub struct PushEvent {
     pub ignore: Option<String>,
 }
 
+impl PushEvent {
+    /// A tagged push; `tag` may be empty or a digest, which makes it an ignored event.
+    pub fn push(
+        registry: Option<String>,
+        repository: String,
+        tag: Option<String>,
+        digest: Option<String>,
+    ) -> Self {
+        let tag = tag.filter(|t| !t.is_empty());
+        let ignore = match &tag {
+            None => Some("manifest pushed without a tag".to_owned()),
+            Some(t) if t.starts_with("sha256:") => {
+                Some("manifest pushed by digest, without a tag".to_owned())
+            }
+            Some(_) if repository.is_empty() => Some("no repository named".to_owned()),
+            Some(_) => None,
+        };
+        PushEvent {
+            event_id: None,
+            registry: registry.filter(|r| !r.is_empty()),
+            repository,
+            tag: tag.filter(|t| !t.starts_with("sha256:")),
+            digest,
+            ignore,
+        }
+    }
+
+    /// An event that deploys nothing, and why.
+    pub fn ignored(repository: impl Into<String>, reason: impl Into<String>) -> Self {
+        PushEvent {
+            event_id: None,
+            registry: None,
+            repository: repository.into(),
+            tag: None,
+            digest: None,
+            ignore: Some(reason.into()),
+        }
+    }
+}
+
+/// What a delivery says, once authenticated and read.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Parsed {
+    /// The sender's id of this delivery (a header, or the body's event id): the same id
+    /// again is a retry.
+    pub delivery_id: Option<String>,
+    pub events: Vec<PushEvent>,
+    /// Why a delivery that carries no event at all (a ping, another event type) deploys
+    /// nothing.
+    pub reason: Option<String>,
+}
+
+impl Parsed {
+    pub fn events(delivery_id: Option<String>, events: Vec<PushEvent>) -> Self {
+        Parsed {
+            delivery_id,
+            events,
+            reason: None,
+        }
+    }
+    pub fn nothing(delivery_id: Option<String>, reason: impl Into<String>) -> Self {
+        Parsed {
+            delivery_id,
+            events: vec![],
+            reason: Some(reason.into()),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Malformed(pub String);
+
+/// `serde_json` errors name a line and column, never the input, so they are safe to return.
+pub(crate) fn malformed(what: &str, e: impl std::fmt::Display) -> Malformed {
+    let text = e.to_string();
+    Malformed(format!(
+        "{what}: {}",
+        text.chars().take(160).collect::<String>()
+    ))
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum IntakeError {
@@ -51,8 +141,12 @@ pub enum IntakeError {
 pub struct Accepted {
     pub delivery_id: Uuid,
     pub duplicate: bool,
+    /// The same body was accepted before under another delivery id.
+    pub replay: bool,
     pub deployments: Vec<Enqueued>,
     pub events: Vec<EventVerdict>,
+    /// Why nothing deploys, when nothing does.
+    pub reason: Option<String>,
 }
 
 impl Accepted {
@@ -73,49 +167,179 @@ pub struct EventVerdict {
     pub reason: Option<String>,
 }
 
-pub fn authenticate(
-    source: &SourceConfig,
-    headers: &HeaderMap,
-    body: &[u8],
-) -> Result<(), Rejected> {
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    if let Some(token) = &source.token {
-        verify::token(header("authorization"), token.expose())?;
-    }
-    if let Some(secret) = &source.hmac_secret {
-        verify::hmac_sha256(header(&source.signature_header), secret.expose(), body)?;
-    }
-    Ok(())
+/// One request as it arrived: headers and the raw body bytes.
+#[derive(Clone, Copy)]
+pub struct Incoming<'a> {
+    pub headers: &'a HeaderMap,
+    pub body: &'a [u8],
 }
 
-fn check_content_type(kind: SourceKind, headers: &HeaderMap) -> Result<(), IntakeError> {
-    let allowed = match kind {
-        SourceKind::Distribution => distribution::MEDIA_TYPES,
-        SourceKind::Generic => generic::MEDIA_TYPES,
+impl<'a> Incoming<'a> {
+    pub fn header(&self, name: &str) -> Option<&'a str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// The media type without parameters, lower-cased.
+    pub fn media_type(&self) -> String {
+        self.header(axum::http::header::CONTENT_TYPE.as_str())
+            .unwrap_or("")
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase()
+    }
+
+    fn is_form(&self) -> bool {
+        self.media_type() == FORM
+    }
+}
+
+const FORM: &str = "application/x-www-form-urlencoded";
+
+/// The `payload` field of a form-encoded delivery (GitHub, Gitea and Forgejo can send one).
+fn form_payload(body: &[u8]) -> Option<Vec<u8>> {
+    let fields: Vec<(String, String)> = serde_urlencoded::from_bytes(body).ok()?;
+    fields
+        .into_iter()
+        .find(|(k, _)| k == "payload")
+        .map(|(_, v)| v.into_bytes())
+}
+
+/// The bytes the sender signed: the raw body, except that Gitea and Forgejo sign the JSON
+/// text that they then wrap in a form.
+fn signed_bytes<'a>(kind: SourceKind, req: Incoming<'a>) -> Result<Cow<'a, [u8]>, Rejected> {
+    if matches!(kind, SourceKind::Gitea | SourceKind::Forgejo) && req.is_form() {
+        return form_payload(req.body)
+            .map(Cow::Owned)
+            .ok_or(Rejected::MissingSignature);
+    }
+    Ok(Cow::Borrowed(req.body))
+}
+
+/// Checks a delivery with the strongest mechanism its kind offers. `signed` is what the
+/// sender signed (see [`signed_bytes`]); `path_token` the URL's token segment; `now` unix
+/// seconds.
+pub fn authenticate(
+    source: &SourceConfig,
+    req: Incoming<'_>,
+    signed: &[u8],
+    path_token: Option<&str>,
+    now: i64,
+) -> Result<(), Rejected> {
+    use verify::Algorithm::{Sha1, Sha256};
+    let h = |name: &str| req.header(name);
+    let keys = &source.keys;
+    let header_token = |name: &str| {
+        if source.tokens.is_empty() {
+            Ok(())
+        } else {
+            verify::tokens(h(name), &source.tokens)
+        }
     };
-    let given = headers
-        .get(axum::http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    let essence = given
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    if allowed.contains(&essence.as_str()) {
+    match (source.kind, source.mode) {
+        (SourceKind::Distribution, _) => {
+            header_token("authorization")?;
+            if !keys.is_empty() {
+                let given = h(&source.signature_header).map(|v| v.trim());
+                let bare = given.map(|v| v.strip_prefix("sha256=").unwrap_or(v));
+                verify::hmac_hex(bare, None, Sha256, keys, signed)?;
+            }
+            Ok(())
+        }
+        (SourceKind::Generic, SourceMode::StandardWebhooks) => {
+            header_token("authorization")?;
+            verify::standard_webhooks(
+                verify::StandardHeaders {
+                    id: h("webhook-id"),
+                    timestamp: h("webhook-timestamp"),
+                    signature: h("webhook-signature"),
+                },
+                keys,
+                source.tolerance.as_secs() as i64,
+                now,
+                signed,
+            )
+        }
+        (SourceKind::Generic, _) => {
+            header_token("authorization")?;
+            let given = h(&source.signature_header).map(|v| v.trim());
+            let bare = given.map(|v| v.strip_prefix("sha256=").unwrap_or(v));
+            verify::hmac_hex(bare, None, Sha256, keys, signed)
+        }
+        (SourceKind::Github, _) => verify::hmac_hex(
+            h("x-hub-signature-256"),
+            Some("sha256="),
+            Sha256,
+            keys,
+            signed,
+        ),
+        (SourceKind::Gitea, _) => {
+            header_token("authorization")?;
+            verify::hmac_hex(h("x-gitea-signature"), None, Sha256, keys, signed)
+        }
+        (SourceKind::Forgejo, _) => {
+            header_token("authorization")?;
+            verify::hmac_hex(h("x-forgejo-signature"), None, Sha256, keys, signed)
+        }
+        (SourceKind::Harbor | SourceKind::Zot | SourceKind::Acr, _) => {
+            verify::tokens(h("authorization"), &source.tokens)
+        }
+        (SourceKind::Dockerhub | SourceKind::Quay, _) => verify::tokens(path_token, &source.tokens),
+        (SourceKind::Artifactory, SourceMode::Signing) => {
+            verify::hmac_hex(h("x-jfrog-event-auth"), None, Sha256, keys, signed)
+        }
+        (SourceKind::Artifactory, _) => verify::tokens(h("x-jfrog-event-auth"), &source.tokens),
+        (SourceKind::Nexus, _) => {
+            verify::hmac_hex(h("x-nexus-webhook-signature"), None, Sha1, keys, signed)
+        }
+    }
+}
+
+fn media_types(source: &SourceConfig) -> &'static [&'static str] {
+    match source.kind {
+        SourceKind::Distribution => distribution::MEDIA_TYPES,
+        SourceKind::Github | SourceKind::Gitea | SourceKind::Forgejo => &["application/json", FORM],
+        SourceKind::Harbor => harbor::MEDIA_TYPES,
+        _ => &["application/json"],
+    }
+}
+
+fn check_content_type(source: &SourceConfig, req: Incoming<'_>) -> Result<(), IntakeError> {
+    if media_types(source).contains(&req.media_type().as_str()) {
         Ok(())
     } else {
+        let given = req
+            .header(axum::http::header::CONTENT_TYPE.as_str())
+            .unwrap_or("");
         Err(IntakeError::UnsupportedMediaType(
             given.chars().take(100).collect(),
         ))
     }
 }
 
-fn parse(kind: SourceKind, body: &[u8]) -> Result<Vec<PushEvent>, Malformed> {
+/// Reads an authentic delivery of `kind`. `json` is the JSON text (a form's `payload`).
+pub fn parse(
+    kind: SourceKind,
+    mode: SourceMode,
+    headers: &HeaderMap,
+    json: &[u8],
+) -> Result<Parsed, Malformed> {
     match kind {
-        SourceKind::Distribution => distribution::parse(body),
-        SourceKind::Generic => generic::parse(body),
+        SourceKind::Distribution => {
+            let events = distribution::parse(json)?;
+            Ok(Parsed::events(None, events))
+        }
+        SourceKind::Generic => generic::parse(mode, headers, json),
+        SourceKind::Github => github::parse(headers, json),
+        SourceKind::Gitea | SourceKind::Forgejo => gitea::parse(kind, headers, json),
+        SourceKind::Harbor => harbor::parse(headers, json),
+        SourceKind::Zot => zot::parse(headers, json),
+        SourceKind::Dockerhub => dockerhub::parse(json),
+        SourceKind::Quay => quay::parse(json),
+        SourceKind::Artifactory => artifactory::parse(json),
+        SourceKind::Nexus => nexus::parse(headers, json),
+        SourceKind::Acr => acr::parse(json),
     }
 }
 
@@ -124,11 +348,38 @@ fn same_host(a: &str, b: &str) -> bool {
     norm(a) == norm(b)
 }
 
+/// A first path segment with a dot, a colon or `localhost` is a registry host.
+pub(crate) fn split_host(repo: &str) -> (Option<String>, String) {
+    match repo.split_once('/') {
+        Some((first, rest))
+            if first.contains('.') || first.contains(':') || first == "localhost" =>
+        {
+            (Some(first.to_owned()), rest.to_owned())
+        }
+        _ => (None, repo.to_owned()),
+    }
+}
+
+/// The host (and port) of `scheme://host[:port]/...`.
+pub(crate) fn host_of_url(url: &str) -> Option<String> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let host = rest.split(['/', '?', '#']).next()?;
+    let host = host.rsplit_once('@').map_or(host, |(_, h)| h);
+    (!host.is_empty()).then(|| host.to_owned())
+}
+
+pub fn is_digest(d: &str) -> bool {
+    d.strip_prefix("sha256:")
+        .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
 /// Which apps an event deploys: same repository, same tag, and the same registry host
-/// when the sender names one.
+/// when the sender names one. `fold_case` matches tags ignoring case, for senders that
+/// lower-case what they report.
 pub fn match_apps<'a>(
     apps: &'a [AppConfig],
     event: &PushEvent,
+    fold_case: bool,
 ) -> Result<Vec<&'a AppConfig>, String> {
     if let Some(reason) = &event.ignore {
         return Err(reason.clone());
@@ -149,7 +400,16 @@ pub fn match_apps<'a>(
     if same_repo.is_empty() {
         return Err(format!("no app follows repository {}", event.repository));
     }
-    let matched: Vec<&AppConfig> = same_repo.into_iter().filter(|a| &a.tag == tag).collect();
+    let matched: Vec<&AppConfig> = same_repo
+        .into_iter()
+        .filter(|a| {
+            if fold_case {
+                a.tag.eq_ignore_ascii_case(tag)
+            } else {
+                &a.tag == tag
+            }
+        })
+        .collect();
     if matched.is_empty() {
         return Err(format!(
             "no app follows tag `{tag}` of {}",
@@ -159,32 +419,78 @@ pub fn match_apps<'a>(
     Ok(matched)
 }
 
-/// The dedupe key of a delivery: the sender's event ids, when it gives them.
-fn event_key(events: &[PushEvent]) -> Option<String> {
+/// The dedupe key of a delivery: the sender's delivery id, else its event ids.
+fn event_key(delivery_id: Option<&str>, events: &[PushEvent]) -> Option<String> {
+    if let Some(id) = delivery_id {
+        return Some(id.chars().take(200).collect());
+    }
     let ids: Option<Vec<&str>> = events.iter().map(|e| e.event_id.as_deref()).collect();
     ids.filter(|ids| !ids.is_empty()).map(|ids| ids.join(","))
 }
 
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
 /// Verifies, parses, matches and stores one delivery. Nothing is stored unless the
-/// delivery is authentic and well-formed.
+/// delivery is authentic and well-formed. `path_token` is the secret URL segment of
+/// `POST /hooks/{source}/{token}`, for senders that cannot set a header.
 pub async fn receive(
     config: &Config,
     store: &Store,
     source_name: &str,
+    path_token: Option<&str>,
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<Accepted, IntakeError> {
     let source = config
         .source(source_name)
         .ok_or(IntakeError::UnknownSource)?;
-    authenticate(source, headers, body).map_err(IntakeError::Unauthenticated)?;
-    check_content_type(source.kind, headers)?;
-    let events = parse(source.kind, body).map_err(IntakeError::Malformed)?;
+    if path_token.is_some() && !source.kind.token_in_path() {
+        return Err(IntakeError::UnknownSource);
+    }
+    let req = Incoming { headers, body };
+    let signed = signed_bytes(source.kind, req).map_err(IntakeError::Unauthenticated)?;
+    authenticate(source, req, &signed, path_token, unix_now())
+        .map_err(IntakeError::Unauthenticated)?;
+    check_content_type(source, req)?;
+    let json: Cow<'_, [u8]> = if req.is_form() {
+        match signed {
+            Cow::Owned(payload) => Cow::Owned(payload),
+            Cow::Borrowed(raw) => Cow::Owned(
+                form_payload(raw)
+                    .ok_or_else(|| Malformed("form without a `payload` field".into()))
+                    .map_err(IntakeError::Malformed)?,
+            ),
+        }
+    } else {
+        signed
+    };
+    let parsed = parse(source.kind, source.mode, headers, &json).map_err(IntakeError::Malformed)?;
+    let body_sha256 = source
+        .kind
+        .body_is_unique()
+        .then(|| Sha256::digest(&json).to_vec());
+    accept(config, store, source, parsed, body_sha256.as_deref()).await
+}
 
-    let mut verdicts = Vec::with_capacity(events.len());
+/// Matches authentic events to apps and stores the delivery with its deployments.
+async fn accept(
+    config: &Config,
+    store: &Store,
+    source: &SourceConfig,
+    parsed: Parsed,
+    body_sha256: Option<&[u8]>,
+) -> Result<Accepted, IntakeError> {
+    let mut verdicts = Vec::with_capacity(parsed.events.len());
     let mut wanted: Vec<NewDeployment> = Vec::new();
-    for event in events {
-        match match_apps(&config.apps, &event) {
+    for mut event in parsed.events {
+        if let Some(host) = &source.registry {
+            event.registry = Some(host.clone());
+        }
+        match match_apps(&config.apps, &event, source.kind.folds_tag_case()) {
             Ok(apps) => {
                 for app in &apps {
                     // One delivery asking twice for the same app (several events) queues once.
@@ -195,7 +501,7 @@ pub async fn receive(
                         delivery_id: None,
                         image: app.image.clone(),
                         requested_tag: Some(app.tag.clone()),
-                        claimed_digest: event.digest.clone(),
+                        claimed_digest: event.digest.clone().filter(|d| is_digest(d)),
                         pinned: false,
                     });
                 }
@@ -213,9 +519,11 @@ pub async fn receive(
         }
     }
     let reason = if wanted.is_empty() {
-        let reasons: Vec<&str> = verdicts
-            .iter()
-            .filter_map(|v| v.reason.as_deref())
+        let reasons: Vec<&str> = parsed
+            .reason
+            .as_deref()
+            .into_iter()
+            .chain(verdicts.iter().filter_map(|v| v.reason.as_deref()))
             .collect();
         if reasons.is_empty() {
             "no events".to_owned()
@@ -232,29 +540,41 @@ pub async fn receive(
                 .join(", ")
         )
     };
+    let events: Vec<PushEvent> = verdicts.iter().map(|v| v.event.clone()).collect();
     let delivery = NewDelivery {
         source: source.name.clone(),
-        event_key: event_key(&verdicts.iter().map(|v| v.event.clone()).collect::<Vec<_>>()),
+        event_key: event_key(parsed.delivery_id.as_deref(), &events),
         events: serde_json::to_value(&verdicts).unwrap_or_default(),
-        reason,
+        reason: reason.clone(),
     };
-    match store.record_delivery(delivery, wanted).await? {
+    let outcome = store.record_delivery(delivery, body_sha256, wanted).await?;
+    let not_again = |delivery_id, replay: bool| Accepted {
+        delivery_id,
+        duplicate: !replay,
+        replay,
+        deployments: vec![],
+        events: verdicts.clone(),
+        reason: Some(if replay {
+            "replay: this body was accepted before under another delivery id".to_owned()
+        } else {
+            "duplicate: this delivery id was seen before".to_owned()
+        }),
+    };
+    Ok(match outcome {
         DeliveryOutcome::Recorded {
             delivery_id,
             deployments,
-        } => Ok(Accepted {
+        } => Accepted {
             delivery_id,
             duplicate: false,
+            replay: false,
+            reason: deployments.is_empty().then_some(reason),
             deployments,
             events: verdicts,
-        }),
-        DeliveryOutcome::Duplicate { delivery_id } => Ok(Accepted {
-            delivery_id,
-            duplicate: true,
-            deployments: vec![],
-            events: verdicts,
-        }),
-    }
+        },
+        DeliveryOutcome::Duplicate { delivery_id } => not_again(delivery_id, false),
+        DeliveryOutcome::Replay { delivery_id } => not_again(delivery_id, true),
+    })
 }
 
 #[cfg(test)]
@@ -299,15 +619,21 @@ mod tests {
     fn an_event_deploys_the_apps_that_follow_its_repository_and_tag() {
         let apps = apps();
         let e = event(Some("127.0.0.1:5000"), "demo/web", Some("main"));
-        assert_eq!(names(match_apps(&apps, &e)), Ok(vec!["web".to_owned()]));
+        assert_eq!(
+            names(match_apps(&apps, &e, false)),
+            Ok(vec!["web".to_owned()])
+        );
         let e = event(None, "demo/web", Some("staging"));
         assert_eq!(
-            names(match_apps(&apps, &e)),
+            names(match_apps(&apps, &e, false)),
             Ok(vec!["web-staging".to_owned()])
         );
         // `localhost` and `127.0.0.1` name the same registry.
         let e = event(Some("localhost:5000"), "demo/web", Some("main"));
-        assert_eq!(names(match_apps(&apps, &e)), Ok(vec!["web".to_owned()]));
+        assert_eq!(
+            names(match_apps(&apps, &e, false)),
+            Ok(vec!["web".to_owned()])
+        );
     }
 
     #[test]
@@ -315,33 +641,62 @@ mod tests {
         let apps = apps();
         let other_tag = event(None, "demo/web", Some("v9"));
         assert!(
-            match_apps(&apps, &other_tag)
+            match_apps(&apps, &other_tag, false)
                 .unwrap_err()
                 .contains("tag `v9`")
         );
         let other_repo = event(None, "demo/api", Some("main"));
         assert!(
-            match_apps(&apps, &other_repo)
+            match_apps(&apps, &other_repo, false)
                 .unwrap_err()
                 .contains("demo/api")
         );
         let other_host = event(Some("ghcr.io"), "demo/web", Some("main"));
-        assert!(match_apps(&apps, &other_host).is_err());
+        assert!(match_apps(&apps, &other_host, false).is_err());
         let mut ignored = event(None, "demo/web", Some("main"));
         ignored.ignore = Some("not a push".into());
-        assert_eq!(match_apps(&apps, &ignored).unwrap_err(), "not a push");
+        assert_eq!(
+            match_apps(&apps, &ignored, false).unwrap_err(),
+            "not a push"
+        );
+    }
+
+    #[test]
+    fn tags_match_ignoring_case_only_for_senders_that_fold_it() {
+        let apps = apps();
+        let lowered = event(None, "demo/web", Some("MAIN"));
+        assert!(match_apps(&apps, &lowered, false).is_err());
+        assert_eq!(
+            names(match_apps(&apps, &lowered, true)),
+            Ok(vec!["web".to_owned()])
+        );
+    }
+
+    #[test]
+    fn a_form_carries_its_json_in_the_payload_field() {
+        let form = serde_urlencoded::to_string([("payload", r#"{"a":"b c&d"}"#)]).unwrap();
+        assert_eq!(
+            form_payload(form.as_bytes()).as_deref(),
+            Some(br#"{"a":"b c&d"}"#.as_slice())
+        );
+        assert_eq!(form_payload(b"other=1"), None);
+        assert_eq!(form_payload(b"%zz"), None);
     }
 
     #[test]
     fn retries_share_a_key_and_events_without_ids_have_none() {
         let a = event(None, "demo/web", Some("main"));
-        assert_eq!(event_key(std::slice::from_ref(&a)).as_deref(), Some("e"));
+        assert_eq!(
+            event_key(None, std::slice::from_ref(&a)).as_deref(),
+            Some("e")
+        );
         let mut b = a.clone();
         b.event_id = Some("f".into());
-        assert_eq!(event_key(&[a.clone(), b]).as_deref(), Some("e,f"));
+        assert_eq!(event_key(None, &[a.clone(), b]).as_deref(), Some("e,f"));
         let mut anonymous = a;
         anonymous.event_id = None;
-        assert_eq!(event_key(&[anonymous]), None);
-        assert_eq!(event_key(&[]), None);
+        assert_eq!(event_key(None, &[anonymous.clone()]), None);
+        assert_eq!(event_key(None, &[]), None);
+        assert_eq!(event_key(Some("d"), &[anonymous]).as_deref(), Some("d"));
     }
 }

@@ -39,15 +39,25 @@ pub enum DeliveryOutcome {
     },
     /// The same event was delivered before; nothing new is stored.
     Duplicate { delivery_id: Uuid },
+    /// The same authentic body was accepted before under another delivery id; nothing new
+    /// is stored.
+    Replay { delivery_id: Uuid },
 }
 
 impl Store {
     /// Stores a delivery and the deployments it asks for in ONE transaction: the sender is
     /// answered 2xx only after this commits, so a crash or outage never loses an accepted
     /// push, and a retry of the same event finds its first delivery.
+    ///
+    /// With `body_sha256`, a body (by its hash) that this source already delivered is
+    /// refused too: senders that sign only the body cannot tell a replay from a retry, so
+    /// the body itself is the event's identity. A retry of the same event id is a
+    /// `Duplicate`, the same body under another id a `Replay`; the unique indexes decide
+    /// races between processes.
     pub async fn record_delivery(
         &self,
         delivery: NewDelivery,
+        body_sha256: Option<&[u8]>,
         wanted: Vec<NewDeployment>,
     ) -> Result<DeliveryOutcome> {
         let mut tx = self.begin().await?;
@@ -56,12 +66,11 @@ impl Store {
         } else {
             Verdict::Queued
         };
-        let row: (Uuid, bool) = sqlx::query_as(
-            "INSERT INTO deliveries (id, source, event_key, verdict, reason, events)
-             VALUES ($1, $2, $3, $4, $5, $6)
-             ON CONFLICT (source, event_key) WHERE event_key IS NOT NULL
-             DO UPDATE SET seen_count = deliveries.seen_count + 1, last_seen_at = now()
-             RETURNING id, (xmax = 0) AS inserted",
+        let inserted: Option<Uuid> = sqlx::query_scalar(
+            "INSERT INTO deliveries (id, source, event_key, verdict, reason, events, body_sha256)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)
+             ON CONFLICT DO NOTHING
+             RETURNING id",
         )
         .bind(Uuid::new_v4())
         .bind(pg_text(&delivery.source))
@@ -69,13 +78,31 @@ impl Store {
         .bind(verdict)
         .bind(pg_text(&delivery.reason))
         .bind(pg_json(&delivery.events).as_ref())
-        .fetch_one(&mut *tx)
+        .bind(body_sha256)
+        .fetch_optional(&mut *tx)
         .await?;
-        let (delivery_id, inserted) = row;
-        if !inserted {
+        let Some(delivery_id) = inserted else {
+            let (delivery_id, same_event): (Uuid, bool) = sqlx::query_as(
+                "UPDATE deliveries SET seen_count = seen_count + 1, last_seen_at = now()
+                 WHERE id = (SELECT id FROM deliveries
+                             WHERE source = $1
+                               AND (event_key = $2 OR body_sha256 = $3)
+                             ORDER BY (event_key IS NOT DISTINCT FROM $2) DESC
+                             LIMIT 1)
+                 RETURNING id, event_key IS NOT DISTINCT FROM $2",
+            )
+            .bind(pg_text(&delivery.source))
+            .bind(pg_opt(delivery.event_key.as_deref()))
+            .bind(body_sha256)
+            .fetch_one(&mut *tx)
+            .await?;
             tx.commit().await?;
-            return Ok(DeliveryOutcome::Duplicate { delivery_id });
-        }
+            return Ok(if same_event && delivery.event_key.is_some() {
+                DeliveryOutcome::Duplicate { delivery_id }
+            } else {
+                DeliveryOutcome::Replay { delivery_id }
+            });
+        };
         let mut deployments = Vec::with_capacity(wanted.len());
         for mut d in wanted {
             d.delivery_id = Some(delivery_id);

@@ -15,12 +15,15 @@ struct Answer {
     delivery: DeliveryRef,
     deployments: Vec<DeploymentRef>,
     events: Vec<EventVerdict>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
 }
 
 #[derive(Serialize)]
 struct DeliveryRef {
     id: Uuid,
     duplicate: bool,
+    replay: bool,
     url: String,
 }
 
@@ -43,6 +46,8 @@ pub(super) fn deployment_ref(e: Enqueued) -> DeploymentRef {
     }
 }
 
+/// The request span of every route. A hook's URL may end in a secret token
+
 /// `POST /hooks/{source}`: 202 when it queued a deployment, 200 when an authentic
 /// delivery changes nothing, 401 (storing nothing) when it is not authentic, 503 when the
 /// database cannot take it, so the sender retries.
@@ -52,22 +57,53 @@ pub(super) async fn receive(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let result = intake::receive(&s.config, &s.store, &source, &headers, &body).await;
+    handle(s, source, None, headers, body).await
+}
+
+/// `POST /hooks/{source}/{token}`, for senders that cannot set a header (Docker Hub,
+/// Quay). The token is a credential: it goes to no log, label or page.
+pub(super) async fn receive_with_token(
+    State(s): State<AppState>,
+    Path((source, token)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    handle(s, source, Some(token), headers, body).await
+}
+
+async fn handle(
+    s: AppState,
+    source: String,
+    token: Option<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let result = intake::receive(
+        &s.config,
+        &s.store,
+        &source,
+        token.as_deref(),
+        &headers,
+        &body,
+    )
+    .await;
     let label = match &result {
         Ok(a) if a.duplicate => "duplicate",
+        Ok(a) if a.replay => "replay",
         Ok(a) if a.queued_any() => "queued",
         Ok(_) => "ignored",
         Err(IntakeError::Unauthenticated(_)) => "unauthenticated",
         Err(IntakeError::Store(_)) => "unavailable",
         Err(_) => "rejected",
     };
-    // Only configured names become label values: random paths must not grow the metrics.
-    let source_label = if s.config.source(&source).is_some() {
-        source.clone()
+    // Only configured names become label values or log fields: random paths must not grow
+    // the metrics, and a URL token sent where a source name belongs must not be logged.
+    let source = if s.config.source(&source).is_some() {
+        source
     } else {
         "unknown".to_owned()
     };
-    metrics::counter!("pier_webhooks_total", "source" => source_label, "result" => label)
+    metrics::counter!("pier_webhooks_total", "source" => source.clone(), "result" => label)
         .increment(1);
     match result {
         Ok(accepted) => {
@@ -81,6 +117,7 @@ pub(super) async fn receive(
                 delivery: DeliveryRef {
                     id: accepted.delivery_id,
                     duplicate: accepted.duplicate,
+                    replay: accepted.replay,
                     url: format!("/deliveries#{}", accepted.delivery_id),
                 },
                 deployments: accepted
@@ -89,6 +126,7 @@ pub(super) async fn receive(
                     .map(deployment_ref)
                     .collect(),
                 events: accepted.events,
+                reason: accepted.reason,
             };
             (status, Json(answer)).into_response()
         }

@@ -45,6 +45,10 @@ pub fn router(state: AppState) -> Router {
             "/hooks/{source}",
             post(hooks::receive).layer(DefaultBodyLimit::max(max_body)),
         )
+        .route(
+            "/hooks/{source}/{token}",
+            post(hooks::receive_with_token).layer(DefaultBodyLimit::max(max_body)),
+        )
         .route("/", get(pages::index))
         .route("/apps/{app}", get(pages::app))
         .route("/apps/{app}/redeploy", post(pages::redeploy))

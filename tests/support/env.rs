@@ -90,9 +90,18 @@ pub struct TestEnvBuilder {
     pier_env: Vec<(String, String)>,
     extra_server_toml: String,
     registry_auth: Option<(String, String)>,
+    extra_sources_toml: String,
 }
 
 impl TestEnvBuilder {
+    /// More `[[sources]]` tables, appended verbatim after the default ones; `{registry}`
+    /// becomes the test registry's `127.0.0.1:PORT`.
+    pub fn sources_toml(mut self, toml: &str) -> Self {
+        self.extra_sources_toml.push_str(toml.trim_end());
+        self.extra_sources_toml.push('\n');
+        self
+    }
+
     /// The registry demands HTTP basic auth (htpasswd); Pier gets the user in its config and
     /// the password through the environment (`env:PIER_TEST_REGISTRY_PASSWORD`).
     pub fn registry_auth(mut self, user: &str, password: &str) -> Self {
@@ -186,6 +195,7 @@ impl TestEnvBuilder {
             extra_server_toml: self.extra_server_toml,
             pier_env: self.pier_env,
             registry_user: self.registry_auth.as_ref().map(|(u, _)| u.clone()),
+            extra_sources_toml: self.extra_sources_toml,
         };
         if self.start_pier {
             env.start_pier().await;
@@ -226,6 +236,7 @@ pub struct TestEnv {
     extra_server_toml: String,
     pier_env: Vec<(String, String)>,
     registry_user: Option<String>,
+    extra_sources_toml: String,
 }
 
 impl TestEnv {
@@ -239,6 +250,7 @@ impl TestEnv {
             pier_env: Vec::new(),
             extra_server_toml: String::new(),
             registry_auth: None,
+            extra_sources_toml: String::new(),
         }
     }
 
@@ -328,6 +340,14 @@ impl TestEnv {
             token = self.distribution_token,
             hmac = self.generic_secret,
         );
+        if !self.extra_sources_toml.is_empty() {
+            s.push('\n');
+            s.push_str(
+                &self
+                    .extra_sources_toml
+                    .replace("{registry}", &self.registry_host()),
+            );
+        }
         for app in &self.apps {
             s.push_str(&app.render(&self.registry_host()));
         }
