@@ -46,8 +46,6 @@ pub(super) fn deployment_ref(e: Enqueued) -> DeploymentRef {
     }
 }
 
-/// The request span of every route. A hook's URL may end in a secret token
-
 /// `POST /hooks/{source}`: 202 when it queued a deployment, 200 when an authentic
 /// delivery changes nothing, 401 (storing nothing) when it is not authentic, 503 when the
 /// database cannot take it, so the sender retries.
