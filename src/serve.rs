@@ -203,6 +203,7 @@ pub async fn run_until(
             store,
             engine: EngineView::new(engine),
             metrics,
+            guard: Arc::new(web::guard::Guard::new(config.server.webhook_buffer_bytes)),
         });
         let limits = web::server::Limits {
             header_timeout: config.server.header_timeout,

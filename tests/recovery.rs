@@ -20,6 +20,8 @@ async fn a_rollback_that_cannot_read_its_journal_fails_the_deployment_loudly() {
     let app = env.app().to_owned();
     env.push(&TestImage::healthy("v1"), "main").await;
     env.wait_app_version("v1", DEPLOY).await;
+    let first = env.latest_final_of(&app, &[], DEPLOY).await;
+    assert_eq!(first["state"], "succeeded");
 
     // v2 never becomes healthy; Pier stops before its health step, v1 already stopped.
     env.pier_mut()

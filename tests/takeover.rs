@@ -114,6 +114,8 @@ async fn a_worker_cut_off_from_the_database_loses_its_lease_and_never_writes_aga
     let cut_off = PierCommand::new(&config).start().await;
     env.push(&TestImage::healthy("v1"), "main").await;
     env.wait_app_version("v1", DEPLOY).await;
+    let first = env.latest_final_of(&app, &[], DEPLOY).await;
+    assert_eq!(first["state"], "succeeded");
 
     // v2 takes 6 s to answer: the holder is cut off while it waits for health.
     let v2 = env.push(&TestImage::slow_start("v2", 6), "main").await;

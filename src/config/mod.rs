@@ -110,6 +110,9 @@ pub struct ServerConfig {
     /// A whole request, body included, from its head to the answer.
     pub request_timeout: Duration,
     pub max_connections: usize,
+    /// Webhook body bytes held in memory at once, all requests together; beyond it a
+    /// webhook gets 503 (the sender retries).
+    pub webhook_buffer_bytes: usize,
 }
 
 #[derive(Debug, Clone)]

@@ -61,6 +61,12 @@ struct Server {
     request_timeout: Duration,
     #[serde(default = "default_max_connections")]
     max_connections: usize,
+    #[serde(default = "default_webhook_buffer")]
+    webhook_buffer: String,
+}
+
+fn default_webhook_buffer() -> String {
+    "16m".into()
 }
 
 fn default_header_timeout() -> Duration {
@@ -164,6 +170,9 @@ impl Config {
             header_timeout: s.header_timeout,
             request_timeout: s.request_timeout,
             max_connections: s.max_connections,
+            webhook_buffer_bytes: parse_bytes(&s.webhook_buffer)
+                .map_err(|e| invalid(format!("server.webhook_buffer: {e}")))?
+                as usize,
         };
         if server.header_timeout.is_zero() || server.request_timeout.is_zero() {
             return Err(invalid(

@@ -3,12 +3,14 @@
 
 pub mod acr;
 pub mod artifactory;
+mod auth;
 pub mod distribution;
 pub mod dockerhub;
 pub mod generic;
 pub mod gitea;
 pub mod github;
 pub mod harbor;
+mod matching;
 pub mod nexus;
 pub mod quay;
 pub mod verify;
@@ -21,10 +23,15 @@ use serde::Serialize;
 use sha2::{Digest as _, Sha256};
 use uuid::Uuid;
 
-use crate::config::{AppConfig, Config, SourceConfig, SourceKind, SourceMode};
+use crate::config::{Config, SourceConfig, SourceKind, SourceMode};
 use crate::store::{
     DeliveryOutcome, Enqueued, NewDelivery, NewDeployment, Store, StoreError, Trigger,
 };
+use auth::{FORM, form_payload, signed_bytes};
+pub use auth::{Incoming, check_head, check_signature};
+use matching::event_key;
+pub(crate) use matching::{host_of_url, split_host};
+pub use matching::{is_digest, match_apps};
 pub use verify::Rejected;
 
 /// One "image pushed" fact, whatever the sender's format.
@@ -132,6 +139,13 @@ pub enum IntakeError {
     UnsupportedMediaType(String),
     #[error("malformed delivery: {}", .0.0)]
     Malformed(Malformed),
+    #[error("too many events in one delivery: {0} (at most {max})", max = MAX_EVENTS)]
+    TooManyEvents(usize),
+    #[error("request body too large")]
+    TooLarge,
+    /// Too many webhook bodies in flight: the sender should retry shortly.
+    #[error("too many webhooks in flight")]
+    Busy,
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -165,135 +179,6 @@ pub struct EventVerdict {
     /// The apps this event deploys, or why it deploys none.
     pub apps: Vec<String>,
     pub reason: Option<String>,
-}
-
-/// One request as it arrived: headers and the raw body bytes.
-#[derive(Clone, Copy)]
-pub struct Incoming<'a> {
-    pub headers: &'a HeaderMap,
-    pub body: &'a [u8],
-}
-
-impl<'a> Incoming<'a> {
-    pub fn header(&self, name: &str) -> Option<&'a str> {
-        self.headers.get(name).and_then(|v| v.to_str().ok())
-    }
-
-    /// The media type without parameters, lower-cased.
-    pub fn media_type(&self) -> String {
-        self.header(axum::http::header::CONTENT_TYPE.as_str())
-            .unwrap_or("")
-            .split(';')
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_ascii_lowercase()
-    }
-
-    fn is_form(&self) -> bool {
-        self.media_type() == FORM
-    }
-}
-
-const FORM: &str = "application/x-www-form-urlencoded";
-
-/// The `payload` field of a form-encoded delivery (GitHub, Gitea and Forgejo can send one).
-fn form_payload(body: &[u8]) -> Option<Vec<u8>> {
-    let fields: Vec<(String, String)> = serde_urlencoded::from_bytes(body).ok()?;
-    fields
-        .into_iter()
-        .find(|(k, _)| k == "payload")
-        .map(|(_, v)| v.into_bytes())
-}
-
-/// The bytes the sender signed: the raw body, except that Gitea and Forgejo sign the JSON
-/// text that they then wrap in a form.
-fn signed_bytes<'a>(kind: SourceKind, req: Incoming<'a>) -> Result<Cow<'a, [u8]>, Rejected> {
-    if matches!(kind, SourceKind::Gitea | SourceKind::Forgejo) && req.is_form() {
-        return form_payload(req.body)
-            .map(Cow::Owned)
-            .ok_or(Rejected::MissingSignature);
-    }
-    Ok(Cow::Borrowed(req.body))
-}
-
-/// Checks a delivery with the strongest mechanism its kind offers. `signed` is what the
-/// sender signed (see [`signed_bytes`]); `path_token` the URL's token segment; `now` unix
-/// seconds.
-pub fn authenticate(
-    source: &SourceConfig,
-    req: Incoming<'_>,
-    signed: &[u8],
-    path_token: Option<&str>,
-    now: i64,
-) -> Result<(), Rejected> {
-    use verify::Algorithm::{Sha1, Sha256};
-    let h = |name: &str| req.header(name);
-    let keys = &source.keys;
-    let header_token = |name: &str| {
-        if source.tokens.is_empty() {
-            Ok(())
-        } else {
-            verify::tokens(h(name), &source.tokens)
-        }
-    };
-    match (source.kind, source.mode) {
-        (SourceKind::Distribution, _) => {
-            header_token("authorization")?;
-            if !keys.is_empty() {
-                let given = h(&source.signature_header).map(|v| v.trim());
-                let bare = given.map(|v| v.strip_prefix("sha256=").unwrap_or(v));
-                verify::hmac_hex(bare, None, Sha256, keys, signed)?;
-            }
-            Ok(())
-        }
-        (SourceKind::Generic, SourceMode::StandardWebhooks) => {
-            header_token("authorization")?;
-            verify::standard_webhooks(
-                verify::StandardHeaders {
-                    id: h("webhook-id"),
-                    timestamp: h("webhook-timestamp"),
-                    signature: h("webhook-signature"),
-                },
-                keys,
-                source.tolerance.as_secs() as i64,
-                now,
-                signed,
-            )
-        }
-        (SourceKind::Generic, _) => {
-            header_token("authorization")?;
-            let given = h(&source.signature_header).map(|v| v.trim());
-            let bare = given.map(|v| v.strip_prefix("sha256=").unwrap_or(v));
-            verify::hmac_hex(bare, None, Sha256, keys, signed)
-        }
-        (SourceKind::Github, _) => verify::hmac_hex(
-            h("x-hub-signature-256"),
-            Some("sha256="),
-            Sha256,
-            keys,
-            signed,
-        ),
-        (SourceKind::Gitea, _) => {
-            header_token("authorization")?;
-            verify::hmac_hex(h("x-gitea-signature"), None, Sha256, keys, signed)
-        }
-        (SourceKind::Forgejo, _) => {
-            header_token("authorization")?;
-            verify::hmac_hex(h("x-forgejo-signature"), None, Sha256, keys, signed)
-        }
-        (SourceKind::Harbor | SourceKind::Zot | SourceKind::Acr, _) => {
-            verify::tokens(h("authorization"), &source.tokens)
-        }
-        (SourceKind::Dockerhub | SourceKind::Quay, _) => verify::tokens(path_token, &source.tokens),
-        (SourceKind::Artifactory, SourceMode::Signing) => {
-            verify::hmac_hex(h("x-jfrog-event-auth"), None, Sha256, keys, signed)
-        }
-        (SourceKind::Artifactory, _) => verify::tokens(h("x-jfrog-event-auth"), &source.tokens),
-        (SourceKind::Nexus, _) => {
-            verify::hmac_hex(h("x-nexus-webhook-signature"), None, Sha1, keys, signed)
-        }
-    }
 }
 
 fn media_types(source: &SourceConfig) -> &'static [&'static str] {
@@ -343,118 +228,47 @@ pub fn parse(
     }
 }
 
-fn same_host(a: &str, b: &str) -> bool {
-    let norm = |h: &str| h.to_ascii_lowercase().replacen("localhost", "127.0.0.1", 1);
-    norm(a) == norm(b)
-}
-
-/// A first path segment with a dot, a colon or `localhost` is a registry host.
-pub(crate) fn split_host(repo: &str) -> (Option<String>, String) {
-    match repo.split_once('/') {
-        Some((first, rest))
-            if first.contains('.') || first.contains(':') || first == "localhost" =>
-        {
-            (Some(first.to_owned()), rest.to_owned())
-        }
-        _ => (None, repo.to_owned()),
-    }
-}
-
-/// The host (and port) of `scheme://host[:port]/...`.
-pub(crate) fn host_of_url(url: &str) -> Option<String> {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let host = rest.split(['/', '?', '#']).next()?;
-    let host = host.rsplit_once('@').map_or(host, |(_, h)| h);
-    (!host.is_empty()).then(|| host.to_owned())
-}
-
-pub fn is_digest(d: &str) -> bool {
-    d.strip_prefix("sha256:")
-        .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
-}
-
-/// Which apps an event deploys: same repository, same tag, and the same registry host
-/// when the sender names one. `fold_case` matches tags ignoring case, for senders that
-/// lower-case what they report.
-pub fn match_apps<'a>(
-    apps: &'a [AppConfig],
-    event: &PushEvent,
-    fold_case: bool,
-) -> Result<Vec<&'a AppConfig>, String> {
-    if let Some(reason) = &event.ignore {
-        return Err(reason.clone());
-    }
-    let Some(tag) = &event.tag else {
-        return Err("no tag".into());
-    };
-    let same_repo: Vec<&AppConfig> = apps
-        .iter()
-        .filter(|a| a.repository() == event.repository)
-        .filter(|a| {
-            event
-                .registry
-                .as_deref()
-                .is_none_or(|h| same_host(h, a.registry_host()))
-        })
-        .collect();
-    if same_repo.is_empty() {
-        return Err(format!("no app follows repository {}", event.repository));
-    }
-    let matched: Vec<&AppConfig> = same_repo
-        .into_iter()
-        .filter(|a| {
-            if fold_case {
-                a.tag.eq_ignore_ascii_case(tag)
-            } else {
-                &a.tag == tag
-            }
-        })
-        .collect();
-    if matched.is_empty() {
-        return Err(format!(
-            "no app follows tag `{tag}` of {}",
-            event.repository
-        ));
-    }
-    Ok(matched)
-}
-
-/// The dedupe key of a delivery: the sender's delivery id, else its event ids.
-fn event_key(delivery_id: Option<&str>, events: &[PushEvent]) -> Option<String> {
-    if let Some(id) = delivery_id {
-        return Some(id.chars().take(200).collect());
-    }
-    let ids: Option<Vec<&str>> = events.iter().map(|e| e.event_id.as_deref()).collect();
-    ids.filter(|ids| !ids.is_empty()).map(|ids| ids.join(","))
-}
-
 fn unix_now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64)
 }
 
-/// Verifies, parses, matches and stores one delivery. Nothing is stored unless the
-/// delivery is authentic and well-formed. `path_token` is the secret URL segment of
-/// `POST /hooks/{source}/{token}`, for senders that cannot set a header.
-pub async fn receive(
-    config: &Config,
-    store: &Store,
+/// Most events one delivery may carry. Senders send one or a few; hundreds are an error
+/// or an attack, refused with 413 rather than stored.
+pub const MAX_EVENTS: usize = 100;
+
+/// The source a request is for, if its head alone lets it in: a configured name, a URL
+/// token only where the kind takes one, every credential header once, every token right.
+/// Runs before a byte of the body is read.
+pub fn admit<'c>(
+    config: &'c Config,
     source_name: &str,
     path_token: Option<&str>,
     headers: &HeaderMap,
-    body: &[u8],
-) -> Result<Accepted, IntakeError> {
+) -> Result<&'c SourceConfig, IntakeError> {
     let source = config
         .source(source_name)
         .ok_or(IntakeError::UnknownSource)?;
     if path_token.is_some() && !source.kind.token_in_path() {
         return Err(IntakeError::UnknownSource);
     }
+    check_head(source, headers, path_token).map_err(IntakeError::Unauthenticated)?;
+    Ok(source)
+}
+
+/// Verifies the body's signature, parses, matches and stores one delivery from a source
+/// [`admit`] let in. Nothing is stored unless the delivery is authentic and well-formed.
+pub async fn receive(
+    config: &Config,
+    store: &Store,
+    source: &SourceConfig,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Accepted, IntakeError> {
     let req = Incoming { headers, body };
     let signed = signed_bytes(source.kind, req).map_err(IntakeError::Unauthenticated)?;
-    authenticate(source, req, &signed, path_token, unix_now())
-        .map_err(IntakeError::Unauthenticated)?;
+    check_signature(source, req, &signed, unix_now()).map_err(IntakeError::Unauthenticated)?;
     check_content_type(source, req)?;
     let json: Cow<'_, [u8]> = if req.is_form() {
         match signed {
@@ -469,11 +283,37 @@ pub async fn receive(
         signed
     };
     let parsed = parse(source.kind, source.mode, headers, &json).map_err(IntakeError::Malformed)?;
+    check_parsed(&parsed)?;
     let body_sha256 = source
         .kind
         .body_is_unique()
         .then(|| Sha256::digest(&json).to_vec());
     accept(config, store, source, parsed, body_sha256.as_deref()).await
+}
+
+/// An authentic delivery can still carry what Pier will not store: too many events, or a
+/// NUL byte (which Postgres text cannot hold). Each is a 4xx with a reason, never a 500
+/// that the sender would retry forever.
+fn check_parsed(parsed: &Parsed) -> Result<(), IntakeError> {
+    if parsed.events.len() > MAX_EVENTS {
+        return Err(IntakeError::TooManyEvents(parsed.events.len()));
+    }
+    let fields = parsed.events.iter().flat_map(|e| {
+        [
+            e.event_id.as_deref(),
+            e.registry.as_deref(),
+            Some(e.repository.as_str()),
+            e.tag.as_deref(),
+            e.digest.as_deref(),
+        ]
+    });
+    let mut all = fields.chain([parsed.delivery_id.as_deref(), parsed.reason.as_deref()]);
+    if all.any(|f| f.is_some_and(|f| f.contains('\0'))) {
+        return Err(IntakeError::Malformed(Malformed(
+            "a field contains a NUL byte".into(),
+        )));
+    }
+    Ok(())
 }
 
 /// Matches authentic events to apps and stores the delivery with its deployments.
@@ -580,7 +420,7 @@ async fn accept(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
+    use crate::config::{AppConfig, Config};
 
     fn apps() -> Vec<AppConfig> {
         let text = r#"

@@ -20,6 +20,10 @@ pub enum Rejected {
     WrongSignature,
     /// A signed timestamp outside the source's tolerance: a replay, or a clock gone wrong.
     StaleTimestamp,
+    /// A credential header given twice: which one counts is ambiguous, so neither does.
+    Ambiguous,
+    /// Too many failed attempts from this address lately: not even checked.
+    Throttled,
 }
 
 impl Rejected {
@@ -31,6 +35,8 @@ impl Rejected {
             Rejected::MalformedSignature => "malformed_signature",
             Rejected::WrongSignature => "wrong_signature",
             Rejected::StaleTimestamp => "stale_timestamp",
+            Rejected::Ambiguous => "ambiguous_credentials",
+            Rejected::Throttled => "throttled",
         }
     }
 }

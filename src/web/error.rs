@@ -5,7 +5,7 @@ use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 
-use crate::intake::IntakeError;
+use crate::intake::{IntakeError, Rejected};
 use crate::store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
@@ -18,8 +18,10 @@ pub enum WebError {
     Forbidden(String),
     #[error("{0}")]
     BadRequest(String),
-    #[error("request body too large")]
-    TooLarge,
+    #[error("{0}")]
+    TooLarge(String),
+    #[error("too many failed attempts from this address; retry later")]
+    TooManyRequests,
     #[error("unsupported content type")]
     UnsupportedMediaType(String),
     #[error("database unavailable, retry later")]
@@ -44,7 +46,12 @@ impl From<IntakeError> for WebError {
     fn from(e: IntakeError) -> Self {
         match e {
             IntakeError::UnknownSource => WebError::NotFound("webhook source".into()),
+            IntakeError::Unauthenticated(Rejected::Throttled) => WebError::TooManyRequests,
             IntakeError::Unauthenticated(_) => WebError::Unauthorized,
+            e @ (IntakeError::TooManyEvents(_) | IntakeError::TooLarge) => {
+                WebError::TooLarge(e.to_string())
+            }
+            IntakeError::Busy => WebError::Unavailable,
             IntakeError::UnsupportedMediaType(t) => WebError::UnsupportedMediaType(t),
             IntakeError::Malformed(m) => WebError::BadRequest(m.0),
             IntakeError::Store(s) => s.into(),
@@ -60,7 +67,8 @@ impl WebError {
             WebError::Forbidden(_) => StatusCode::FORBIDDEN,
             WebError::BadRequest(_) => StatusCode::BAD_REQUEST,
             WebError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            WebError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            WebError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            WebError::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
             WebError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             WebError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -83,6 +91,10 @@ impl WebError {
             WebError::Unavailable => {
                 resp.headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            }
+            WebError::TooManyRequests => {
+                resp.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
             }
             WebError::Unauthorized => {
                 resp.headers_mut()

@@ -1,13 +1,15 @@
 use axum::Json;
-use axum::body::Bytes;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, Path, Request, State};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use uuid::Uuid;
 
+use super::guard::BodyError;
 use super::{AppState, WebError};
-use crate::intake::{self, EventVerdict, IntakeError};
+use crate::intake::{self, EventVerdict, IntakeError, Rejected};
 use crate::store::Enqueued;
 
 #[derive(Serialize)]
@@ -52,10 +54,9 @@ pub(super) fn deployment_ref(e: Enqueued) -> DeploymentRef {
 pub(super) async fn receive(
     State(s): State<AppState>,
     Path(source): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
+    req: Request,
 ) -> Response {
-    handle(s, source, None, headers, body).await
+    handle(s, source, None, req).await
 }
 
 /// `POST /hooks/{source}/{token}`, for senders that cannot set a header (Docker Hub,
@@ -63,45 +64,65 @@ pub(super) async fn receive(
 pub(super) async fn receive_with_token(
     State(s): State<AppState>,
     Path((source, token)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: Bytes,
+    req: Request,
 ) -> Response {
-    handle(s, source, Some(token), headers, body).await
+    handle(s, source, Some(token), req).await
 }
 
-async fn handle(
-    s: AppState,
-    source: String,
-    token: Option<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let result = intake::receive(
-        &s.config,
-        &s.store,
-        &source,
-        token.as_deref(),
-        &headers,
-        &body,
-    )
+/// The head is judged before the body is read: an unknown source, a wrong token or an
+/// address that failed too often costs no body read and no memory. Only then does the
+/// body get one of a bounded number of slots, and a size cap.
+async fn handle(s: AppState, name: String, token: Option<String>, req: Request) -> Response {
+    let addr = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip());
+    let (parts, body) = req.into_parts();
+    // Only configured names become label values or log fields: random paths must not grow
+    // the metrics, and a URL token sent where a source name belongs must not be logged.
+    let label_source = match s.config.source(&name) {
+        Some(src) => src.name.clone(),
+        None => "unknown".to_owned(),
+    };
+    let result = async {
+        if s.guard.throttled(addr) {
+            return Err(IntakeError::Unauthenticated(Rejected::Throttled));
+        }
+        let source = intake::admit(&s.config, &name, token.as_deref(), &parts.headers)?;
+        let (body, _hold) = s
+            .guard
+            .read_body(body, s.config.server.max_body_bytes)
+            .await
+            .map_err(|e| match e {
+                BodyError::TooLarge => IntakeError::TooLarge,
+                BodyError::Busy => IntakeError::Busy,
+                BodyError::Unreadable => {
+                    IntakeError::Malformed(intake::Malformed("the body could not be read".into()))
+                }
+            })?;
+        intake::receive(&s.config, &s.store, source, &parts.headers, &body).await
+    }
     .await;
+    answer(&s, &label_source, addr, result)
+}
+
+fn answer(
+    s: &AppState,
+    source: &str,
+    addr: Option<std::net::IpAddr>,
+    result: Result<intake::Accepted, IntakeError>,
+) -> Response {
     let label = match &result {
         Ok(a) if a.duplicate => "duplicate",
         Ok(a) if a.replay => "replay",
         Ok(a) if a.queued_any() => "queued",
         Ok(_) => "ignored",
+        Err(IntakeError::Unauthenticated(Rejected::Throttled)) => "throttled",
         Err(IntakeError::Unauthenticated(_)) => "unauthenticated",
-        Err(IntakeError::Store(_)) => "unavailable",
+        Err(IntakeError::Store(_) | IntakeError::Busy) => "unavailable",
         Err(_) => "rejected",
     };
-    // Only configured names become label values or log fields: random paths must not grow
-    // the metrics, and a URL token sent where a source name belongs must not be logged.
-    let source = if s.config.source(&source).is_some() {
-        source
-    } else {
-        "unknown".to_owned()
-    };
-    metrics::counter!("pier_webhooks_total", "source" => source.clone(), "result" => label)
+    metrics::counter!("pier_webhooks_total", "source" => source.to_owned(), "result" => label)
         .increment(1);
     match result {
         Ok(accepted) => {
@@ -128,13 +149,39 @@ async fn handle(
             };
             (status, Json(answer)).into_response()
         }
-        Err(IntakeError::Unauthenticated(why)) => {
-            tracing::warn!(%source, reason = why.as_str(), "unauthenticated webhook rejected");
-            WebError::Unauthorized.into_response()
-        }
         Err(e) => {
-            tracing::info!(%source, error = %e, "webhook not accepted");
+            if let IntakeError::Unauthenticated(why) = &e
+                && *why != Rejected::Throttled
+            {
+                s.guard.record_failure(addr);
+            }
+            // A flood of bad requests is counted (above), and logged a few lines at a time.
+            if s.guard.log_rejection() {
+                match &e {
+                    IntakeError::Unauthenticated(why) => {
+                        tracing::warn!(%source, reason = why.as_str(), "unauthenticated webhook rejected")
+                    }
+                    other => {
+                        tracing::info!(%source, error = %log_safe(&other.to_string()), "webhook not accepted")
+                    }
+                }
+            }
             WebError::from(e).into_response()
         }
     }
+}
+
+/// Text from a request, made safe for a log line: control characters (a forged newline,
+/// a terminal escape) are written escaped, and the whole is cut short.
+pub(crate) fn log_safe(text: &str) -> String {
+    text.chars()
+        .take(200)
+        .flat_map(|c| {
+            if c.is_control() {
+                c.escape_default().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
 }

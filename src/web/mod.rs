@@ -7,6 +7,7 @@
 
 mod api;
 mod error;
+pub mod guard;
 mod hooks;
 mod pages;
 pub mod server;
@@ -36,6 +37,7 @@ pub struct AppState {
     pub store: Store,
     pub engine: EngineView,
     pub metrics: Option<PrometheusHandle>,
+    pub guard: Arc<guard::Guard>,
 }
 
 pub fn router(state: AppState) -> Router {

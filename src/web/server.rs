@@ -44,7 +44,10 @@ pub async fn refuse_oversize_and_close_after_errors(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     let mut resp = match announced {
-        Some(n) if n > max_body as u64 => crate::web::WebError::TooLarge.into_response(),
+        Some(n) if n > max_body as u64 => crate::web::WebError::TooLarge(format!(
+            "request body too large (at most {max_body} bytes)"
+        ))
+        .into_response(),
         _ => next.run(req).await,
     };
     if matches!(

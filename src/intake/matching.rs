@@ -1,0 +1,103 @@
+//! Which apps an authentic event deploys, and the key that makes a retried delivery the
+//! same delivery.
+
+use sha2::{Digest as _, Sha256};
+
+use super::PushEvent;
+use crate::config::AppConfig;
+
+pub(super) fn same_host(a: &str, b: &str) -> bool {
+    let norm = |h: &str| h.to_ascii_lowercase().replacen("localhost", "127.0.0.1", 1);
+    norm(a) == norm(b)
+}
+
+/// A first path segment with a dot, a colon or `localhost` is a registry host.
+pub(crate) fn split_host(repo: &str) -> (Option<String>, String) {
+    match repo.split_once('/') {
+        Some((first, rest))
+            if first.contains('.') || first.contains(':') || first == "localhost" =>
+        {
+            (Some(first.to_owned()), rest.to_owned())
+        }
+        _ => (None, repo.to_owned()),
+    }
+}
+
+/// The host (and port) of `scheme://host[:port]/...`.
+pub(crate) fn host_of_url(url: &str) -> Option<String> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let host = rest.split(['/', '?', '#']).next()?;
+    let host = host.rsplit_once('@').map_or(host, |(_, h)| h);
+    (!host.is_empty()).then(|| host.to_owned())
+}
+
+pub fn is_digest(d: &str) -> bool {
+    d.strip_prefix("sha256:")
+        .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// Which apps an event deploys: same repository, same tag, and the same registry host
+/// when the sender names one. `fold_case` matches tags ignoring case, for senders that
+/// lower-case what they report.
+pub fn match_apps<'a>(
+    apps: &'a [AppConfig],
+    event: &PushEvent,
+    fold_case: bool,
+) -> Result<Vec<&'a AppConfig>, String> {
+    if let Some(reason) = &event.ignore {
+        return Err(reason.clone());
+    }
+    let Some(tag) = &event.tag else {
+        return Err("no tag".into());
+    };
+    let same_repo: Vec<&AppConfig> = apps
+        .iter()
+        .filter(|a| a.repository() == event.repository)
+        .filter(|a| {
+            event
+                .registry
+                .as_deref()
+                .is_none_or(|h| same_host(h, a.registry_host()))
+        })
+        .collect();
+    if same_repo.is_empty() {
+        return Err(format!("no app follows repository {}", event.repository));
+    }
+    let matched: Vec<&AppConfig> = same_repo
+        .into_iter()
+        .filter(|a| {
+            if fold_case {
+                a.tag.eq_ignore_ascii_case(tag)
+            } else {
+                &a.tag == tag
+            }
+        })
+        .collect();
+    if matched.is_empty() {
+        return Err(format!(
+            "no app follows tag `{tag}` of {}",
+            event.repository
+        ));
+    }
+    Ok(matched)
+}
+
+/// Longest event key stored as it is; a longer one (hundreds of event ids, or a sender's
+/// odd id) is stored as its SHA-256, so the dedupe index can always hold it.
+const MAX_KEY: usize = 200;
+
+/// The dedupe key of a delivery: the sender's delivery id, else its event ids.
+pub(super) fn event_key(delivery_id: Option<&str>, events: &[PushEvent]) -> Option<String> {
+    let key = match delivery_id {
+        Some(id) => id.to_owned(),
+        None => {
+            let ids: Option<Vec<&str>> = events.iter().map(|e| e.event_id.as_deref()).collect();
+            ids.filter(|ids| !ids.is_empty())?.join(",")
+        }
+    };
+    Some(if key.len() > MAX_KEY {
+        format!("sha256:{}", hex::encode(Sha256::digest(key.as_bytes())))
+    } else {
+        key
+    })
+}
