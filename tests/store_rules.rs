@@ -327,3 +327,39 @@ async fn a_stored_value_the_code_does_not_know_is_an_error_that_names_it() {
     );
     db.cleanup().await;
 }
+
+/// Whether the connection the pool hands out next is inside a transaction someone else
+/// began: in an explicit transaction `xact_start` is earlier than this statement's start.
+async fn next_connection_is_poisoned(pool: &sqlx::PgPool) -> bool {
+    // A simple-protocol query: outside a transaction it is its own, started with it.
+    let row = sqlx::raw_sql(
+        "SELECT xact_start <> query_start FROM pg_stat_activity WHERE pid = pg_backend_pid()",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    sqlx::Row::get::<bool, _>(&row, 0)
+}
+
+#[tokio::test]
+async fn a_store_call_cancelled_at_any_moment_never_leaves_a_connection_in_a_transaction() {
+    let (mut db, store) = store().await;
+    let mut poisoned = 0;
+    for i in 0..1500u64 {
+        // Cancelled after 0 to 600 µs: before, during and after `BEGIN`.
+        let cancel_after = std::time::Duration::from_micros((i * 7) % 600);
+        let _ = tokio::time::timeout(
+            cancel_after,
+            store.enqueue(wanted("a", Some(&digest((i % 250) as u8)))),
+        )
+        .await;
+        if next_connection_is_poisoned(&db.pool).await {
+            poisoned += 1;
+        }
+    }
+    assert_eq!(
+        poisoned, 0,
+        "connections handed out inside a stranger's transaction"
+    );
+    db.cleanup().await;
+}

@@ -258,6 +258,7 @@ mod tests {
     const MINIMAL: &str = r#"
         [server]
         database_url = "postgres://localhost/pier"
+        allow_short_secrets = true
         [[sources]]
         name = "local"
         kind = "distribution"
@@ -347,13 +348,16 @@ mod example {
             "WEB_SESSION_KEY",
         ] {
             // SAFETY: these names are only read by config tests.
-            unsafe { std::env::set_var(name, "x") };
+            unsafe { std::env::set_var(name, "an-example-secret-of-32-bytes-or-more") };
         }
         // SAFETY: as above.
         unsafe {
-            std::env::set_var("PIER_DOCKERHUB_TOKEN", "0123456789abcdef-example");
-            std::env::set_var("PIER_QUAY_TOKEN", "0123456789abcdef-example");
-            std::env::set_var("PIER_STANDARD_WEBHOOKS_SECRET", "whsec_c2VjcmV0LWtleQ==");
+            std::env::set_var("PIER_DOCKERHUB_TOKEN", "0123456789abcdef-example-url-token");
+            std::env::set_var("PIER_QUAY_TOKEN", "0123456789abcdef-example-url-token");
+            std::env::set_var(
+                "PIER_STANDARD_WEBHOOKS_SECRET",
+                "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            );
         }
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/pier.toml");
         let c = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));

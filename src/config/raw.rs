@@ -63,6 +63,62 @@ struct Server {
     max_connections: usize,
     #[serde(default = "default_webhook_buffer")]
     webhook_buffer: String,
+    /// Development only: accept tokens and secrets shorter than [`MIN_SECRET`].
+    #[serde(default)]
+    allow_short_secrets: bool,
+}
+
+/// Shortest token or HMAC secret accepted: anything shorter can be guessed or brute-forced
+/// from the outside. Standard Webhooks keys are random bytes and may be 24 (its spec's
+/// minimum).
+const MIN_SECRET: usize = 32;
+const MIN_STANDARD_WEBHOOKS_KEY: usize = 24;
+
+fn check_secret_strength(
+    admin: Option<&Secret>,
+    sources: &[SourceConfig],
+) -> Result<(), ConfigError> {
+    let short = |what: String, len: usize, min: usize| {
+        invalid(format!(
+            "{what} is {len} bytes; use at least {min} random bytes \
+             (or set server.allow_short_secrets = true for development)"
+        ))
+    };
+    if let Some(t) = admin
+        && t.expose().len() < MIN_SECRET
+    {
+        return Err(short(
+            "server.admin_token".into(),
+            t.expose().len(),
+            MIN_SECRET,
+        ));
+    }
+    for src in sources {
+        for t in &src.tokens {
+            if t.expose().len() < MIN_SECRET {
+                return Err(short(
+                    format!("a token of source `{}`", src.name),
+                    t.expose().len(),
+                    MIN_SECRET,
+                ));
+            }
+        }
+        let min = if src.mode == super::SourceMode::StandardWebhooks {
+            MIN_STANDARD_WEBHOOKS_KEY
+        } else {
+            MIN_SECRET
+        };
+        for k in &src.keys {
+            if k.expose().len() < min {
+                return Err(short(
+                    format!("a secret of source `{}`", src.name),
+                    k.expose().len(),
+                    min,
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn default_webhook_buffer() -> String {
@@ -146,6 +202,7 @@ fn valid_name(name: &str) -> bool {
 impl Config {
     pub fn resolve(self, base: &Path) -> Result<super::Config, ConfigError> {
         let s = self.server;
+        let s_allow_short = s.allow_short_secrets;
         if s.workers == 0 {
             return Err(invalid("server.workers must be at least 1"));
         }
@@ -293,6 +350,9 @@ impl Config {
                     r.host
                 )));
             }
+        }
+        if !s_allow_short {
+            check_secret_strength(server.admin_token.as_ref(), &sources)?;
         }
         Ok(super::Config {
             server,

@@ -382,6 +382,7 @@ mod tests {
             r#"
             [server]
             database_url = "postgres://localhost/pier"
+            allow_short_secrets = true
             [[sources]]
             name = "s"
             {source}
