@@ -6,7 +6,6 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Redirect};
-use serde::Deserialize;
 use uuid::Uuid;
 
 use super::error::PageError;
@@ -132,28 +131,44 @@ pub(super) async fn deliveries(State(s): State<AppState>) -> Result<DeliveriesPa
     })
 }
 
-#[derive(Deserialize)]
-pub(super) struct RedeployForm {
-    admin_token: Option<String>,
-}
-
 /// `POST /apps/{app}/redeploy`: needs the admin token; runs the pipeline again for the
-/// app's tag, and sends the browser to the new deployment's timeline.
+/// app's tag, and sends the browser to the new deployment's timeline. Credentials come
+/// first: a bearer header, else the form's `admin_token` field, read on its own; nothing
+/// else in the request is looked at before they check out.
 pub(super) async fn redeploy(
     State(s): State<AppState>,
     Path(name): Path<String>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<impl IntoResponse, PageError> {
-    // The token comes as a form field from the page, or as a bearer header from scripts.
-    let form: RedeployForm = serde_urlencoded::from_bytes(&body)
-        .map_err(|e| WebError::BadRequest(format!("invalid form: {e}")))?;
-    check_admin(&s.config, &headers, form.admin_token.as_deref())?;
+    let form_token = if headers.contains_key(header::AUTHORIZATION) {
+        None
+    } else {
+        form_field(&body, "admin_token")
+    };
+    check_admin(&s.config, &headers, form_token.as_deref())?;
     let app = views::find_app(&s, &name)?;
     let id = match s.store.enqueue(api::manual(app, None)).await? {
         Enqueued::Queued { id, .. } | Enqueued::AlreadyPending { id, .. } => id,
     };
     Ok(Redirect::to(&format!("/deployments/{id}")))
+}
+
+/// One field of a form body, whatever else it holds (or fails to hold).
+fn form_field(body: &[u8], name: &str) -> Option<String> {
+    body.split(|b| *b == b'&')
+        .filter_map(|pair| {
+            let mut it = pair.splitn(2, |b| *b == b'=');
+            let key = it.next()?;
+            (key == name.as_bytes()).then(|| it.next().unwrap_or_default())
+        })
+        .next()
+        .and_then(|v| {
+            serde_urlencoded::from_bytes::<Vec<(String, String)>>(&[b"v=", v].concat())
+                .ok()?
+                .pop()
+                .map(|(_, v)| v)
+        })
 }
 
 pub(super) async fn stylesheet() -> impl IntoResponse {
@@ -164,4 +179,22 @@ pub(super) async fn stylesheet() -> impl IntoResponse {
         ],
         include_str!("../../templates/pier.css"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::form_field;
+
+    #[test]
+    fn one_form_field_is_read_whatever_the_rest_of_the_form_holds() {
+        assert_eq!(
+            form_field(b"admin_token=a%20b&x=%zz", "admin_token").as_deref(),
+            Some("a b")
+        );
+        assert_eq!(
+            form_field(b"%zz&admin_token=t", "admin_token").as_deref(),
+            Some("t")
+        );
+        assert_eq!(form_field(b"other=1", "admin_token"), None);
+    }
 }
