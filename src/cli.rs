@@ -45,6 +45,8 @@ pub enum Command {
     Serve,
     /// Run workers only (more processes may share one database).
     Worker,
+    /// Run Pier's reverse proxy for blue-green apps (its own process).
+    Proxy,
     /// Apply database migrations and exit.
     Migrate,
     /// Queue a deployment of an app's tag, or of an exact digest.
@@ -66,6 +68,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve => crate::serve::run(config, true).await,
         Command::Worker => crate::serve::run(config, false).await,
+        Command::Proxy => crate::proxy::run(config).await,
         Command::Migrate => {
             let store = store(&config)?;
             store.migrate().await.context("migrate")?;

@@ -90,6 +90,7 @@ impl fmt::Debug for Secret {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub server: ServerConfig,
+    pub proxy: ProxyConfig,
     pub registries: Vec<RegistryConfig>,
     pub sources: Vec<SourceConfig>,
     pub apps: Vec<AppConfig>,
@@ -123,13 +124,18 @@ pub struct RegistryConfig {
     pub password: Option<Secret>,
 }
 
+pub use proxy::{ProxyConfig, RouteConfig};
 pub use source::{HmacKey, SourceConfig, SourceKind, SourceMode};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum Strategy {
+    /// Stop the old container, start the new one on the same fixed host port.
     #[default]
     Recreate,
+    /// Start the new one beside the old on an ephemeral loopback port, then switch Pier's
+    /// proxy to it, drain, soak, retire.
+    BlueGreen,
 }
 
 /// What the engine does when the app's container exits. Parsed once, at load: a typo is a
@@ -180,6 +186,8 @@ pub struct AppConfig {
     pub no_new_privileges: bool,
     /// Most processes and threads the container may have; `None` is no limit.
     pub pids_limit: Option<i64>,
+    /// Blue-green apps: how the proxy reaches them.
+    pub route: Option<RouteConfig>,
 }
 
 impl AppConfig {
@@ -248,6 +256,7 @@ pub fn parse_bytes(text: &str) -> Result<i64, String> {
         .ok_or_else(|| format!("`{text}` is not a size such as 512m or 1g"))
 }
 
+mod proxy;
 mod raw;
 mod source;
 

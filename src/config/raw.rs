@@ -32,6 +32,8 @@ fn default_stop_timeout() -> Duration {
 pub struct Config {
     server: Server,
     #[serde(default)]
+    proxy: super::proxy::RawProxy,
+    #[serde(default)]
     registries: Vec<Registry>,
     #[serde(default)]
     sources: Vec<super::source::RawSource>,
@@ -177,6 +179,33 @@ struct App {
     no_new_privileges: bool,
     #[serde(default = "default_pids_limit")]
     pids_limit: i64,
+    route: Option<super::proxy::RawRoute>,
+}
+
+/// Apps may share a proxy address only when their `Host` names tell them apart: at most one
+/// app per address takes any host, and no host is claimed twice.
+fn check_routes(apps: &[AppConfig]) -> Result<(), ConfigError> {
+    let mut seen: Vec<(SocketAddr, Option<&str>, &str)> = Vec::new();
+    for a in apps {
+        let Some(r) = &a.route else { continue };
+        let hosts: Vec<Option<&str>> = if r.hosts.is_empty() {
+            vec![None]
+        } else {
+            r.hosts.iter().map(|h| Some(h.as_str())).collect()
+        };
+        for h in hosts {
+            if let Some((_, _, other)) = seen.iter().find(|(l, oh, _)| *l == r.listen && *oh == h) {
+                return Err(invalid(format!(
+                    "apps `{other}` and `{}` both route {} on {}",
+                    a.name,
+                    h.map_or("every host".to_owned(), |h| format!("host {h}")),
+                    r.listen
+                )));
+            }
+            seen.push((r.listen, h, &a.name));
+        }
+    }
+    Ok(())
 }
 
 fn default_true() -> bool {
@@ -280,7 +309,30 @@ impl Config {
                     a.name, a.image, a.image
                 )));
             }
-            if a.health.is_some() && a.publish.is_none() {
+            let route = a.route.map(|r| r.resolve(&a.name)).transpose()?;
+            match (a.strategy, &route, a.publish) {
+                (Strategy::BlueGreen, None, _) => {
+                    return Err(invalid(format!(
+                        "app `{}`: blue-green needs a [apps.route] for Pier's proxy",
+                        a.name
+                    )));
+                }
+                (Strategy::BlueGreen, _, Some(_)) => {
+                    return Err(invalid(format!(
+                        "app `{}`: a blue-green app has no `publish`: each generation gets an \
+                         ephemeral loopback port and clients come through the proxy's `route.listen`",
+                        a.name
+                    )));
+                }
+                (Strategy::Recreate, Some(_), _) => {
+                    return Err(invalid(format!(
+                        "app `{}`: [apps.route] is for strategy = \"blue-green\"",
+                        a.name
+                    )));
+                }
+                _ => {}
+            }
+            if a.health.is_some() && a.publish.is_none() && a.strategy == Strategy::Recreate {
                 return Err(invalid(format!(
                     "app `{}`: an HTTP health check needs `publish`",
                     a.name
@@ -327,6 +379,7 @@ impl Config {
                 stop_timeout: a.stop_timeout,
                 no_new_privileges: a.no_new_privileges,
                 pids_limit: (a.pids_limit > 0).then_some(a.pids_limit),
+                route,
             });
         }
         let app_hosts: Vec<&str> = apps.iter().map(|a| a.registry_host()).collect();
@@ -354,8 +407,10 @@ impl Config {
         if !s_allow_short {
             check_secret_strength(server.admin_token.as_ref(), &sources)?;
         }
+        check_routes(&apps)?;
         Ok(super::Config {
             server,
+            proxy: self.proxy.resolve(base)?,
             registries,
             sources,
             apps,

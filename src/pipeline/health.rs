@@ -175,8 +175,8 @@ impl Run<'_> {
         let intent = serde_json::json!({ "container": candidate.id, "digest": r.digest });
         let generation = GenerationSwitch {
             app: self.app.name.clone(),
-            digest: r.digest.clone(),
-            container_id: candidate.id.clone(),
+            generation: Some((self.dep.id, r.digest.clone(), candidate.id.clone())),
+            route: None,
         };
         let _: serde_json::Value = self
             .switching_step(Step::Switch, &intent, Some(&generation), || async {

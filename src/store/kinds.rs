@@ -125,6 +125,8 @@ db_enum! {
         Failed = "failed",
         Superseded = "superseded",
         Cancelled = "cancelled",
+        /// Switched to the new generation, then back: it failed its soak.
+        RolledBack = "rolled_back",
     }
 }
 
@@ -162,6 +164,14 @@ db_enum! {
         Start = "start",
         Health = "health",
         Switch = "switch",
+        /// Blue-green: wait until the proxy serves the new route.
+        Applied = "applied",
+        /// Blue-green: in-flight requests finish on the old generation.
+        Drain = "drain",
+        /// Blue-green: the new generation is watched before the old one is retired.
+        Soak = "soak",
+        /// Blue-green: traffic switched back to the previous generation.
+        Revert = "revert",
         Retire = "retire",
         Rollback = "rollback",
     }

@@ -4,6 +4,7 @@ mod deliveries;
 mod deployments;
 pub mod kinds;
 mod reconcile;
+mod routes;
 mod steps;
 mod text;
 
@@ -16,7 +17,8 @@ pub use deliveries::{Delivery, DeliveryOutcome, NewDelivery};
 pub use deployments::{Deployment, Enqueued, Generation, NewDeployment, TAKEOVER_CHECK};
 pub use kinds::{DeploymentState, ReconcileKind, Step, StepState, Trigger, UnknownValue, Verdict};
 pub use reconcile::ReconcileAction;
-pub use steps::{GenerationSwitch, StepRecord};
+pub use routes::{Quarantined, Route};
+pub use steps::{GenerationSwitch, RouteWrite, StepRecord};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

@@ -22,14 +22,26 @@ pub struct StepRecord {
     pub finished_at: Option<DateTime<Utc>>,
 }
 
-/// A step whose success also changes what serves: the `switch` step. Written in the same
-/// transaction as the step's result, so the page never names a generation the journal
-/// does not.
-#[derive(Debug, Clone)]
+/// What a step's success changes besides its own record, in the same transaction: the
+/// app's serving generation (the `switch` step, a revert) and the proxy's route to it. The
+/// page, the journal and the proxy can therefore never disagree about what serves.
+#[derive(Debug, Clone, Default)]
 pub struct GenerationSwitch {
     pub app: String,
-    pub digest: String,
+    /// The new serving generation: `(deployment, digest, container)`.
+    pub generation: Option<(Uuid, String, String)>,
+    pub route: Option<RouteWrite>,
+}
+
+/// A proxy route as a step writes it; `version` was drawn beforehand (and journaled in the
+/// step's result) so that the pipeline can wait for the proxy to apply exactly it.
+#[derive(Debug, Clone)]
+pub struct RouteWrite {
+    pub version: i64,
+    pub upstream: String,
     pub container_id: String,
+    pub deployment_id: Uuid,
+    pub standby: Option<String>,
 }
 
 /// Every journal write checks that the writer still holds the deployment's lease, so a
@@ -79,7 +91,7 @@ impl Store {
         intent: &serde_json::Value,
         attempt: i32,
     ) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         holds_lease(&mut tx, deployment, owner).await?;
         sqlx::query(
             "INSERT INTO deployment_steps (deployment_id, step, state, intent, attempt)
@@ -103,7 +115,7 @@ impl Store {
         step: Step,
         attempt: i32,
     ) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         holds_lease(&mut tx, deployment, owner).await?;
         sqlx::query(
             "UPDATE deployment_steps SET replays = replays + 1, attempt = $3
@@ -128,21 +140,10 @@ impl Store {
         result: &serde_json::Value,
         switch: Option<&GenerationSwitch>,
     ) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         holds_lease(&mut tx, deployment, owner).await?;
-        if let Some(g) = switch {
-            sqlx::query(
-                "INSERT INTO app_generations (app, deployment_id, digest, container_id)
-                 VALUES ($1, $2, $3, $4)
-                 ON CONFLICT (app) DO UPDATE SET deployment_id = $2, digest = $3,
-                     container_id = $4, switched_at = now()",
-            )
-            .bind(&g.app)
-            .bind(deployment)
-            .bind(&g.digest)
-            .bind(&g.container_id)
-            .execute(&mut *tx)
-            .await?;
+        if let Some(change) = switch {
+            apply_switch(&mut tx, change).await?;
         }
         finish_step(
             &mut tx,
@@ -164,7 +165,7 @@ impl Store {
         step: Step,
         error: &str,
     ) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         holds_lease(&mut tx, deployment, owner).await?;
         finish_step(
             &mut tx,
@@ -178,6 +179,40 @@ impl Store {
         tx.commit().await?;
         Ok(())
     }
+}
+
+async fn apply_switch(tx: &mut Transaction<'_, Postgres>, change: &GenerationSwitch) -> Result<()> {
+    if let Some((deployment, digest, container)) = &change.generation {
+        sqlx::query(
+            "INSERT INTO app_generations (app, deployment_id, digest, container_id)
+             VALUES ($1, $2, $3, $4)
+             ON CONFLICT (app) DO UPDATE SET deployment_id = $2, digest = $3,
+                 container_id = $4, switched_at = now()",
+        )
+        .bind(&change.app)
+        .bind(deployment)
+        .bind(digest)
+        .bind(container)
+        .execute(&mut **tx)
+        .await?;
+    }
+    if let Some(r) = &change.route {
+        sqlx::query(
+            "INSERT INTO proxy_routes (app, version, upstream, container_id, deployment_id, standby)
+             VALUES ($1, $2, $3, $4, $5, $6)
+             ON CONFLICT (app) DO UPDATE SET version = $2, upstream = $3, container_id = $4,
+                 deployment_id = $5, standby = $6, updated_at = now()",
+        )
+        .bind(&change.app)
+        .bind(r.version)
+        .bind(&r.upstream)
+        .bind(&r.container_id)
+        .bind(r.deployment_id)
+        .bind(&r.standby)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
 }
 
 async fn finish_step(

@@ -1,0 +1,103 @@
+//! Where the proxy's routes come from: Postgres, followed with LISTEN/NOTIFY and a full
+//! re-read every `proxy.refresh`; and the state file, the last routes known, so that a
+//! restart while the database is away still serves them. While the database is away the
+//! proxy keeps serving what it has.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use sqlx::postgres::{PgListener, PgPoolOptions};
+use tokio_util::sync::CancellationToken;
+
+use super::Shared;
+use crate::backoff::Backoff;
+use crate::config::Config;
+use crate::pipeline::error_chain;
+use crate::store::{Route, Store};
+
+const CHANNEL: &str = "pier_routes";
+
+pub fn load_state(path: &Path) -> Result<Option<Vec<Route>>, String> {
+    match std::fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| format!("{}: {e}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
+}
+
+/// Written to a temporary file and renamed over the old one: a crash mid-write never
+/// leaves a half file for the next start to trip on.
+fn save_state(path: &Path, routes: &[Route]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(routes).expect("routes serialize"))?;
+    std::fs::rename(&tmp, path)
+}
+
+pub async fn follow(config: Arc<Config>, shared: Arc<Shared>, shutdown: CancellationToken) {
+    let store = match Store::connect_lazy(config.server.database_url.expose()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %error_chain(&e), "proxy: bad database url; serving the last known routes only");
+            return;
+        }
+    };
+    let mut backoff = Backoff::new(
+        std::time::Duration::from_millis(200),
+        std::time::Duration::from_secs(5),
+    );
+    while !shutdown.is_cancelled() {
+        match listen(&store).await {
+            Ok(mut listener) => {
+                backoff.reset();
+                if let Err(e) = relay(&store, &mut listener, &config, &shared, &shutdown).await {
+                    tracing::warn!(error = %e, "proxy lost the database; serving the last known routes");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), "proxy cannot reach the database; serving the last known routes");
+                if !backoff.wait_or(&shutdown).await {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+async fn listen(store: &Store) -> Result<PgListener, sqlx::Error> {
+    let own = PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(std::time::Duration::from_secs(5))
+        .connect_lazy_with((*store.pool().connect_options()).clone());
+    let mut listener = PgListener::connect_with(&own).await?;
+    listener.listen(CHANNEL).await?;
+    Ok(listener)
+}
+
+/// Reads all routes now, then again on every NOTIFY and every refresh, until the
+/// connection fails (an error) or shutdown (`Ok`).
+async fn relay(
+    store: &Store,
+    listener: &mut PgListener,
+    config: &Config,
+    shared: &Shared,
+    shutdown: &CancellationToken,
+) -> Result<(), String> {
+    loop {
+        let routes = store.routes().await.map_err(|e| error_chain(&e))?;
+        shared.install(&routes);
+        if let Err(e) = save_state(&config.proxy.state_file, &routes) {
+            tracing::warn!(error = %e, "cannot save the proxy's routes; a restart without the database would serve older ones");
+        }
+        tokio::select! {
+            msg = listener.try_recv() => match msg {
+                Ok(Some(_)) => {}
+                Ok(None) => return Err("connection closed".into()),
+                Err(e) => return Err(error_chain(&e)),
+            },
+            _ = tokio::time::sleep(config.proxy.refresh) => {}
+            _ = shutdown.cancelled() => return Ok(()),
+        }
+    }
+}

@@ -1,0 +1,329 @@
+//! One request through the proxy: find the route, forward to the serving generation with
+//! `X-Forwarded-*`, count it in flight until its answer's body ends, and when the serving
+//! generation cannot be reached at all, retry on the standby (the previous generation,
+//! kept during a soak). WebSocket and other upgrades are passed through as raw bytes.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+
+use super::Shared;
+use super::table::InFlight;
+
+pub type ProxyBody = BoxBody<Bytes, BoxError>;
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Bodies up to this size are read before forwarding, so that a request can be sent
+/// again to the standby if the serving generation is gone; larger ones stream through.
+const RETRYABLE_BODY: u64 = 64 * 1024;
+
+/// Headers that describe one hop, never forwarded (RFC 9110, 7.6.1).
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+];
+
+pub async fn handle(
+    shared: Arc<Shared>,
+    local: SocketAddr,
+    peer: SocketAddr,
+    req: Request<Incoming>,
+) -> Result<Response<ProxyBody>, Infallible> {
+    Ok(match route(&shared, local, peer, req).await {
+        Ok(resp) => resp,
+        Err(page) => page,
+    })
+}
+
+async fn route(
+    shared: &Shared,
+    local: SocketAddr,
+    peer: SocketAddr,
+    mut req: Request<Incoming>,
+) -> Result<Response<ProxyBody>, Response<ProxyBody>> {
+    let host = request_host(&req);
+    let entry = {
+        let table = shared.table();
+        table.find(local, host.as_deref()).cloned()
+    };
+    let Some(entry) = entry else {
+        return Err(page(StatusCode::NOT_FOUND, "No app is routed here."));
+    };
+    let Some(upstream) = entry.upstream.clone() else {
+        return Err(page(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "This app has no running version yet.",
+        ));
+    };
+    let announced = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if announced.is_some_and(|n| n > entry.max_body) {
+        return Err(page(StatusCode::PAYLOAD_TOO_LARGE, "The request body is too large."));
+    }
+    let upgrade = is_upgrade(req.headers());
+    let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+    let (mut parts, body) = req.into_parts();
+    forwarded_headers(&mut parts.headers, peer, host.as_deref(), shared.tls_on(local), upgrade);
+
+    // A small or empty body is read first, so the request can go to the standby too.
+    let small = !upgrade && announced.unwrap_or(0) <= RETRYABLE_BODY && !is_chunked(&parts.headers);
+    let (buffered, mut streamed) = if small {
+        match Limited::new(body, RETRYABLE_BODY as usize).collect().await {
+            Ok(b) => (Some(b.to_bytes()), None),
+            Err(_) => {
+                return Err(page(
+                    StatusCode::BAD_REQUEST,
+                    "The request body could not be read.",
+                ));
+            }
+        }
+    } else {
+        let limited = Limited::new(body, entry.max_body as usize)
+            .map_err(|e| -> BoxError { e })
+            .boxed();
+        (None, Some(limited))
+    };
+    let idempotent = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS);
+    let targets: Vec<&String> = std::iter::once(&upstream).chain(entry.standby.as_ref()).collect();
+    let mut last_error = String::new();
+    for (i, target) in targets.iter().enumerate() {
+        let body = match (&buffered, streamed.take()) {
+            (Some(b), _) => Full::new(b.clone()).map_err(|e| -> BoxError { match e {} }).boxed(),
+            (None, Some(s)) => s,
+            // A streamed body was consumed by the first try: nothing left to retry with.
+            (None, None) => break,
+        };
+        let uri = format!(
+            "http://{target}{}",
+            parts.uri.path_and_query().map_or("/", |p| p.as_str())
+        );
+        let mut out = Request::builder()
+            .method(parts.method.clone())
+            .uri(uri)
+            .version(hyper::Version::HTTP_11)
+            .body(body)
+            .expect("a request from valid parts");
+        *out.headers_mut() = parts.headers.clone();
+        let guard = shared.counters.start(target);
+        let sent = tokio::time::timeout(entry.timeout, shared.client.request(out)).await;
+        match sent {
+            Ok(Ok(mut resp)) => {
+                if upgrade && resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+                    let upstream_upgrade = hyper::upgrade::on(&mut resp);
+                    if let Some(client_upgrade) = client_upgrade {
+                        tokio::spawn(splice(client_upgrade, upstream_upgrade, guard));
+                    }
+                    let (p, _) = resp.into_parts();
+                    return Ok(Response::from_parts(p, empty()));
+                }
+                return Ok(answer(resp, guard));
+            }
+            Ok(Err(e)) => {
+                // Retry only what cannot have reached the app: a refused connection, or an
+                // idempotent request whose answer never started.
+                let unreached = e.is_connect() || idempotent;
+                last_error = if e.is_connect() {
+                    "cannot connect".into()
+                } else {
+                    "the connection failed".into()
+                };
+                drop(guard);
+                if !unreached || i + 1 == targets.len() {
+                    break;
+                }
+                tracing::debug!(app = %entry.app, %target, "upstream unreachable; trying the standby");
+            }
+            Err(_) => {
+                return Err(page(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "The app did not answer in time.",
+                ));
+            }
+        }
+    }
+    tracing::warn!(app = %entry.app, error = %last_error, "no upstream answered");
+    Err(page(
+        StatusCode::BAD_GATEWAY,
+        "The app could not be reached. Try again in a moment.",
+    ))
+}
+
+/// The answer as it goes back to the client: hop-by-hop headers dropped, counted in
+/// flight until its body has been sent.
+fn answer(resp: Response<Incoming>, guard: InFlight) -> Response<ProxyBody> {
+    let (mut parts, body) = resp.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    let body = Counted {
+        inner: body.map_err(|e| -> BoxError { Box::new(e) }).boxed(),
+        _guard: guard,
+    };
+    Response::from_parts(parts, body.boxed())
+}
+
+/// Copies bytes both ways between an upgraded client connection and its upstream.
+async fn splice(
+    client: hyper::upgrade::OnUpgrade,
+    upstream: hyper::upgrade::OnUpgrade,
+    _guard: InFlight,
+) {
+    let (Ok(client), Ok(upstream)) = tokio::join!(client, upstream) else {
+        return;
+    };
+    let mut client = TokioIo::new(client);
+    let mut upstream = TokioIo::new(upstream);
+    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+}
+
+fn request_host(req: &Request<Incoming>) -> Option<String> {
+    let raw = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| req.uri().authority().map(|a| a.as_str().to_owned()))?;
+    Some(
+        without_port(&raw)
+            .trim_end_matches('.')
+            .to_ascii_lowercase(),
+    )
+}
+
+/// `host:port`, `[v6]:port` or a bare host, without its port.
+fn without_port(raw: &str) -> &str {
+    if let Some(rest) = raw.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or(rest);
+    }
+    match raw.rsplit_once(':') {
+        Some((h, p)) if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) => h,
+        _ => raw,
+    }
+}
+
+fn is_upgrade(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::UPGRADE)
+        && headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("upgrade")))
+}
+
+fn is_chunked(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::TRANSFER_ENCODING) && !headers.contains_key(header::CONTENT_LENGTH)
+}
+
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // Headers the client named in `Connection` are hop-by-hop too.
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(',').map(|t| t.trim().to_ascii_lowercase()))
+        .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
+        .collect();
+    for n in named {
+        headers.remove(n);
+    }
+    for h in HOP_BY_HOP {
+        headers.remove(h);
+    }
+}
+
+fn forwarded_headers(
+    headers: &mut HeaderMap,
+    peer: SocketAddr,
+    host: Option<&str>,
+    tls: bool,
+    upgrade: bool,
+) {
+    let upgrade_value = headers.get(header::UPGRADE).cloned();
+    strip_hop_by_hop(headers);
+    if upgrade && let Some(u) = upgrade_value {
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        headers.insert(header::UPGRADE, u);
+    }
+    let ip = peer.ip().to_string();
+    let xff = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+        Some(prior) => format!("{prior}, {ip}"),
+        None => ip,
+    };
+    if let Ok(v) = HeaderValue::from_str(&xff) {
+        headers.insert("x-forwarded-for", v);
+    }
+    headers.insert(
+        "x-forwarded-proto",
+        HeaderValue::from_static(if tls { "https" } else { "http" }),
+    );
+    if let Some(h) = host.and_then(|h| HeaderValue::from_str(h).ok()) {
+        headers.insert("x-forwarded-host", h);
+    }
+}
+
+fn empty() -> ProxyBody {
+    Full::new(Bytes::new())
+        .map_err(|e| -> BoxError { match e {} })
+        .boxed()
+}
+
+/// A short page of the proxy's own, for when no app answers: never a hang.
+pub fn page(status: StatusCode, text: &str) -> Response<ProxyBody> {
+    let html = format!(
+        "<!doctype html><title>{code}</title><h1>{code}</h1><p>{text}</p>\n",
+        code = status
+    );
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, "text/html; charset=utf-8")
+        .header(header::CACHE_CONTROL, "no-store")
+        .body(
+            Full::new(Bytes::from(html))
+                .map_err(|e| -> BoxError { match e {} })
+                .boxed(),
+        )
+        .expect("a static response")
+}
+
+/// A body that keeps its request counted in flight until it ends or is dropped.
+struct Counted {
+    inner: ProxyBody,
+    _guard: InFlight,
+}
+
+impl Body for Counted {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

@@ -1,0 +1,166 @@
+//! `pier proxy`: the public address of every blue-green app. Its own process, so that
+//! `pier serve` and its workers can crash, restart or be upgraded while traffic flows.
+//!
+//! Routes come from Postgres (`proxy_routes`, written by the pipeline's switch steps):
+//! read at start, on every NOTIFY on `pier_routes`, and in full every `proxy.refresh`. The
+//! last routes it knew are also kept in `proxy.state_file`, so that a proxy restarted while
+//! the database is away comes back serving them. A loopback admin endpoint says which
+//! route version is applied and what is in flight per upstream: the pipeline waits on it.
+
+mod admin;
+mod feed;
+mod forward;
+mod table;
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto::Builder;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::store::Route;
+pub use forward::ProxyBody;
+pub use table::{Entry, Table};
+
+/// A client's request head must arrive within this, and an idle kept-alive connection is
+/// closed after it.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(15);
+
+pub struct Shared {
+    config: Arc<Config>,
+    table: RwLock<Arc<Table>>,
+    counters: table::Counters,
+    client: Client<HttpConnector, ProxyBody>,
+    tls_listens: HashSet<SocketAddr>,
+}
+
+impl Shared {
+    fn table(&self) -> Arc<Table> {
+        self.table.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn tls_on(&self, listen: SocketAddr) -> bool {
+        self.tls_listens.contains(&listen)
+    }
+
+    /// Swaps in a table built from `routes`; upstreams no route names are forgotten once
+    /// their last request is done.
+    fn install(&self, routes: &[Route]) {
+        let table = Table::build(&self.config, routes);
+        let names: Vec<&str> = routes
+            .iter()
+            .flat_map(|r| std::iter::once(r.upstream.as_str()).chain(r.standby.as_deref()))
+            .collect();
+        self.counters.prune(&names);
+        *self.table.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(table);
+    }
+}
+
+/// Runs the proxy until SIGTERM or Ctrl-C.
+pub async fn run(config: Config) -> anyhow::Result<()> {
+    let shutdown = CancellationToken::new();
+    let on_signal = shutdown.clone();
+    tokio::spawn(async move {
+        crate::serve::shutdown_signal().await;
+        on_signal.cancel();
+    });
+    run_until(config, shutdown).await
+}
+
+pub async fn run_until(config: Config, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let config = Arc::new(config);
+    let mut connector = HttpConnector::new();
+    connector.set_connect_timeout(Some(Duration::from_secs(2)));
+    connector.set_nodelay(true);
+    let client = Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(30))
+        .pool_timer(TokioTimer::new())
+        .build(connector);
+    let shared = Arc::new(Shared {
+        config: config.clone(),
+        table: RwLock::new(Arc::new(Table::default())),
+        counters: table::Counters::default(),
+        client,
+        tls_listens: HashSet::new(),
+    });
+    // Serve what was known before, at once: the database may be away.
+    match feed::load_state(&config.proxy.state_file) {
+        Ok(Some(routes)) => {
+            tracing::info!(routes = routes.len(), "serving the last known routes until the database answers");
+            shared.install(&routes);
+        }
+        Ok(None) => {}
+        Err(e) => tracing::warn!(error = %e, "cannot read the proxy's last known routes"),
+    }
+    let listens: Vec<SocketAddr> = Table::build(&config, &[]).listens();
+    let mut tasks = tokio::task::JoinSet::new();
+    for addr in listens {
+        let listener = TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("proxy: listen on {addr}"))?;
+        tracing::info!(%addr, "proxy listening");
+        tasks.spawn(serve(listener, shared.clone(), shutdown.clone()));
+    }
+    let admin = TcpListener::bind(config.proxy.admin)
+        .await
+        .with_context(|| format!("proxy admin: listen on {}", config.proxy.admin))?;
+    tasks.spawn(admin::serve(admin, shared.clone(), shutdown.clone()));
+    tasks.spawn(feed::follow(config.clone(), shared.clone(), shutdown.clone()));
+    tracing::info!("pier proxy running");
+    shutdown.cancelled().await;
+    while tasks.join_next().await.is_some() {}
+    Ok(())
+}
+
+async fn serve(listener: TcpListener, shared: Arc<Shared>, shutdown: CancellationToken) {
+    let local = listener.local_addr().expect("a bound listener has an address");
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT);
+    builder.http2().timer(TokioTimer::new()).max_concurrent_streams(256);
+    let builder = Arc::new(builder);
+    let mut conns = tokio::task::JoinSet::new();
+    loop {
+        let (stream, peer) = tokio::select! {
+            a = listener.accept() => match a {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(error = %e, "proxy accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            _ = shutdown.cancelled() => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let shared = shared.clone();
+        let builder = builder.clone();
+        let stop = shutdown.clone();
+        conns.spawn(async move {
+            let service = hyper::service::service_fn(move |req| {
+                forward::handle(shared.clone(), local, peer, req)
+            });
+            let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+            let mut conn = std::pin::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                _ = stop.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(Duration::from_secs(10), conn.as_mut()).await;
+                }
+            }
+        });
+        while conns.try_join_next().is_some() {}
+    }
+    while conns.join_next().await.is_some() {}
+}
