@@ -148,6 +148,7 @@ pub async fn run_until(
         store_patience: Duration::from_secs(120),
         retry_budget: Duration::from_secs(120),
         env_key,
+        proxy_admin: config.proxy.admin,
     });
     let (wake_tx, wake_rx) = watch::channel(0u64);
     let (alive_tx, alive_rx) = watch::channel(false);

@@ -128,8 +128,8 @@ pub struct RouteConfig {
 impl RawRoute {
     pub(super) fn resolve(self, app: &str) -> Result<RouteConfig, ConfigError> {
         let invalid = |m: String| ConfigError::Invalid(format!("app `{app}`: route: {m}"));
-        let max_body = parse_bytes(&self.max_body)
-            .map_err(|e| invalid(format!("max_body: {e}")))? as u64;
+        let max_body =
+            parse_bytes(&self.max_body).map_err(|e| invalid(format!("max_body: {e}")))? as u64;
         if self.soak_failures == 0 {
             return Err(invalid("soak_failures must be at least 1".into()));
         }

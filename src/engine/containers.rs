@@ -129,6 +129,32 @@ impl Engine {
         Ok(created.id)
     }
 
+    /// The loopback address the engine bound container port `port` to, once the container
+    /// runs: blue-green candidates publish on an ephemeral port the engine picks.
+    pub async fn published(&self, id: &str, port: u16) -> Result<Option<SocketAddr>> {
+        let c = match self.docker.inspect_container(id, None).await {
+            Ok(c) => c,
+            Err(e) if status_of(&e) == Some(404) => return Ok(None),
+            Err(e) => return Err(err(format!("inspect container {id}"), e)),
+        };
+        let key = format!("{port}/tcp");
+        let bound = c
+            .network_settings
+            .and_then(|n| n.ports)
+            .and_then(|p| p.get(&key).cloned().flatten())
+            .unwrap_or_default()
+            .into_iter()
+            .find_map(|b| {
+                let ip = b
+                    .host_ip
+                    .filter(|i| !i.is_empty())
+                    .unwrap_or_else(|| "127.0.0.1".into());
+                let port: u16 = b.host_port?.parse().ok()?;
+                format!("{ip}:{port}").parse::<SocketAddr>().ok()
+            });
+        Ok(bound)
+    }
+
     pub async fn inspect_container(&self, id: &str) -> Result<Option<ContainerFacts>> {
         let c = match self.docker.inspect_container(id, None).await {
             Ok(c) => c,

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
 use super::{PipelineError, Run, Step, error_chain};
-use crate::config::Origin;
+use crate::config::{Origin, Strategy};
 use crate::engine::{
     ContainerSpec, LABEL_APP, LABEL_DEPLOYMENT, LABEL_DIGEST, LABEL_MANAGED, Removed, Stopped,
 };
@@ -104,6 +104,10 @@ fn short(ids: &[String]) -> String {
 struct RollbackIntent {
     candidates: Vec<String>,
     restore: Vec<String>,
+    /// Blue-green, after a revert: the route version the proxy must serve before the
+    /// candidate is removed, so that no request is sent to a container being removed.
+    #[serde(default)]
+    after_route: Option<i64>,
 }
 
 impl Run<'_> {
@@ -137,7 +141,12 @@ impl Run<'_> {
                 .collect(),
             labels,
             port: self.app.port,
-            publish: self.app.publish,
+            // A blue-green generation gets an ephemeral loopback port; clients reach it
+            // through the proxy only.
+            publish: match self.app.strategy {
+                Strategy::BlueGreen => Some(SocketAddr::from(([127, 0, 0, 1], 0))),
+                Strategy::Recreate => self.app.publish,
+            },
             memory_bytes: self.app.memory_bytes,
             nano_cpus: self.app.cpus.map(|c| (c * 1e9) as i64),
             no_new_privileges: self.app.no_new_privileges,
@@ -284,12 +293,16 @@ impl Run<'_> {
     /// Undoes a failed deployment: removes every container of this deployment (by the
     /// journal and by label) and starts the generation `stop_old` stopped. Does nothing once
     /// `switch` succeeded: then the new generation is the one serving.
-    pub(super) async fn rollback(&self) -> Result<RolledBack, PipelineError> {
+    pub(super) async fn rollback(
+        &self,
+        reverted: Option<i64>,
+    ) -> Result<RolledBack, PipelineError> {
         let steps = self
             .store_retry(|| self.ctx.store.steps(self.dep.id))
             .await?;
         let find = |s: Step| steps.iter().find(|r| r.step == s);
-        if find(Step::Switch).is_some_and(|r| r.state == StepState::Succeeded) {
+        if reverted.is_none() && find(Step::Switch).is_some_and(|r| r.state == StepState::Succeeded)
+        {
             return Ok(RolledBack {
                 warnings: vec!["new generation already switched; nothing rolled back".into()],
                 ..Default::default()
@@ -322,6 +335,8 @@ impl Run<'_> {
             }
         }
         let restore: Vec<String> = match find(Step::StopOld) {
+            // After a revert the previous generation already runs and serves.
+            _ if reverted.is_some() => vec![],
             Some(r) if r.intent != serde_json::json!({}) => {
                 serde_json::from_value::<OldGeneration>(r.intent.clone())
                     .map_err(|e| PipelineError::journal(Step::StopOld, "intent", e))?
@@ -332,6 +347,7 @@ impl Run<'_> {
         let intent = RollbackIntent {
             candidates,
             restore,
+            after_route: reverted,
         };
         if intent.candidates.is_empty()
             && intent.restore.is_empty()
@@ -341,6 +357,9 @@ impl Run<'_> {
         }
         self.observed_step(Step::Rollback, intent, |plan: RollbackIntent| async move {
             let mut out = RolledBack::default();
+            if let Some(version) = plan.after_route {
+                self.proxy_applied(version).await?;
+            }
             for id in &plan.candidates {
                 if out.logs.is_none() {
                     match self.ctx.engine.logs_tail(id, 30).await {

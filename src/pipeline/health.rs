@@ -1,5 +1,6 @@
 //! health and switch: the candidate proves itself, then becomes the serving generation.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -16,7 +17,7 @@ use crate::store::GenerationSwitch;
 /// How the candidate is judged healthy.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "mode", rename_all = "snake_case")]
-enum Probe {
+pub(super) enum Probe {
     /// HTTP GET on the published port until a 2xx.
     Http { url: String, timeout_ms: u64 },
     /// The image's own HEALTHCHECK, as the engine reports it.
@@ -60,8 +61,10 @@ pub fn probe_client() -> reqwest::Client {
 }
 
 impl Run<'_> {
-    fn probe(&self) -> Probe {
-        match (&self.app.health, self.app.publish) {
+    /// How to judge the candidate: over HTTP on `at` (a blue-green candidate's ephemeral
+    /// port) or the app's fixed `publish` address.
+    pub(super) fn probe(&self, at: Option<SocketAddr>) -> Probe {
+        match (&self.app.health, at.or(self.app.publish)) {
             (Some(h), Some(addr)) => Probe::Http {
                 url: format!("http://{addr}{}", h.path),
                 timeout_ms: h.timeout.as_millis() as u64,
@@ -74,8 +77,9 @@ impl Run<'_> {
         &self,
         candidate: &Candidate,
         image: &VerifiedImage,
+        at: Option<SocketAddr>,
     ) -> Result<Healthy, PipelineError> {
-        let mut probe = self.probe();
+        let mut probe = self.probe(at);
         if probe == Probe::Running && image.has_healthcheck {
             probe = Probe::Healthcheck {
                 timeout_ms: 120_000,
@@ -87,7 +91,7 @@ impl Run<'_> {
         .await
     }
 
-    async fn wait_healthy(&self, probe: &Probe, id: &str) -> Result<Healthy, StepError> {
+    pub(super) async fn wait_healthy(&self, probe: &Probe, id: &str) -> Result<Healthy, StepError> {
         let started = Instant::now();
         let timeout = match probe {
             Probe::Http { timeout_ms, .. } | Probe::Healthcheck { timeout_ms } => {
@@ -179,9 +183,14 @@ impl Run<'_> {
             route: None,
         };
         let _: serde_json::Value = self
-            .switching_step(Step::Switch, &intent, Some(&generation), || async {
-                Ok(serde_json::json!({ "container": candidate.id, "name": candidate.name }))
-            })
+            .switching_step(
+                Step::Switch,
+                &intent,
+                |_| Some(generation.clone()),
+                || async {
+                    Ok(serde_json::json!({ "container": candidate.id, "name": candidate.name }))
+                },
+            )
             .await?;
         Ok(())
     }

@@ -49,21 +49,24 @@ impl Run<'_> {
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, StepError>>,
     {
-        self.switching_step(step, intent, None, effect).await
+        self.switching_step(step, intent, |_: &T| None, effect)
+            .await
     }
 
-    /// Like [`Run::step`]; its success also makes `switch` the app's serving generation,
-    /// in the same transaction as the step's result.
-    pub(super) async fn switching_step<I, T, F, Fut>(
+    /// Like [`Run::step`]; its success also applies `change(result)` (the app's serving
+    /// generation, the proxy's route) in the same transaction as the step's result, so the
+    /// two can never disagree, whenever the process dies.
+    pub(super) async fn switching_step<I, T, C, F, Fut>(
         &self,
         step: Step,
         intent: &I,
-        switch: Option<&GenerationSwitch>,
+        change: C,
         effect: F,
     ) -> Result<T, PipelineError>
     where
         I: Serialize,
         T: Serialize + DeserializeOwned,
+        C: Fn(&T) -> Option<GenerationSwitch>,
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, StepError>>,
     {
@@ -71,7 +74,7 @@ impl Run<'_> {
         async {
             match self.begin::<T>(step, intent, IntentCheck::Strict).await? {
                 Begun::Done(t) => Ok(t),
-                Begun::Fresh | Begun::Resumed(_) => self.effect(step, switch, effect).await,
+                Begun::Fresh | Begun::Resumed(_) => self.effect(step, &change, effect).await,
             }
         }
         .instrument(span)
@@ -103,27 +106,29 @@ impl Run<'_> {
                 Begun::Resumed(recorded) => serde_json::from_value(recorded)
                     .map_err(|e| PipelineError::journal(step, "intent", e))?,
             };
-            self.effect(step, None, || effect(plan.clone())).await
+            self.effect(step, &|_: &T| None, || effect(plan.clone()))
+                .await
         }
         .instrument(span)
         .await
     }
 
     /// The side effect, retried while transient, then its result (or failure) journaled.
-    async fn effect<T, F, Fut>(
+    async fn effect<T, C, F, Fut>(
         &self,
         step: Step,
-        switch: Option<&GenerationSwitch>,
+        change: &C,
         effect: F,
     ) -> Result<T, PipelineError>
     where
         T: Serialize,
+        C: Fn(&T) -> Option<GenerationSwitch>,
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, StepError>>,
     {
         match self.retrying(effect).await {
             Ok(t) => {
-                self.succeed(step, &t, switch).await?;
+                self.succeed(step, &t, change(&t).as_ref()).await?;
                 Ok(t)
             }
             Err(e) => Err(self.failed(step, e).await),

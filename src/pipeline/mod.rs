@@ -7,6 +7,7 @@
 //! the result or the failure journaled. A step is the intent it computes and the side
 //! effect it does; nothing else.
 
+mod blue_green;
 mod container;
 mod health;
 mod image;
@@ -19,7 +20,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::config::AppConfig;
+use crate::config::{AppConfig, Strategy};
 use crate::engine::{Engine, EngineError};
 use crate::registry::{Platform, Registry, RegistryError};
 pub use crate::store::Step;
@@ -116,6 +117,8 @@ pub struct Context {
     pub retry_budget: Duration,
     /// This installation's key for the journaled hash of env values (see `create`).
     pub env_key: Vec<u8>,
+    /// `pier proxy`'s admin endpoint, which blue-green deploys wait on.
+    pub proxy_admin: std::net::SocketAddr,
 }
 
 pub struct Run<'a> {
@@ -161,7 +164,16 @@ pub async fn run(ctx: &Context, owner: &str, dep: &Deployment, app: &AppConfig) 
             })
             .await;
     }
-    match run.steps().await {
+    let done = match app.strategy {
+        Strategy::Recreate => run.steps().await,
+        Strategy::BlueGreen => run.steps_blue_green().await,
+    };
+    match done {
+        // A quarantined digest is not deployed by a push or the poller: not a failure.
+        Ok(outcome) if outcome.starts_with("skipped:") => {
+            run.finish(DeploymentState::Cancelled, &outcome, None, None)
+                .await
+        }
         Ok(outcome) => {
             run.finish(DeploymentState::Succeeded, &outcome, None, None)
                 .await
@@ -174,6 +186,9 @@ pub async fn run(ctx: &Context, owner: &str, dep: &Deployment, app: &AppConfig) 
 impl Run<'_> {
     async fn steps(&self) -> Result<String, PipelineError> {
         let resolved = self.resolve().await?;
+        if let Some(note) = self.skip_quarantined(&resolved.digest).await? {
+            return Ok(note);
+        }
         if !self.dep.trigger.is_operator()
             && let Some(note) = self.already_running(&resolved.digest).await?
         {
@@ -184,7 +199,7 @@ impl Run<'_> {
         let candidate = self.create(&resolved).await?;
         let old = self.stop_old(&candidate).await?;
         self.start(&candidate).await?;
-        let probe = self.health(&candidate, &image).await?;
+        let probe = self.health(&candidate, &image, None).await?;
         self.switch(&resolved, &candidate).await?;
         let retired = self.retire(&candidate, &old).await?;
         let mut note = format!(
@@ -235,6 +250,16 @@ impl Run<'_> {
         }
     }
 
+    /// The digest this run resolved, from its journal (the deployment row read at claim
+    /// time may predate the resolve).
+    async fn resolved_digest(&self) -> Option<String> {
+        let rec = self
+            .store_retry(|| self.ctx.store.step(self.dep.id, Step::Resolve))
+            .await
+            .ok()??;
+        rec.result?.get("digest")?.as_str().map(str::to_owned)
+    }
+
     async fn finish(
         &self,
         state: DeploymentState,
@@ -266,7 +291,42 @@ impl Run<'_> {
     async fn fail(&self, error: PipelineError) -> Outcome {
         let reason = error_chain(&error);
         tracing::warn!(error = %reason, "deployment failed; rolling back");
-        let (logs, rollback_note) = match self.rollback().await {
+        // Blue-green, after the switch: the previous generation serves again first.
+        let reverted = match self.app.strategy {
+            Strategy::BlueGreen => match self.revert().await {
+                Ok(v) => v,
+                Err(PipelineError::Store(e)) => return Outcome::Abandoned(error_chain(&e)),
+                Err(e) => {
+                    let cause = error_chain(&e);
+                    tracing::error!(alert = true, error = %cause,
+                        "ALERT: switching back to the previous generation failed");
+                    let outcome = format!("failed; REVERT FAILED ({cause}); check the app");
+                    return self
+                        .finish(DeploymentState::Failed, &outcome, Some(&reason), None)
+                        .await;
+                }
+            },
+            Strategy::Recreate => None,
+        };
+        if let PipelineError::Failed {
+            step: step @ (Step::Health | Step::Soak),
+            ..
+        } = &error
+            && let Some(digest) = self.resolved_digest().await
+        {
+            let why = format!("failed its {step} in deployment {}", self.dep.id);
+            if let Err(e) = self
+                .store_retry(|| {
+                    self.ctx
+                        .store
+                        .quarantine(&self.app.name, &digest, &why, self.dep.id)
+                })
+                .await
+            {
+                return Outcome::Abandoned(error_chain(&e));
+            }
+        }
+        let (logs, rollback_note) = match self.rollback(reverted).await {
             Ok(r) => (r.logs.clone(), r.summary()),
             Err(PipelineError::Store(e)) => return Outcome::Abandoned(error_chain(&e)),
             Err(e) => {
@@ -276,13 +336,14 @@ impl Run<'_> {
                 (None, format!("ROLLBACK FAILED ({cause}); check the app"))
             }
         };
-        let outcome = format!("failed; {rollback_note}");
-        self.finish(
-            DeploymentState::Failed,
-            &outcome,
-            Some(&reason),
-            logs.as_deref(),
-        )
-        .await
+        let (state, outcome) = match reverted {
+            Some(_) => (
+                DeploymentState::RolledBack,
+                format!("rolled back to the previous generation; {rollback_note}"),
+            ),
+            None => (DeploymentState::Failed, format!("failed; {rollback_note}")),
+        };
+        self.finish(state, &outcome, Some(&reason), logs.as_deref())
+            .await
     }
 }

@@ -31,7 +31,10 @@ pub fn load_state(path: &Path) -> Result<Option<Vec<Route>>, String> {
 /// leaves a half file for the next start to trip on.
 fn save_state(path: &Path, routes: &[Route]) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, serde_json::to_vec_pretty(routes).expect("routes serialize"))?;
+    std::fs::write(
+        &tmp,
+        serde_json::to_vec_pretty(routes).expect("routes serialize"),
+    )?;
     std::fs::rename(&tmp, path)
 }
 

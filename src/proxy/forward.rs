@@ -77,12 +77,21 @@ async fn route(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if announced.is_some_and(|n| n > entry.max_body) {
-        return Err(page(StatusCode::PAYLOAD_TOO_LARGE, "The request body is too large."));
+        return Err(page(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "The request body is too large.",
+        ));
     }
     let upgrade = is_upgrade(req.headers());
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
-    forwarded_headers(&mut parts.headers, peer, host.as_deref(), shared.tls_on(local), upgrade);
+    forwarded_headers(
+        &mut parts.headers,
+        peer,
+        host.as_deref(),
+        shared.tls_on(local),
+        upgrade,
+    );
 
     // A small or empty body is read first, so the request can go to the standby too.
     let small = !upgrade && announced.unwrap_or(0) <= RETRYABLE_BODY && !is_chunked(&parts.headers);
@@ -103,11 +112,15 @@ async fn route(
         (None, Some(limited))
     };
     let idempotent = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS);
-    let targets: Vec<&String> = std::iter::once(&upstream).chain(entry.standby.as_ref()).collect();
+    let targets: Vec<&String> = std::iter::once(&upstream)
+        .chain(entry.standby.as_ref())
+        .collect();
     let mut last_error = String::new();
     for (i, target) in targets.iter().enumerate() {
         let body = match (&buffered, streamed.take()) {
-            (Some(b), _) => Full::new(b.clone()).map_err(|e| -> BoxError { match e {} }).boxed(),
+            (Some(b), _) => Full::new(b.clone())
+                .map_err(|e| -> BoxError { match e {} })
+                .boxed(),
             (None, Some(s)) => s,
             // A streamed body was consumed by the first try: nothing left to retry with.
             (None, None) => break,
@@ -224,7 +237,10 @@ fn is_upgrade(headers: &HeaderMap) -> bool {
             .get_all(header::CONNECTION)
             .iter()
             .filter_map(|v| v.to_str().ok())
-            .any(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("upgrade")))
+            .any(|v| {
+                v.split(',')
+                    .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+            })
 }
 
 fn is_chunked(headers: &HeaderMap) -> bool {

@@ -94,7 +94,10 @@ pub async fn run_until(config: Config, shutdown: CancellationToken) -> anyhow::R
     // Serve what was known before, at once: the database may be away.
     match feed::load_state(&config.proxy.state_file) {
         Ok(Some(routes)) => {
-            tracing::info!(routes = routes.len(), "serving the last known routes until the database answers");
+            tracing::info!(
+                routes = routes.len(),
+                "serving the last known routes until the database answers"
+            );
             shared.install(&routes);
         }
         Ok(None) => {}
@@ -113,7 +116,11 @@ pub async fn run_until(config: Config, shutdown: CancellationToken) -> anyhow::R
         .await
         .with_context(|| format!("proxy admin: listen on {}", config.proxy.admin))?;
     tasks.spawn(admin::serve(admin, shared.clone(), shutdown.clone()));
-    tasks.spawn(feed::follow(config.clone(), shared.clone(), shutdown.clone()));
+    tasks.spawn(feed::follow(
+        config.clone(),
+        shared.clone(),
+        shutdown.clone(),
+    ));
     tracing::info!("pier proxy running");
     shutdown.cancelled().await;
     while tasks.join_next().await.is_some() {}
@@ -121,13 +128,18 @@ pub async fn run_until(config: Config, shutdown: CancellationToken) -> anyhow::R
 }
 
 async fn serve(listener: TcpListener, shared: Arc<Shared>, shutdown: CancellationToken) {
-    let local = listener.local_addr().expect("a bound listener has an address");
+    let local = listener
+        .local_addr()
+        .expect("a bound listener has an address");
     let mut builder = Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_TIMEOUT);
-    builder.http2().timer(TokioTimer::new()).max_concurrent_streams(256);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(256);
     let builder = Arc::new(builder);
     let mut conns = tokio::task::JoinSet::new();
     loop {

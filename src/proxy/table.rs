@@ -155,7 +155,11 @@ mod tests {
         let t = Table {
             by_listen: HashMap::from([(
                 listen,
-                vec![entry("a", &["a.example"]), entry("any", &[]), entry("b", &["b.example"])],
+                vec![
+                    entry("a", &["a.example"]),
+                    entry("any", &[]),
+                    entry("b", &["b.example"]),
+                ],
             )]),
         };
         assert_eq!(t.find(listen, Some("b.example")).unwrap().app, "b");

@@ -1,0 +1,573 @@
+//! Strategy `blue-green`: the new generation starts beside the old one on an ephemeral
+//! loopback port, proves itself, and only then does Pier's proxy switch to it.
+//!
+//! resolve, pull, verify, create, start (journals the port the engine bound), health,
+//! switch (route and generation in one transaction), applied (the proxy serves the new
+//! route), drain (requests in flight on the old generation finish), stop_old (unless the
+//! old one stays running as the proxy's standby), soak (the new generation is watched),
+//! retire. A soak that fails switches traffic back (`revert`), removes the candidate and
+//! quarantines its digest. Every step goes through the journal's one runner, with its
+//! crash points; every wait has a deadline.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::container::Candidate;
+use super::health::Probe;
+use super::{PipelineError, Run, Step, StepError, error_chain};
+use crate::backoff::Backoff;
+use crate::config::RouteConfig;
+use crate::engine::{Removed, Stopped};
+use crate::registry::Resolved;
+use crate::store::{GenerationSwitch, RouteWrite, StepState};
+
+/// How long the proxy gets to apply a route the pipeline wrote.
+const APPLY_DEADLINE: Duration = Duration::from_secs(15);
+/// How often the soak looks at the new generation.
+const SOAK_EVERY: Duration = Duration::from_secs(1);
+
+/// What the generation being replaced was, as `switch` found it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Previous {
+    pub deployment: Uuid,
+    pub digest: String,
+    pub container: String,
+    pub upstream: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Switched {
+    pub version: i64,
+    pub upstream: String,
+    pub previous: Option<Previous>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Started {
+    upstream: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Drained {
+    /// Requests that were in flight on the old generation when the drain began.
+    in_flight_at_switch: u64,
+    /// How long they took to finish (or the drain timeout, if some did not).
+    waited_ms: u64,
+    timed_out: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Reverted {
+    upstream: String,
+    version: i64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Soaked {
+    checks: u32,
+    failures: u32,
+}
+
+/// What the proxy's admin endpoint says.
+#[derive(Debug, Deserialize)]
+struct ProxyView {
+    routes: Vec<ProxyRoute>,
+    upstreams: BTreeMap<String, ProxyUpstream>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ProxyRoute {
+    app: String,
+    version: i64,
+}
+
+#[derive(Debug, Deserialize)]
+struct ProxyUpstream {
+    in_flight: u64,
+}
+
+impl Run<'_> {
+    fn route(&self) -> &RouteConfig {
+        self.app
+            .route
+            .as_ref()
+            .expect("config checks that a blue-green app has a route")
+    }
+
+    pub(super) async fn steps_blue_green(&self) -> Result<String, PipelineError> {
+        let resolved = self.resolve().await?;
+        if let Some(note) = self.skip_quarantined(&resolved.digest).await? {
+            return Ok(note);
+        }
+        if !self.dep.trigger.is_operator()
+            && let Some(note) = self.already_running(&resolved.digest).await?
+        {
+            return Ok(note);
+        }
+        self.pull(&resolved).await?;
+        let image = self.verify(&resolved).await?;
+        let candidate = self.create(&resolved).await?;
+        let upstream = self.start_published(&candidate).await?;
+        let probe = self.health(&candidate, &image, Some(upstream)).await?;
+        let switched = self.switch_route(&resolved, &candidate, upstream).await?;
+        self.wait_applied(Step::Applied, switched.version).await?;
+        let drained = match switched.previous.as_ref().and_then(|p| p.upstream.clone()) {
+            Some(old) => Some(self.drain(&old).await?),
+            None => None,
+        };
+        if let Some(prev) = &switched.previous
+            && !self.route().keep_previous_running
+        {
+            self.stop_previous(prev).await?;
+        }
+        if !self.route().soak.is_zero() {
+            self.soak(&candidate, upstream).await?;
+        }
+        let retired = self
+            .retire_previous(&candidate, &switched, upstream)
+            .await?;
+        let mut note = format!(
+            "{} serves through the proxy from {} ({probe})",
+            resolved.digest, candidate.name
+        );
+        if let Some(d) = drained {
+            note.push_str(&format!(
+                "; drained {} request(s) in {} ms",
+                d.in_flight_at_switch, d.waited_ms
+            ));
+        }
+        if !retired.is_empty() {
+            note.push_str(&format!("; {retired}"));
+        }
+        Ok(note)
+    }
+
+    /// A digest that failed its health check or soak is not deployed again by a push or the
+    /// poller; an operator's deploy of exactly it clears the quarantine.
+    pub(super) async fn skip_quarantined(
+        &self,
+        digest: &str,
+    ) -> Result<Option<String>, PipelineError> {
+        if self.dep.trigger.is_operator() {
+            let cleared = self
+                .store_retry(|| self.ctx.store.clear_quarantine(&self.app.name, digest))
+                .await?;
+            if cleared {
+                tracing::info!(%digest, "quarantine cleared by an operator's deploy");
+            }
+            return Ok(None);
+        }
+        let q = self
+            .store_retry(|| self.ctx.store.quarantined(&self.app.name, digest))
+            .await?;
+        Ok(q.map(|q| {
+            format!(
+                "skipped: {digest} is quarantined for {} ({}); deploy exactly this digest as an \
+                 admin to clear it",
+                self.app.name, q.reason
+            )
+        }))
+    }
+
+    /// Starts the candidate and journals the loopback address the engine bound for it.
+    async fn start_published(&self, candidate: &Candidate) -> Result<SocketAddr, PipelineError> {
+        let intent = serde_json::json!({ "container": candidate.id, "publish": "127.0.0.1:0" });
+        let started: Started = self
+            .step(Step::Start, &intent, || async {
+                self.ctx.engine.start_container(&candidate.id).await?;
+                let bound = self
+                    .ctx
+                    .engine
+                    .published(&candidate.id, self.app.port)
+                    .await?
+                    .ok_or_else(|| {
+                        StepError::Check(format!(
+                            "the engine bound no host port for container port {}",
+                            self.app.port
+                        ))
+                    })?;
+                Ok(Started {
+                    upstream: bound.to_string(),
+                })
+            })
+            .await?;
+        started.upstream.parse().map_err(|_| PipelineError::Failed {
+            step: Step::Start,
+            source: StepError::Check(format!(
+                "bad upstream `{}` in the journal",
+                started.upstream
+            )),
+        })
+    }
+
+    /// The proxy's route and the app's generation change together, in the step's own
+    /// transaction. The route version is drawn first and journaled, so `applied` waits for
+    /// exactly this write.
+    async fn switch_route(
+        &self,
+        r: &Resolved,
+        candidate: &Candidate,
+        upstream: SocketAddr,
+    ) -> Result<Switched, PipelineError> {
+        let previous = self.previous_generation(&candidate.id).await?;
+        let intent = serde_json::json!({
+            "container": candidate.id, "digest": r.digest, "upstream": upstream.to_string(),
+            "previous": previous,
+        });
+        let version = self
+            .store_retry(|| self.ctx.store.next_route_version())
+            .await?;
+        let standby = previous
+            .as_ref()
+            .filter(|_| self.route().keep_previous_running)
+            .and_then(|p| p.upstream.clone());
+        let change = GenerationSwitch {
+            app: self.app.name.clone(),
+            generation: Some((self.dep.id, r.digest.clone(), candidate.id.clone())),
+            route: Some(RouteWrite {
+                version,
+                upstream: upstream.to_string(),
+                container_id: candidate.id.clone(),
+                deployment_id: self.dep.id,
+                standby,
+            }),
+        };
+        self.switching_step(
+            Step::Switch,
+            &intent,
+            |_| Some(change.clone()),
+            || async {
+                Ok(Switched {
+                    version,
+                    upstream: upstream.to_string(),
+                    previous: previous.clone(),
+                })
+            },
+        )
+        .await
+    }
+
+    /// The generation that serves now (not this deployment's candidate), with its route.
+    async fn previous_generation(
+        &self,
+        candidate: &str,
+    ) -> Result<Option<Previous>, PipelineError> {
+        let generation = self
+            .store_retry(|| self.ctx.store.generation(&self.app.name))
+            .await?;
+        let route = self
+            .store_retry(|| self.ctx.store.route(&self.app.name))
+            .await?;
+        Ok(generation
+            .filter(|g| g.container_id != candidate)
+            .map(|g| Previous {
+                upstream: route
+                    .filter(|r| r.container_id == g.container_id)
+                    .map(|r| r.upstream),
+                deployment: g.deployment_id,
+                digest: g.digest,
+                container: g.container_id,
+            }))
+    }
+
+    /// Waits until the proxy reports route `version` (or a later one) applied for the app.
+    async fn wait_applied(&self, step: Step, version: i64) -> Result<(), PipelineError> {
+        let intent = serde_json::json!({ "version": version });
+        let _: serde_json::Value = self
+            .step(step, &intent, || async {
+                let waited_ms = self.proxy_applied(version).await?;
+                Ok(serde_json::json!({ "version": version, "waited_ms": waited_ms }))
+            })
+            .await?;
+        Ok(())
+    }
+
+    async fn proxy_view(&self) -> Result<ProxyView, String> {
+        let url = format!("http://{}/routes", self.ctx.proxy_admin);
+        let resp = self
+            .ctx
+            .http
+            .get(&url)
+            .timeout(Duration::from_secs(2))
+            .send()
+            .await
+            .map_err(|e| format!("proxy admin {url}: {}", error_chain(&e)))?;
+        resp.json::<ProxyView>()
+            .await
+            .map_err(|e| format!("proxy admin {url}: {}", error_chain(&e)))
+    }
+
+    /// New requests already go to the new generation; this waits until the ones in flight
+    /// on the old one are done, up to the route's `drain_timeout`.
+    async fn drain(&self, old: &str) -> Result<Drained, PipelineError> {
+        let intent = serde_json::json!({ "upstream": old });
+        let timeout = self.route().drain_timeout;
+        self.step(Step::Drain, &intent, || async {
+            let started = Instant::now();
+            let mut backoff =
+                Backoff::new(Duration::from_millis(5), Duration::from_millis(250)).within(timeout);
+            let mut first: Option<u64> = None;
+            loop {
+                let in_flight = match self.proxy_view().await {
+                    Ok(v) => v.upstreams.get(old).map_or(0, |u| u.in_flight),
+                    Err(e) => return Err(StepError::Check(e)),
+                };
+                let at_switch = *first.get_or_insert(in_flight);
+                if in_flight == 0 || !backoff.wait().await {
+                    return Ok(Drained {
+                        in_flight_at_switch: at_switch,
+                        waited_ms: started.elapsed().as_millis() as u64,
+                        timed_out: in_flight > 0,
+                    });
+                }
+            }
+        })
+        .await
+    }
+
+    /// The old generation, drained, is stopped but kept: a failed soak starts it again.
+    async fn stop_previous(&self, prev: &Previous) -> Result<(), PipelineError> {
+        let intent = serde_json::json!({ "running": [prev.container] });
+        let _: serde_json::Value = self
+            .step(Step::StopOld, &intent, || async {
+                match self
+                    .ctx
+                    .engine
+                    .stop_container(&prev.container, self.app.stop_timeout)
+                    .await?
+                {
+                    Stopped::Stopped | Stopped::WasNotRunning | Stopped::Gone => {}
+                }
+                Ok(serde_json::json!({ "running": [prev.container] }))
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Watches the new generation for the route's `soak`: it must keep running, without
+    /// restarts, and (with a health path) keep answering. `soak_failures` failed checks in
+    /// a row fail the step, which switches traffic back.
+    async fn soak(&self, candidate: &Candidate, upstream: SocketAddr) -> Result<(), PipelineError> {
+        let route = self.route().clone();
+        let probe = self.probe(Some(upstream));
+        let intent = serde_json::json!({
+            "container": candidate.id,
+            "soak_ms": route.soak.as_millis() as u64,
+            "failures": route.soak_failures,
+        });
+        let _: Soaked = self
+            .step(Step::Soak, &intent, || async {
+                let until = Instant::now() + route.soak;
+                let mut ticker = tokio::time::interval(SOAK_EVERY);
+                ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                let (mut checks, mut failures, mut in_a_row) = (0u32, 0u32, 0u32);
+                while Instant::now() < until {
+                    ticker.tick().await;
+                    checks += 1;
+                    match self.soak_check(&probe, &candidate.id).await? {
+                        None => in_a_row = 0,
+                        Some(why) => {
+                            failures += 1;
+                            in_a_row += 1;
+                            tracing::warn!(reason = %why, in_a_row, "soak check failed");
+                            if in_a_row >= route.soak_failures {
+                                return Err(StepError::Check(format!(
+                                    "failed its soak: {why} ({in_a_row} checks in a row)"
+                                )));
+                            }
+                        }
+                    }
+                }
+                Ok(Soaked { checks, failures })
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// One soak check: `None` when all is well, else why not.
+    async fn soak_check(&self, probe: &Probe, id: &str) -> Result<Option<String>, StepError> {
+        let Some(state) = self.ctx.engine.inspect_container(id).await? else {
+            return Ok(Some("the container is gone".into()));
+        };
+        if !state.running {
+            return Ok(Some(format!(
+                "the container exited (exit code {})",
+                state.exit_code.map_or("unknown".into(), |c| c.to_string())
+            )));
+        }
+        if state.restarts > 0 {
+            return Ok(Some(format!(
+                "the container restarted {} time(s)",
+                state.restarts
+            )));
+        }
+        if let Probe::Http { url, .. } = probe {
+            match self
+                .ctx
+                .http
+                .get(url)
+                .timeout(Duration::from_secs(2))
+                .send()
+                .await
+            {
+                Ok(r) if r.status().is_success() => {}
+                Ok(r) => return Ok(Some(format!("GET {url} answered {}", r.status().as_u16()))),
+                Err(_) => return Ok(Some(format!("GET {url}: no answer"))),
+            }
+        }
+        Ok(None)
+    }
+
+    /// The soak passed: the previous generation is removed, and the proxy's standby is
+    /// cleared in the same transaction as the step's result.
+    async fn retire_previous(
+        &self,
+        candidate: &Candidate,
+        switched: &Switched,
+        upstream: SocketAddr,
+    ) -> Result<String, PipelineError> {
+        let containers: Vec<String> = switched
+            .previous
+            .iter()
+            .map(|p| p.container.clone())
+            .collect();
+        let intent = serde_json::json!({ "containers": containers });
+        let version = self
+            .store_retry(|| self.ctx.store.next_route_version())
+            .await?;
+        let change = GenerationSwitch {
+            app: self.app.name.clone(),
+            generation: None,
+            route: Some(RouteWrite {
+                version,
+                upstream: upstream.to_string(),
+                container_id: candidate.id.clone(),
+                deployment_id: self.dep.id,
+                standby: None,
+            }),
+        };
+        let retired: super::container::Retired = self
+            .switching_step(
+                Step::Retire,
+                &intent,
+                |_| Some(change.clone()),
+                || async {
+                    let mut r = super::container::Retired::default();
+                    for id in &containers {
+                        match self.ctx.engine.remove_container(id).await {
+                            Ok(Removed::Removed) => r.removed.push(id.clone()),
+                            Ok(Removed::AlreadyGone) => r.already_gone.push(id.clone()),
+                            Err(e) => r.warnings.push(format!("remove {id}: {}", error_chain(&e))),
+                        }
+                    }
+                    Ok(r)
+                },
+            )
+            .await?;
+        Ok(if retired.warnings.is_empty() {
+            String::new()
+        } else {
+            format!("retire warnings: {}", retired.warnings.join("; "))
+        })
+    }
+
+    /// After a failed soak (or a failure between the switch and the end): the previous
+    /// generation is started again if needed, proven healthy, and made to serve, route and
+    /// generation in one transaction. `None` when there is nothing to switch back to.
+    pub(super) async fn revert(&self) -> Result<Option<i64>, PipelineError> {
+        let steps = self
+            .store_retry(|| self.ctx.store.steps(self.dep.id))
+            .await?;
+        let switch = steps
+            .iter()
+            .find(|s| s.step == Step::Switch && s.state == StepState::Succeeded);
+        let Some(switch) = switch else {
+            return Ok(None);
+        };
+        let switched: Switched = serde_json::from_value(switch.result.clone().unwrap_or_default())
+            .map_err(|e| PipelineError::journal(Step::Switch, "result", e))?;
+        let Some(prev) = switched.previous else {
+            return Ok(None);
+        };
+        let intent = serde_json::json!({ "to": prev });
+        let version = self
+            .store_retry(|| self.ctx.store.next_route_version())
+            .await?;
+        let probe_path = self.app.health.as_ref().map(|h| h.path.clone());
+        // The previous generation's address is known only once it runs again (a restarted
+        // container may get another ephemeral port): the route is built from the step's
+        // result and written with it, in one transaction.
+        let back_to = |r: &Reverted| {
+            Some(GenerationSwitch {
+                app: self.app.name.clone(),
+                generation: Some((prev.deployment, prev.digest.clone(), prev.container.clone())),
+                route: Some(RouteWrite {
+                    version: r.version,
+                    upstream: r.upstream.clone(),
+                    container_id: prev.container.clone(),
+                    deployment_id: prev.deployment,
+                    standby: None,
+                }),
+            })
+        };
+        let reverted: Reverted = self
+            .switching_step(Step::Revert, &intent, back_to, || async {
+                self.ctx.engine.start_container(&prev.container).await?;
+                let bound = self
+                    .ctx
+                    .engine
+                    .published(&prev.container, self.app.port)
+                    .await?
+                    .ok_or_else(|| {
+                        StepError::Check("the previous generation has no port".into())
+                    })?;
+                if let Some(path) = &probe_path {
+                    let probe = Probe::Http {
+                        url: format!("http://{bound}{path}"),
+                        timeout_ms: 30_000,
+                    };
+                    self.wait_healthy(&probe, &prev.container).await?;
+                }
+                Ok(Reverted {
+                    upstream: bound.to_string(),
+                    version,
+                })
+            })
+            .await?;
+        Ok(Some(reverted.version))
+    }
+
+    /// Waits (within [`APPLY_DEADLINE`]) until the proxy serves route `version` or later.
+    pub(super) async fn proxy_applied(&self, version: i64) -> Result<u64, StepError> {
+        let started = Instant::now();
+        let mut backoff = Backoff::new(Duration::from_millis(5), Duration::from_millis(200))
+            .within(APPLY_DEADLINE);
+        loop {
+            let last = match self.proxy_view().await {
+                Ok(v) => {
+                    let applied = v
+                        .routes
+                        .iter()
+                        .find(|r| r.app == self.app.name)
+                        .map_or(0, |r| r.version);
+                    if applied >= version {
+                        return Ok(started.elapsed().as_millis() as u64);
+                    }
+                    format!("the proxy serves route version {applied}")
+                }
+                Err(e) => e,
+            };
+            if !backoff.wait().await {
+                return Err(StepError::Check(format!(
+                    "the proxy did not apply route version {version} within {}s: {last}",
+                    APPLY_DEADLINE.as_secs()
+                )));
+            }
+        }
+    }
+}
