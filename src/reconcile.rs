@@ -70,6 +70,12 @@ pub async fn reconcile(
         if config.app(app).is_none() || generations.get(app) == Some(&c.id) {
             continue;
         }
+        // While a deployment of the app is under way, its journal decides what it retires
+        // or restores: a blue-green deployment's previous generation is its standby until
+        // the soak ends, and must not be taken for an orphan.
+        if store.app_busy(app).await? {
+            continue;
+        }
         let deployment = c
             .label(LABEL_DEPLOYMENT)
             .and_then(|d| Uuid::parse_str(d).ok());

@@ -214,10 +214,12 @@ impl Run<'_> {
         candidate: &Candidate,
         upstream: SocketAddr,
     ) -> Result<Switched, PipelineError> {
+        // What serves now is observed, not derived from config: it is recorded in the
+        // result, never in the intent, so a replay after the commit (when the candidate
+        // itself serves) finds the intent unchanged.
         let previous = self.previous_generation(&candidate.id).await?;
         let intent = serde_json::json!({
             "container": candidate.id, "digest": r.digest, "upstream": upstream.to_string(),
-            "previous": previous,
         });
         let version = self
             .store_retry(|| self.ctx.store.next_route_version())

@@ -8,7 +8,7 @@ use uuid::Uuid;
 use super::{AppState, WebError};
 use crate::config::AppConfig;
 use crate::engine::{ContainerFacts, LABEL_APP};
-use crate::store::{Deployment, Generation, ReconcileAction, StepRecord};
+use crate::store::{Deployment, Generation, Quarantined, ReconcileAction, Route, StepRecord};
 
 #[derive(Serialize)]
 pub struct AppView {
@@ -25,6 +25,10 @@ pub struct AppView {
     pub deployments: Vec<Deployment>,
     /// What reconciliation removed or requeued for this app, newest first.
     pub reconcile_actions: Vec<ReconcileAction>,
+    /// Digests that failed their health check or soak: pushes skip them.
+    pub quarantine: Vec<Quarantined>,
+    /// Blue-green apps: what the proxy is told to serve.
+    pub route: Option<Route>,
 }
 
 impl AppView {
@@ -93,6 +97,8 @@ pub async fn app_view(
     let generation = s.store.generation(&app.name).await?;
     let deployments = s.store.app_deployments(&app.name, history).await?;
     let reconcile_actions = s.store.reconcile_actions(&app.name, 10).await?;
+    let quarantine = s.store.quarantine_of(&app.name).await?;
+    let route = s.store.route(&app.name).await?;
     let mine: Vec<&ContainerFacts> = all
         .iter()
         .filter(|c| c.label(LABEL_APP) == Some(app.name.as_str()))
@@ -116,6 +122,8 @@ pub async fn app_view(
         latest_deployment: deployments.first().cloned(),
         deployments,
         reconcile_actions,
+        quarantine,
+        route,
     })
 }
 

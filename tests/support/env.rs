@@ -21,6 +21,9 @@ pub struct AppSpec {
     pub env: BTreeMap<String, String>,
     /// Extra TOML lines appended to the app's table verbatim (e.g. `memory = "64m"`).
     pub extra_toml: String,
+    /// Blue-green: lines of the app's `[apps.route]` table; `publish_port` is then the
+    /// proxy's listen port for the app, and the app itself publishes nothing.
+    pub route_toml: Option<String>,
 }
 
 impl AppSpec {
@@ -37,7 +40,14 @@ impl AppSpec {
             health_path: "/health".to_owned(),
             env: BTreeMap::from([("GREETING".to_owned(), "hello".to_owned())]),
             extra_toml: String::new(),
+            route_toml: None,
         }
+    }
+
+    /// Makes the app blue-green behind Pier's proxy on its `publish_port`, with extra
+    /// `[apps.route]` lines (e.g. `soak = "3s"`).
+    pub fn blue_green(&mut self, route_lines: &str) {
+        self.route_toml = Some(route_lines.to_owned());
     }
 
     pub fn publish(&self) -> SocketAddr {
@@ -47,12 +57,15 @@ impl AppSpec {
     fn render(&self, registry_host: &str) -> String {
         let mut s = format!(
             "\n[[apps]]\nname = \"{name}\"\nimage = \"{registry_host}/{repo}\"\ntag = \"{tag}\"\n\
-             port = 8080\npublish = \"127.0.0.1:{publish}\"\n",
+             port = 8080\n",
             name = self.name,
             repo = self.repo,
             tag = self.tag,
-            publish = self.publish_port,
         );
+        match &self.route_toml {
+            None => s.push_str(&format!("publish = \"127.0.0.1:{}\"\n", self.publish_port)),
+            Some(_) => s.push_str("strategy = \"blue-green\"\n"),
+        }
         if let Some(t) = self.health_timeout {
             s.push_str(&format!(
                 "health = {{ path = \"{}\", timeout = \"{}\" }}\n",
@@ -71,6 +84,13 @@ impl AppSpec {
         if !self.extra_toml.is_empty() {
             s.push_str(self.extra_toml.trim_end());
             s.push('\n');
+        }
+        if let Some(route) = &self.route_toml {
+            s.push_str(&format!(
+                "[apps.route]\nlisten = \"127.0.0.1:{}\"\n{}\n",
+                self.publish_port,
+                route.trim_end()
+            ));
         }
         s
     }
@@ -187,6 +207,11 @@ impl TestEnvBuilder {
             apps: self.apps,
             pier_port,
             registry_port,
+            proxy_admin_port: free_port(),
+            proxy_dir: tempfile::Builder::new()
+                .prefix("pier-proxy-")
+                .tempdir()
+                .expect("tempdir"),
             admin_token: random_hex(32),
             distribution_token: random_hex(32),
             generic_secret: random_hex(32),
@@ -226,6 +251,10 @@ pub struct TestEnv {
     pub apps: Vec<AppSpec>,
     pub pier_port: u16,
     pub registry_port: u16,
+    /// `[proxy] admin` of the config: `pier proxy`'s loopback admin endpoint.
+    pub proxy_admin_port: u16,
+    /// Where the proxy keeps its last known routes.
+    proxy_dir: TempDir,
     pub admin_token: String,
     /// `[[sources]] local` (distribution): sent as `Authorization: Bearer <token>`.
     pub distribution_token: String,
@@ -321,6 +350,7 @@ impl TestEnv {
         let mut s = format!(
             "[server]\nlisten = \"127.0.0.1:{listen_port}\"\ndatabase_url = {db}\n\
              admin_token = \"{admin}\"\nworkers = {workers}\nlease = \"{lease}\"\n{extra}\
+             \n[proxy]\nadmin = \"127.0.0.1:{proxy_admin}\"\nstate_file = {state}\n\
              \n[[registries]]\nhost = \"{reg}\"\ninsecure = true\n{auth}\
              \n[[sources]]\nname = \"local\"\nkind = \"distribution\"\ntoken = \"{token}\"\n\
              \n[[sources]]\nname = \"gen\"\nkind = \"generic\"\nhmac_secret = \"{hmac}\"\n",
@@ -329,6 +359,8 @@ impl TestEnv {
             workers = self.workers,
             lease = self.lease,
             extra = self.extra_server_toml,
+            proxy_admin = self.proxy_admin_port,
+            state = toml_str(&self.proxy_dir.path().join("routes.json").to_string_lossy()),
             reg = self.registry_host(),
             auth = self
                 .registry_user
@@ -375,6 +407,34 @@ impl TestEnv {
             "pier is already running"
         );
         self.pier = Some(self.pier_command().start().await);
+    }
+
+    /// Starts `pier proxy` with this environment's config; waits for its admin endpoint.
+    pub async fn start_proxy(&self) -> PierProcess {
+        let admin = format!("http://127.0.0.1:{}/healthz", self.proxy_admin_port);
+        let p = self
+            .pier_command()
+            .args(["proxy"])
+            .wait_healthy(false)
+            .start()
+            .await;
+        wait_until(
+            "pier proxy answers on its admin port",
+            Duration::from_secs(20),
+            || {
+                let admin = admin.clone();
+                async move { matches!(http_get(&admin).await, Some((200, _))).then_some(()) }
+            },
+        )
+        .await;
+        p
+    }
+
+    /// What the proxy's admin endpoint says (`GET /routes`).
+    pub async fn proxy_routes(&self) -> serde_json::Value {
+        let url = format!("http://127.0.0.1:{}/routes", self.proxy_admin_port);
+        let (_, body) = http_get(&url).await.expect("proxy admin answers");
+        serde_json::from_str(&body).expect("proxy admin answers JSON")
     }
 
     /// Starts an additional `pier serve` on another port against the same database.

@@ -38,6 +38,9 @@ pub enum TestImage {
     /// Like `Healthy`, but the image's own labels claim to be Pier's (`pier.managed`,
     /// `pier.app`), as a hostile image might.
     SpoofsLabels { version: String },
+    /// Like `Healthy` for `secs` seconds, then the server is killed and the container
+    /// exits 1: a version that passes its health check and dies soon after.
+    DiesAfter { version: String, secs: u32 },
 }
 
 impl TestImage {
@@ -69,6 +72,13 @@ impl TestImage {
         }
     }
 
+    pub fn dies_after(version: &str, secs: u32) -> Self {
+        TestImage::DiesAfter {
+            version: version.to_owned(),
+            secs,
+        }
+    }
+
     pub fn spoofs_labels(version: &str) -> Self {
         TestImage::SpoofsLabels {
             version: version.to_owned(),
@@ -77,7 +87,7 @@ impl TestImage {
 
     pub fn version(&self) -> &str {
         match self {
-            TestImage::SlowStart { version, .. } => version,
+            TestImage::SlowStart { version, .. } | TestImage::DiesAfter { version, .. } => version,
             TestImage::Healthy { version }
             | TestImage::NoHealthFile { version }
             | TestImage::ExitsAtOnce { version }
@@ -104,6 +114,13 @@ impl TestImage {
                  /bin/busybox printf 'b64:%s\\n' \"$(/bin/busybox printf %s \"$API_TOKEN\" | /bin/busybox base64)\"; \
                  /bin/busybox printf 'nul:\\000:end\\n'; exit 1",
             ],
+            TestImage::DiesAfter { secs, .. } => {
+                slow = format!(
+                    "trap 'exit 0' TERM; /bin/busybox httpd -f -p 8080 -h /www & \
+                     /bin/busybox sleep {secs}; kill $!; exit 1"
+                );
+                vec!["/bin/busybox", "sh", "-c", &slow]
+            }
             TestImage::SlowStart { secs, .. } => {
                 slow = format!(
                     "trap 'exit 0' TERM; /bin/busybox sleep {secs} & wait; \
@@ -228,6 +245,13 @@ fn build_layer(with_health_file: bool, version: &str) -> (Vec<u8>, Vec<u8>) {
         file(&mut b, "www/health", 0o644, b"ok\n");
     }
     file(&mut b, "www/version", 0o644, version.as_bytes());
+    // `GET /cgi-bin/slow` answers after 5 s with the version: a request in flight across a
+    // switch.
+    dir(&mut b, "www/cgi-bin/", 0o755);
+    let slow = format!(
+        "#!/bin/busybox sh\n/bin/busybox sleep 5\nprintf 'Content-Type: text/plain\\r\\n\\r\\nslow-{version}'\n"
+    );
+    file(&mut b, "www/cgi-bin/slow", 0o755, slow.as_bytes());
     let tar = b.into_inner().expect("finish tar");
 
     let mut gz = flate2::GzBuilder::new()

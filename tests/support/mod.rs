@@ -46,6 +46,7 @@ mod engine;
 mod env;
 mod hooks;
 mod images;
+mod load;
 mod pgproxy;
 mod pier_process;
 mod registry;
@@ -57,6 +58,8 @@ pub use env::*;
 #[allow(unused_imports)] // only some test binaries record hooks
 pub use hooks::*;
 pub use images::*;
+#[allow(unused_imports)] // only the zero-downtime tests put load on an app
+pub use load::*;
 #[allow(unused_imports)] // only some test binaries relay Postgres
 pub use pgproxy::*;
 pub use pier_process::*;
@@ -161,12 +164,12 @@ fn http_client() -> reqwest::Client {
 
 /// `GET url` with a 2 s timeout: `Some((status, body))`, or `None` if there was no answer.
 pub async fn http_get(url: &str) -> Option<(u16, String)> {
-    let resp = http_client()
-        .get(url)
-        .timeout(Duration::from_secs(2))
-        .send()
-        .await
-        .ok()?;
+    http_get_within(url, Duration::from_secs(2)).await
+}
+
+/// `GET url` with the given timeout.
+pub async fn http_get_within(url: &str, timeout: Duration) -> Option<(u16, String)> {
+    let resp = http_client().get(url).timeout(timeout).send().await.ok()?;
     let status = resp.status().as_u16();
     Some((status, resp.text().await.ok()?))
 }
