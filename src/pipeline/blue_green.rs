@@ -162,9 +162,12 @@ impl Run<'_> {
             }
             return Ok(None);
         }
+        // Quarantined by this very deployment (its soak failed, then Pier died): it is being
+        // rolled back, and its replay must get there, not stop here.
         let q = self
             .store_retry(|| self.ctx.store.quarantined(&self.app.name, digest))
-            .await?;
+            .await?
+            .filter(|q| q.deployment_id != Some(self.dep.id));
         Ok(q.map(|q| {
             format!(
                 "skipped: {digest} is quarantined for {} ({}); deploy exactly this digest as an \
