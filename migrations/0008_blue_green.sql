@@ -35,6 +35,11 @@ CREATE TRIGGER proxy_routes_notify
     AFTER INSERT OR UPDATE OR DELETE ON proxy_routes
     FOR EACH ROW EXECUTE FUNCTION pier_notify_routes();
 
+-- Reconciliation also repairs the proxy's routes.
+ALTER TABLE reconcile_actions DROP CONSTRAINT reconcile_actions_action_check;
+ALTER TABLE reconcile_actions ADD CONSTRAINT reconcile_actions_action_check
+    CHECK (action IN ('removed_orphan', 'requeued_missing', 'removed_route'));
+
 -- Digests that failed their health check or were rolled back, per app: pushes and the
 -- poller skip them; an admin's deploy of exactly that digest clears the entry.
 CREATE TABLE quarantine (

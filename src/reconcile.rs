@@ -34,6 +34,7 @@ pub struct Reconciled {
     pub removed: Vec<String>,
     pub unaccounted: Vec<String>,
     pub requeued: Vec<Uuid>,
+    pub routes_removed: Vec<String>,
     pub warnings: Vec<String>,
 }
 
@@ -114,6 +115,31 @@ pub async fn reconcile(
     }
 
     let present: HashSet<&str> = containers.iter().map(|c| c.id.as_str()).collect();
+    // A route to a container that is gone sends every request to a closed port: removed
+    // (the proxy then answers 503 at once), and the app's lost generation is requeued
+    // below like any other.
+    for route in store.routes().await? {
+        if present.contains(route.container_id.as_str()) || store.app_busy(&route.app).await? {
+            continue;
+        }
+        if store.delete_route(&route.app, route.version).await? {
+            let detail = format!(
+                "proxy route to {} (container {}) removed: the container is gone",
+                route.upstream, route.container_id
+            );
+            tracing::warn!(app = %route.app, "{detail}");
+            store
+                .record_reconcile(
+                    &route.app,
+                    ReconcileKind::RemovedRoute,
+                    Some(&route.container_id),
+                    Some(route.deployment_id),
+                    &detail,
+                )
+                .await?;
+            out.routes_removed.push(route.app.clone());
+        }
+    }
     for generation in store.generations().await? {
         let Some(app) = config.app(&generation.app) else {
             continue;

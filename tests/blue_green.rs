@@ -12,7 +12,12 @@ const DEPLOY: Duration = Duration::from_secs(90);
 
 /// A blue-green app behind a running proxy, `v1` serving through it.
 async fn serving_v1(route: &str) -> (TestEnv, PierProcess, String) {
+    serving_v1_with(route, "").await
+}
+
+async fn serving_v1_with(route: &str, server: &str) -> (TestEnv, PierProcess, String) {
     let env = TestEnv::builder()
+        .server_toml(server)
         .lease("5s")
         .health_timeout(Duration::from_secs(5))
         .app(|a| a.blue_green(route))
@@ -277,5 +282,27 @@ async fn a_quarantined_digest_is_skipped_by_pushes_until_an_admin_deploys_it() {
     .await
     .unwrap();
     assert_eq!(cleared, 0, "the old quarantine entry is gone");
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_route_to_a_container_removed_behind_piers_back_is_repaired_and_recorded() {
+    let (env, _proxy, v1) = serving_v1_with("soak = \"0s\"", "sweep_interval = \"1s\"").await;
+    let app = env.app().to_owned();
+    let first = env.latest_final_of(&app, &[], DEPLOY).await;
+    env.engine.remove_app_containers(&app).await;
+    let again = env
+        .latest_final_of(&app, &[first["id"].as_str().unwrap()], DEPLOY)
+        .await;
+    assert_eq!(again["trigger"], "reconcile", "{again:#}");
+    assert_eq!(again["state"], "succeeded", "{again:#}");
+    env.wait_app_version("v1", Duration::from_secs(10)).await;
+    assert_eq!(env.running_digests_of(&app).await, vec![v1]);
+    let (_, view) = env.api_get(&format!("/apps/{app}")).await;
+    let actions = view["reconcile_actions"].as_array().unwrap();
+    assert!(
+        actions.iter().any(|a| a["action"] == "removed_route"),
+        "{actions:#?}"
+    );
     env.cleanup().await;
 }

@@ -42,7 +42,11 @@ async fn dies_at(point: &str) {
     assert_eq!(done["resolved_digest"], v2.as_str());
     env.wait_app_version("v2", Duration::from_secs(10)).await;
     let all = env.engine.containers_of_app(&app).await;
-    assert_eq!(all.len(), 1, "one generation after resume at {point}: {all:#?}");
+    assert_eq!(
+        all.len(),
+        1,
+        "one generation after resume at {point}: {all:#?}"
+    );
     assert_eq!(env.running_digests_of(&app).await, vec![v2.clone()]);
     let names: Vec<String> = done["steps"]
         .as_array()
@@ -53,8 +57,8 @@ async fn dies_at(point: &str) {
     assert_eq!(
         names,
         [
-            "resolve", "pull", "verify", "create", "start", "health", "switch", "applied",
-            "drain", "soak", "retire"
+            "resolve", "pull", "verify", "create", "start", "health", "switch", "applied", "drain",
+            "soak", "retire"
         ],
         "{done:#}"
     );
@@ -130,7 +134,11 @@ async fn dies_while_reverting(point: &str) {
     assert_eq!(env.engine.containers_of_app(&app).await.len(), 1);
     let answers = load.finish().await;
     let failed = failures(&answers);
-    assert!(failed.is_empty(), "failed requests: {:?}", &failed[..failed.len().min(5)]);
+    assert!(
+        failed.is_empty(),
+        "failed requests: {:?}",
+        &failed[..failed.len().min(5)]
+    );
     env.cleanup().await;
 }
 

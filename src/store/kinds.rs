@@ -200,6 +200,8 @@ db_enum! {
     pub enum ReconcileKind ("reconcile action") {
         RemovedOrphan = "removed_orphan",
         RequeuedMissing = "requeued_missing",
+        /// A proxy route pointed at a container that is gone.
+        RemovedRoute = "removed_route",
     }
 }
 
