@@ -306,3 +306,27 @@ async fn a_route_to_a_container_removed_behind_piers_back_is_repaired_and_record
     );
     env.cleanup().await;
 }
+
+#[tokio::test]
+async fn the_proxy_answers_for_itself_when_an_app_is_too_slow_too_big_or_unknown() {
+    let (env, _proxy, _) = serving_v1("soak = \"0s\"\ntimeout = \"1s\"\nmax_body = \"1k\"").await;
+    // Slower than the route's timeout: 504 from the proxy, not a hang.
+    let (status, body) = http_get_within(&env.app_url("/cgi-bin/slow"), Duration::from_secs(10))
+        .await
+        .expect("an answer");
+    assert_eq!(status, 504, "{body}");
+    // A body larger than the route takes: 413 before the app sees it.
+    let resp = reqwest::Client::new()
+        .post(env.app_url("/version"))
+        .body(vec![b'x'; 4096])
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 413);
+    // A host no app is routed for on a shared address would be 404; here the app takes
+    // any host, and ordinary requests go through.
+    let (status, body) = http_get(&env.app_url("/version")).await.unwrap();
+    assert_eq!((status, body.as_str()), (200, "v1"));
+    env.cleanup().await;
+}

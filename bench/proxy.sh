@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Pier's proxy against nginx, side by side in one run: the same static upstream (an nginx
+# serving a small file), the same wrk settings, on this machine's loopback. Prints requests
+# per second and latency percentiles for each, and Pier's ratios to nginx.
+#
+# Usage: bench/proxy.sh [SECONDS] [CONNECTIONS]      (defaults 10 s, 32 connections)
+# Needs: nginx and wrk (installed from Debian if missing), a release build of pier (built
+# if missing). Not part of CI. pier proxy reads its route from its state file: no database
+# is needed (its database URL points at a closed port on purpose).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+secs="${1:-10}"
+conns="${2:-32}"
+threads=2
+
+need() { command -v "$1" >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq "$2" >/dev/null; }; }
+need nginx nginx
+need wrk wrk
+[[ -x target/release/pier ]] || cargo build --release --bin pier
+
+dir=$(mktemp -d /tmp/pier-bench-proxy.XXXXXX)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    rm -rf "$dir"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+upstream=$(free_port)
+via_nginx=$(free_port)
+via_pier=$(free_port)
+admin=$(free_port)
+
+mkdir -p "$dir/www"
+head -c 1024 /dev/zero | tr '\0' 'x' >"$dir/www/index.html"
+cat >"$dir/nginx.conf" <<CONF
+worker_processes 1;
+pid $dir/nginx.pid;
+error_log $dir/nginx-error.log;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    upstream app { server 127.0.0.1:$upstream; keepalive 64; }
+    server { listen 127.0.0.1:$upstream; root $dir/www; }
+    server {
+        listen 127.0.0.1:$via_nginx;
+        location / {
+            proxy_pass http://app;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host \$host;
+            proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+            proxy_set_header X-Forwarded-Proto \$scheme;
+        }
+    }
+}
+CONF
+nginx -c "$dir/nginx.conf" -p "$dir" -g 'daemon off;' &
+pids+=($!)
+
+cat >"$dir/pier.toml" <<CONF
+[server]
+database_url = "postgres://pier:pier@127.0.0.1:$(free_port)/none"
+[proxy]
+admin = "127.0.0.1:$admin"
+state_file = "routes.json"
+[[apps]]
+name = "bench"
+image = "127.0.0.1:5000/bench/app"
+port = 8080
+strategy = "blue-green"
+[apps.route]
+listen = "127.0.0.1:$via_pier"
+CONF
+cat >"$dir/routes.json" <<JSON
+[{"app": "bench", "version": 1, "upstream": "127.0.0.1:$upstream",
+  "container_id": "none", "deployment_id": "00000000-0000-0000-0000-000000000000",
+  "standby": null}]
+JSON
+RUST_LOG=error target/release/pier --config "$dir/pier.toml" proxy >"$dir/pier.log" 2>&1 &
+pids+=($!)
+pier_pid=$!
+
+for port in "$upstream" "$via_nginx" "$via_pier"; do
+    for _ in $(seq 1 100); do
+        curl -fsS "http://127.0.0.1:$port/" >/dev/null 2>&1 && break
+        sleep 0.1
+    done
+done
+
+run() { # NAME PORT -> "rps p50 p99" (ms)
+    wrk -t"$threads" -c"$conns" -d"${secs}s" --latency "http://127.0.0.1:$2/" >"$dir/$1.wrk"
+    local rps p50 p99
+    rps=$(awk '/Requests\/sec/ {print $2}' "$dir/$1.wrk")
+    p50=$(awk '$1 == "50%" {print $2}' "$dir/$1.wrk")
+    p99=$(awk '$1 == "99%" {print $2}' "$dir/$1.wrk")
+    echo "$rps $(ms "$p50") $(ms "$p99")"
+}
+ms() { # wrk prints 812.00us, 1.20ms, 1.01s
+    local v=$1
+    case "$v" in
+        *us) awk -v x="${v%us}" 'BEGIN {printf "%.3f", x / 1000}' ;;
+        *ms) awk -v x="${v%ms}" 'BEGIN {printf "%.3f", x}' ;;
+        *s) awk -v x="${v%s}" 'BEGIN {printf "%.3f", x * 1000}' ;;
+    esac
+}
+
+echo "wrk -t$threads -c$conns -d${secs}s, 1 KiB static answer, loopback, $(nproc) cores"
+read -r d_rps d_p50 d_p99 < <(run direct "$upstream")
+read -r n_rps n_p50 n_p99 < <(run nginx "$via_nginx")
+read -r p_rps p_p50 p_p99 < <(run pier "$via_pier")
+rss=$(awk '/VmHWM/ {print $2}' "/proc/$pier_pid/status")
+printf '%-18s %12s %10s %10s\n' "" "req/s" "p50 ms" "p99 ms"
+printf '%-18s %12s %10s %10s\n' "upstream directly" "$d_rps" "$d_p50" "$d_p99"
+printf '%-18s %12s %10s %10s\n' "nginx proxy" "$n_rps" "$n_p50" "$n_p99"
+printf '%-18s %12s %10s %10s\n' "pier proxy" "$p_rps" "$p_p50" "$p_p99"
+awk -v p="$p_rps" -v n="$n_rps" -v pp="$p_p99" -v np="$n_p99" 'BEGIN {
+    printf "pier/nginx: throughput %.2fx (target >= 0.9x), p99 latency %.2fx (target <= 1.2x)\n", p / n, pp / np }'
+echo "pier proxy peak RSS: ${rss} KiB"
