@@ -124,7 +124,7 @@ pub struct RegistryConfig {
     pub password: Option<Secret>,
 }
 
-pub use proxy::{ProxyConfig, RouteConfig};
+pub use proxy::{ProxyConfig, RouteConfig, TlsFiles};
 pub use source::{HmacKey, SourceConfig, SourceKind, SourceMode};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]

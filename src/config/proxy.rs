@@ -84,6 +84,22 @@ pub(super) struct RawRoute {
     soak_failures: u32,
     #[serde(default = "default_true")]
     keep_previous_running: bool,
+    tls: Option<RawTls>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+/// PEM files of a route's certificate chain and private key, served for its `hosts` (by
+/// SNI), or for any name when the route takes any host.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 fn default_route_timeout() -> Duration {
@@ -123,10 +139,12 @@ pub struct RouteConfig {
     /// Whether the previous generation keeps running (as the proxy's standby) during the
     /// soak, or is stopped and started again only if needed.
     pub keep_previous_running: bool,
+    /// TLS on `listen`, with this certificate for the route's hosts.
+    pub tls: Option<TlsFiles>,
 }
 
 impl RawRoute {
-    pub(super) fn resolve(self, app: &str) -> Result<RouteConfig, ConfigError> {
+    pub(super) fn resolve(self, app: &str, base: &Path) -> Result<RouteConfig, ConfigError> {
         let invalid = |m: String| ConfigError::Invalid(format!("app `{app}`: route: {m}"));
         let max_body =
             parse_bytes(&self.max_body).map_err(|e| invalid(format!("max_body: {e}")))? as u64;
@@ -150,6 +168,10 @@ impl RawRoute {
             soak: self.soak,
             soak_failures: self.soak_failures,
             keep_previous_running: self.keep_previous_running,
+            tls: self.tls.map(|t| TlsFiles {
+                cert: base.join(t.cert),
+                key: base.join(t.key),
+            }),
         })
     }
 }

@@ -183,11 +183,23 @@ struct App {
 }
 
 /// Apps may share a proxy address only when their `Host` names tell them apart: at most one
-/// app per address takes any host, and no host is claimed twice.
+/// app per address takes any host, and no host is claimed twice. An address is TLS for all
+/// its apps or for none.
 fn check_routes(apps: &[AppConfig]) -> Result<(), ConfigError> {
     let mut seen: Vec<(SocketAddr, Option<&str>, &str)> = Vec::new();
+    let mut tls: Vec<(SocketAddr, bool)> = Vec::new();
     for a in apps {
         let Some(r) = &a.route else { continue };
+        match tls.iter().find(|(l, _)| *l == r.listen) {
+            Some((_, t)) if *t != r.tls.is_some() => {
+                return Err(invalid(format!(
+                    "app `{}`: {} is TLS for some apps and plain for others",
+                    a.name, r.listen
+                )));
+            }
+            Some(_) => {}
+            None => tls.push((r.listen, r.tls.is_some())),
+        }
         let hosts: Vec<Option<&str>> = if r.hosts.is_empty() {
             vec![None]
         } else {
@@ -309,7 +321,7 @@ impl Config {
                     a.name, a.image, a.image
                 )));
             }
-            let route = a.route.map(|r| r.resolve(&a.name)).transpose()?;
+            let route = a.route.map(|r| r.resolve(&a.name, base)).transpose()?;
             match (a.strategy, &route, a.publish) {
                 (Strategy::BlueGreen, None, _) => {
                     return Err(invalid(format!(

@@ -11,6 +11,7 @@ mod admin;
 mod feed;
 mod forward;
 mod table;
+mod tls;
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -84,12 +85,14 @@ pub async fn run_until(config: Config, shutdown: CancellationToken) -> anyhow::R
         .pool_idle_timeout(Duration::from_secs(30))
         .pool_timer(TokioTimer::new())
         .build(connector);
+    crate::serve::install_crypto_provider();
+    let acceptors = tls::acceptors(&config)?;
     let shared = Arc::new(Shared {
         config: config.clone(),
         table: RwLock::new(Arc::new(Table::default())),
         counters: table::Counters::default(),
         client,
-        tls_listens: HashSet::new(),
+        tls_listens: acceptors.keys().copied().collect(),
     });
     // Serve what was known before, at once: the database may be away.
     match feed::load_state(&config.proxy.state_file) {
@@ -109,8 +112,13 @@ pub async fn run_until(config: Config, shutdown: CancellationToken) -> anyhow::R
         let listener = TcpListener::bind(addr)
             .await
             .with_context(|| format!("proxy: listen on {addr}"))?;
-        tracing::info!(%addr, "proxy listening");
-        tasks.spawn(serve(listener, shared.clone(), shutdown.clone()));
+        tracing::info!(%addr, tls = acceptors.contains_key(&addr), "proxy listening");
+        tasks.spawn(serve(
+            listener,
+            acceptors.get(&addr).cloned(),
+            shared.clone(),
+            shutdown.clone(),
+        ));
     }
     let admin = TcpListener::bind(config.proxy.admin)
         .await
@@ -127,7 +135,12 @@ pub async fn run_until(config: Config, shutdown: CancellationToken) -> anyhow::R
     Ok(())
 }
 
-async fn serve(listener: TcpListener, shared: Arc<Shared>, shutdown: CancellationToken) {
+async fn serve(
+    listener: TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    shared: Arc<Shared>,
+    shutdown: CancellationToken,
+) {
     let local = listener
         .local_addr()
         .expect("a bound listener has an address");
@@ -158,21 +171,52 @@ async fn serve(listener: TcpListener, shared: Arc<Shared>, shutdown: Cancellatio
         let shared = shared.clone();
         let builder = builder.clone();
         let stop = shutdown.clone();
+        let tls = tls.clone();
         conns.spawn(async move {
             let service = hyper::service::service_fn(move |req| {
                 forward::handle(shared.clone(), local, peer, req)
             });
-            let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-            let mut conn = std::pin::pin!(conn);
-            tokio::select! {
-                _ = conn.as_mut() => {}
-                _ = stop.cancelled() => {
-                    conn.as_mut().graceful_shutdown();
-                    let _ = tokio::time::timeout(Duration::from_secs(10), conn.as_mut()).await;
+            match tls {
+                None => drive(&builder, stream, service, &stop).await,
+                Some(acceptor) => {
+                    // A handshake gets the same deadline as a request head.
+                    match tokio::time::timeout(HEADER_TIMEOUT, acceptor.accept(stream)).await {
+                        Ok(Ok(tls_stream)) => drive(&builder, tls_stream, service, &stop).await,
+                        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                    }
                 }
             }
         });
         while conns.try_join_next().is_some() {}
     }
     while conns.join_next().await.is_some() {}
+}
+
+/// Serves one connection (plain or TLS) until it ends, or gracefully on shutdown.
+async fn drive<IO, S>(
+    builder: &Builder<TokioExecutor>,
+    io: IO,
+    service: S,
+    stop: &CancellationToken,
+) where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    S: hyper::service::Service<
+            hyper::Request<hyper::body::Incoming>,
+            Response = hyper::Response<ProxyBody>,
+            Error = std::convert::Infallible,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+    let mut conn = std::pin::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => {}
+        _ = stop.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(Duration::from_secs(10), conn.as_mut()).await;
+        }
+    }
 }
