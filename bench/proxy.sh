@@ -5,7 +5,8 @@
 #
 # Usage: bench/proxy.sh [SECONDS] [CONNECTIONS]      (defaults 10 s, 32 connections)
 # Needs: nginx and wrk (installed from Debian if missing), a release build of pier (built
-# if missing). Not part of CI. pier proxy reads its route from its state file: no database
+# if missing or older than the sources). Both proxies get one core: nginx one worker,
+# pier proxy one thread. Not part of CI. pier proxy reads its route from its state file: no database
 # is needed (its database URL points at a closed port on purpose).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -16,7 +17,7 @@ threads=2
 need() { command -v "$1" >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq "$2" >/dev/null; }; }
 need nginx nginx
 need wrk wrk
-[[ -x target/release/pier ]] || cargo build --release --bin pier
+cargo build --release --bin pier
 
 dir=$(mktemp -d /tmp/pier-bench-proxy.XXXXXX)
 pids=()
@@ -63,6 +64,8 @@ cat >"$dir/pier.toml" <<CONF
 [server]
 database_url = "postgres://pier:pier@127.0.0.1:$(free_port)/none"
 [proxy]
+# One thread, as nginx has one worker here: the same cores for both.
+threads = 1
 admin = "127.0.0.1:$admin"
 state_file = "routes.json"
 [[apps]]

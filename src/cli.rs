@@ -63,6 +63,18 @@ pub enum Command {
     },
 }
 
+/// Worker threads for the command's runtime, when the config sets them: `pier proxy` may be
+/// given fewer than one per core, to leave the others to the apps behind it.
+pub fn threads(cli: &Cli) -> Option<usize> {
+    match cli.command {
+        Command::Proxy => Config::load(&cli.config)
+            .ok()
+            .map(|c| c.proxy.threads)
+            .filter(|n| *n > 0),
+        _ => None,
+    }
+}
+
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let config = Config::load(&cli.config)?;
     match cli.command {

@@ -330,3 +330,45 @@ async fn the_proxy_answers_for_itself_when_an_app_is_too_slow_too_big_or_unknown
     assert_eq!((status, body.as_str()), (200, "v1"));
     env.cleanup().await;
 }
+
+#[tokio::test]
+async fn the_proxy_terminates_tls_with_the_certificate_named_for_the_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let cert = rcgen::generate_simple_self_signed(vec!["app.test".to_owned()]).unwrap();
+    std::fs::write(dir.path().join("cert.pem"), cert.cert.pem()).unwrap();
+    std::fs::write(dir.path().join("key.pem"), cert.signing_key.serialize_pem()).unwrap();
+    let route = format!(
+        "soak = \"0s\"\nhosts = [\"app.test\"]\ntls = {{ cert = {:?}, key = {:?} }}",
+        dir.path().join("cert.pem"),
+        dir.path().join("key.pem")
+    );
+    let env = TestEnv::builder()
+        .lease("5s")
+        .app(|a| a.blue_green(&route))
+        .start()
+        .await;
+    let _proxy = env.start_proxy().await;
+    env.push(&TestImage::healthy("v1"), "main").await;
+    let addr = env.apps[0].publish();
+    let client = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(cert.cert.pem().as_bytes()).unwrap())
+        .resolve("app.test", addr)
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let url = format!("https://app.test:{}/version", addr.port());
+    let body = wait_until("v1 answers over TLS", DEPLOY, || async {
+        let r = client.get(&url).send().await.ok()?;
+        (r.status() == 200).then_some(())?;
+        r.text().await.ok()
+    })
+    .await;
+    assert_eq!(body, "v1");
+    // Plain HTTP on a TLS address gets nowhere.
+    assert!(
+        http_get(&env.app_url("/version"))
+            .await
+            .is_none_or(|(s, _)| s != 200)
+    );
+    env.cleanup().await;
+}

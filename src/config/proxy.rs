@@ -17,6 +17,8 @@ pub(super) struct RawProxy {
     state_file: Option<PathBuf>,
     #[serde(default = "default_refresh", with = "humantime_serde")]
     refresh: Duration,
+    #[serde(default)]
+    threads: usize,
 }
 
 impl Default for RawProxy {
@@ -25,6 +27,7 @@ impl Default for RawProxy {
             admin: default_admin(),
             state_file: None,
             refresh: default_refresh(),
+            threads: 0,
         }
     }
 }
@@ -46,6 +49,8 @@ pub struct ProxyConfig {
     pub state_file: PathBuf,
     /// Full re-read of the routes besides LISTEN/NOTIFY.
     pub refresh: Duration,
+    /// Threads `pier proxy` serves with; 0 is one per core.
+    pub threads: usize,
 }
 
 impl RawProxy {
@@ -62,6 +67,7 @@ impl RawProxy {
                     .unwrap_or_else(|| PathBuf::from("pier-proxy-routes.json")),
             ),
             refresh: self.refresh.max(Duration::from_secs(1)),
+            threads: self.threads,
         })
     }
 }

@@ -83,6 +83,8 @@ async fn route(
         ));
     }
     let upgrade = is_upgrade(req.headers());
+    // Read before the hop-by-hop headers (Transfer-Encoding among them) are dropped.
+    let chunked = is_chunked(req.headers());
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
     forwarded_headers(
@@ -93,9 +95,12 @@ async fn route(
         upgrade,
     );
 
-    // A small or empty body is read first, so the request can go to the standby too.
-    let small = !upgrade && announced.unwrap_or(0) <= RETRYABLE_BODY && !is_chunked(&parts.headers);
-    let (buffered, mut streamed) = if small {
+    // No body, or a small one read first: the request can then go to the standby too.
+    let bodiless = !upgrade && !chunked && announced.unwrap_or(0) == 0;
+    let small = !upgrade && !chunked && announced.unwrap_or(0) <= RETRYABLE_BODY;
+    let (buffered, mut streamed) = if bodiless {
+        (Some(Bytes::new()), None)
+    } else if small {
         match Limited::new(body, RETRYABLE_BODY as usize).collect().await {
             Ok(b) => (Some(b.to_bytes()), None),
             Err(_) => {
@@ -112,11 +117,19 @@ async fn route(
         (None, Some(limited))
     };
     let idempotent = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS);
-    let targets: Vec<&String> = std::iter::once(&upstream)
-        .chain(entry.standby.as_ref())
-        .collect();
+    let standby = entry.standby.as_deref().zip(entry.counters.1.as_ref());
+    let first = (upstream.as_str(), entry.counters.0.as_ref());
     let mut last_error = String::new();
-    for (i, target) in targets.iter().enumerate() {
+    let path = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_owned();
+    for (target, counter) in [Some(first), standby.map(|(t, c)| (t, Some(c)))]
+        .into_iter()
+        .flatten()
+    {
+        let is_last = target != upstream.as_str() || standby.is_none();
         let body = match (&buffered, streamed.take()) {
             (Some(b), _) => Full::new(b.clone())
                 .map_err(|e| -> BoxError { match e {} })
@@ -125,18 +138,21 @@ async fn route(
             // A streamed body was consumed by the first try: nothing left to retry with.
             (None, None) => break,
         };
-        let uri = format!(
-            "http://{target}{}",
-            parts.uri.path_and_query().map_or("/", |p| p.as_str())
-        );
         let mut out = Request::builder()
             .method(parts.method.clone())
-            .uri(uri)
+            .uri(format!("http://{target}{path}"))
             .version(hyper::Version::HTTP_11)
             .body(body)
             .expect("a request from valid parts");
-        *out.headers_mut() = parts.headers.clone();
-        let guard = shared.counters.start(target);
+        *out.headers_mut() = if is_last {
+            std::mem::take(&mut parts.headers)
+        } else {
+            parts.headers.clone()
+        };
+        let guard = match counter {
+            Some(c) => c.start(),
+            None => shared.counters.start(target),
+        };
         let sent = tokio::time::timeout(entry.timeout, shared.client.request(out)).await;
         match sent {
             Ok(Ok(mut resp)) => {
@@ -160,7 +176,7 @@ async fn route(
                     "the connection failed".into()
                 };
                 drop(guard);
-                if !unreached || i + 1 == targets.len() {
+                if !unreached || is_last {
                     break;
                 }
                 tracing::debug!(app = %entry.app, %target, "upstream unreachable; trying the standby");

@@ -55,7 +55,7 @@ impl Shared {
     /// Swaps in a table built from `routes`; upstreams no route names are forgotten once
     /// their last request is done.
     fn install(&self, routes: &[Route]) {
-        let table = Table::build(&self.config, routes);
+        let table = Table::build(&self.config, routes, &self.counters);
         let names: Vec<&str> = routes
             .iter()
             .flat_map(|r| std::iter::once(r.upstream.as_str()).chain(r.standby.as_deref()))
@@ -106,7 +106,8 @@ pub async fn run_until(config: Config, shutdown: CancellationToken) -> anyhow::R
         Ok(None) => {}
         Err(e) => tracing::warn!(error = %e, "cannot read the proxy's last known routes"),
     }
-    let listens: Vec<SocketAddr> = Table::build(&config, &[]).listens();
+    let listens: Vec<SocketAddr> =
+        Table::build(&config, &[], &table::Counters::default()).listens();
     let mut tasks = tokio::task::JoinSet::new();
     for addr in listens {
         let listener = TcpListener::bind(addr)

@@ -28,38 +28,49 @@ pub struct Entry {
     pub timeout: Duration,
     #[serde(skip)]
     pub max_body: u64,
+    /// The in-flight counters of `upstream` and `standby`, looked up once per table, not
+    /// once per request.
+    #[serde(skip)]
+    pub counters: (Option<Arc<Counter>>, Option<Arc<Counter>>),
 }
 
 #[derive(Debug, Default)]
 pub struct Table {
-    by_listen: HashMap<SocketAddr, Vec<Entry>>,
+    by_listen: HashMap<SocketAddr, Vec<Arc<Entry>>>,
 }
 
 impl Table {
     /// Every blue-green app of the config, served by the route the database (or the last
     /// known state) gives it.
-    pub fn build(config: &Config, routes: &[Route]) -> Table {
-        let mut by_listen: HashMap<SocketAddr, Vec<Entry>> = HashMap::new();
+    pub fn build(config: &Config, routes: &[Route], counters: &Counters) -> Table {
+        let mut by_listen: HashMap<SocketAddr, Vec<Arc<Entry>>> = HashMap::new();
         for app in &config.apps {
             let Some(r) = &app.route else { continue };
             let db = routes.iter().find(|x| x.app == app.name);
-            by_listen.entry(r.listen).or_default().push(Entry {
+            let upstream = db.map(|d| d.upstream.clone());
+            let standby = db.and_then(|d| d.standby.clone());
+            let counters = (
+                upstream.as_deref().map(|u| counters.counter(u)),
+                standby.as_deref().map(|u| counters.counter(u)),
+            );
+            by_listen.entry(r.listen).or_default().push(Arc::new(Entry {
                 app: app.name.clone(),
                 listen: r.listen,
                 hosts: r.hosts.clone(),
-                upstream: db.map(|d| d.upstream.clone()),
-                standby: db.and_then(|d| d.standby.clone()),
+                upstream,
+                standby,
                 version: db.map_or(0, |d| d.version),
                 timeout: r.timeout,
                 max_body: r.max_body,
-            });
+                counters,
+            }));
         }
         Table { by_listen }
     }
 
     /// The entry for a request that arrived on `listen` for `host` (lower-cased, without
     /// port): an exact host match first, else the address's catch-all app.
-    pub fn find(&self, listen: SocketAddr, host: Option<&str>) -> Option<&Entry> {
+    pub fn find(&self, listen: SocketAddr, host: Option<&str>) -> Option<&Arc<Entry>> {
         let entries = self.by_listen.get(&listen)?;
         host.and_then(|h| entries.iter().find(|e| e.hosts.iter().any(|x| x == h)))
             .or_else(|| entries.iter().find(|e| e.hosts.is_empty()))
@@ -72,7 +83,7 @@ impl Table {
     }
 
     pub fn entries(&self) -> impl Iterator<Item = &Entry> {
-        self.by_listen.values().flatten()
+        self.by_listen.values().flatten().map(|e| e.as_ref())
     }
 }
 
@@ -99,14 +110,22 @@ impl Drop for InFlight {
     }
 }
 
+impl Counter {
+    pub fn start(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        InFlight(self.clone())
+    }
+}
+
 impl Counters {
+    /// The counter of `upstream`, made on first use.
+    pub fn counter(&self, upstream: &str) -> Arc<Counter> {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.entry(upstream.to_owned()).or_default().clone()
+    }
+
     pub fn start(&self, upstream: &str) -> InFlight {
-        let c = {
-            let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-            map.entry(upstream.to_owned()).or_default().clone()
-        };
-        c.in_flight.fetch_add(1, Ordering::SeqCst);
-        InFlight(c)
+        self.counter(upstream).start()
     }
 
     pub fn snapshot(&self) -> HashMap<String, (u64, u64)> {
@@ -136,8 +155,8 @@ impl Counters {
 mod tests {
     use super::*;
 
-    fn entry(app: &str, hosts: &[&str]) -> Entry {
-        Entry {
+    fn entry(app: &str, hosts: &[&str]) -> Arc<Entry> {
+        Arc::new(Entry {
             app: app.into(),
             listen: "127.0.0.1:80".parse().unwrap(),
             hosts: hosts.iter().map(|h| h.to_string()).collect(),
@@ -146,7 +165,8 @@ mod tests {
             version: 0,
             timeout: Duration::from_secs(1),
             max_body: 1,
-        }
+            counters: (None, None),
+        })
     }
 
     #[test]
