@@ -142,11 +142,11 @@ pub async fn run_until(
     let ctx = Arc::new(Context {
         store: store.clone(),
         engine: engine.clone(),
-        registry: Registry::new(&config.registries),
+        registry: Registry::new(&config.registries, config.server.registry_limits),
         platform,
         http: crate::pipeline::probe_client(),
         store_patience: Duration::from_secs(120),
-        retry_budget: Duration::from_secs(120),
+        retry_budget: config.server.retry_budget,
         env_key,
     });
     let (wake_tx, wake_rx) = watch::channel(0u64);
