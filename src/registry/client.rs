@@ -295,6 +295,28 @@ impl Endpoint {
                     .and_then(|v| parse_retry_after(v, SystemTime::now())),
             },
             s if s.is_server_error() => self.unreachable(format!("HTTP {}", s.as_u16())),
+            // Only a redirect the client would not even try ends here (a `Location` that is
+            // no http URL, such as `file:///etc/passwd`): the same refusal as the policy's.
+            s if s.is_redirection() => {
+                let scheme = resp
+                    .headers()
+                    .get(reqwest::header::LOCATION)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|l| Url::parse(l).ok())
+                    .map(|u| u.scheme().to_owned());
+                let message = match scheme {
+                    Some(scheme) if scheme != "http" && scheme != "https" => format!(
+                        "redirect refused: a redirect to a `{}:` URL was refused (only http \
+                         and https are followed)",
+                        quote(&scheme)
+                    ),
+                    _ => format!(
+                        "redirect refused: HTTP {} without a usable Location",
+                        s.as_u16()
+                    ),
+                };
+                invalid(shown, message)
+            }
             s => {
                 // Distribution answers some unknowns with 400 and an error code.
                 let codes = match read_capped(resp, MAX_ERROR_BYTES, deadline).await {

@@ -21,6 +21,8 @@ pub struct AppSpec {
     pub env: BTreeMap<String, String>,
     /// Extra TOML lines appended to the app's table verbatim (e.g. `memory = "64m"`).
     pub extra_toml: String,
+    /// The registry host of the app's image; `None`: the test registry.
+    pub registry: Option<String>,
 }
 
 impl AppSpec {
@@ -37,6 +39,7 @@ impl AppSpec {
             health_path: "/health".to_owned(),
             env: BTreeMap::from([("GREETING".to_owned(), "hello".to_owned())]),
             extra_toml: String::new(),
+            registry: None,
         }
     }
 
@@ -49,6 +52,7 @@ impl AppSpec {
             "\n[[apps]]\nname = \"{name}\"\nimage = \"{registry_host}/{repo}\"\ntag = \"{tag}\"\n\
              port = 8080\npublish = \"127.0.0.1:{publish}\"\n",
             name = self.name,
+            registry_host = self.registry.as_deref().unwrap_or(registry_host),
             repo = self.repo,
             tag = self.tag,
             publish = self.publish_port,
@@ -100,6 +104,12 @@ impl TestEnvBuilder {
         self.extra_sources_toml.push_str(toml.trim_end());
         self.extra_sources_toml.push('\n');
         self
+    }
+
+    /// More `[[registries]]` tables (e.g. a [`HostileRegistry`]'s), appended verbatim with
+    /// the extra sources: TOML takes the tables of an array in any order.
+    pub fn registries_toml(self, toml: &str) -> Self {
+        self.sources_toml(toml)
     }
 
     /// The registry demands HTTP basic auth (htpasswd); Pier gets the user in its config and

@@ -45,6 +45,7 @@ mod db;
 mod engine;
 mod env;
 mod hooks;
+mod hostile_registry;
 mod images;
 mod pgproxy;
 mod pier_process;
@@ -56,6 +57,8 @@ pub use engine::*;
 pub use env::*;
 #[allow(unused_imports)] // only some test binaries record hooks
 pub use hooks::*;
+#[allow(unused_imports)] // only the hostile-registry tests misbehave
+pub use hostile_registry::*;
 pub use images::*;
 #[allow(unused_imports)] // only some test binaries relay Postgres
 pub use pgproxy::*;
