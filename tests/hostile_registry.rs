@@ -243,3 +243,60 @@ async fn a_registry_answering_429_is_waited_for_as_asked_then_the_real_digest_de
     eprintln!("429: waited {first_wait:?} and {second_wait:?}; deployed in {took:?}");
     env.cleanup().await;
 }
+
+#[tokio::test]
+async fn a_registry_behind_a_token_service_is_asked_with_the_token_from_its_realm() {
+    // Past the token, a manifest one byte over the cap: reaching that error proves the
+    // dance worked without needing the engine to dance too.
+    let double = HostileRegistry::start_behind_token(Fault::HugeAnnounced {
+        bytes: (1 << 20) + 1,
+    })
+    .await;
+    let env = TestEnv::builder()
+        .without_notifications()
+        .app(|a| a.registry = Some(double.host()))
+        .registries_toml(&double.registry_toml(
+            // Inline: `pier deploy` reads the same config without the server's environment.
+            "username = \"bot\"\npassword = \"s3cret-hostile\"\nmax_manifest = \"1m\"",
+        ))
+        .start()
+        .await;
+
+    let (d, _) = deploy(&env, env.app()).await;
+    assert_eq!(d["state"], "failed", "{d:#}");
+    assert!(
+        error_of(&d).contains("larger than the 1 MiB cap"),
+        "{}",
+        error_of(&d)
+    );
+    let hits = double.manifest_hits();
+    let seen: Vec<(u16, bool)> = hits
+        .iter()
+        .map(|h| {
+            let bearer = h
+                .authorization
+                .as_deref()
+                .is_some_and(|a| a.starts_with("Bearer tok-"));
+            (h.status, bearer)
+        })
+        .collect();
+    assert_eq!(seen, [(401, false), (200, true)], "{hits:#?}");
+    let tokens = double.token_requests();
+    assert_eq!(tokens.len(), 1, "{tokens:#?}");
+    let want_scope = format!(
+        "scope=repository%3A{}%3Apull",
+        env.repo().replace('/', "%2F")
+    );
+    assert!(
+        tokens[0].query.contains("service=hostile") && tokens[0].query.contains(&want_scope),
+        "{tokens:#?}"
+    );
+    // The configured credentials go to the realm, as Basic.
+    use base64::Engine as _;
+    let basic = base64::engine::general_purpose::STANDARD.encode("bot:s3cret-hostile");
+    assert_eq!(
+        tokens[0].authorization.as_deref(),
+        Some(format!("Basic {basic}").as_str())
+    );
+    env.cleanup().await;
+}

@@ -49,10 +49,21 @@ pub struct Hit {
     pub path: String,
     /// What the double answered (before any body was streamed).
     pub status: u16,
+    pub authorization: Option<String>,
+}
+
+/// One request to the double's token service.
+#[derive(Debug, Clone)]
+pub struct TokenRequest {
+    pub query: String,
+    pub authorization: Option<String>,
 }
 
 struct Shared {
     fault: Fault,
+    /// Behind a token service: manifests need `Authorization: Bearer <this>`, from `/token`.
+    token: Option<String>,
+    token_requests: Mutex<Vec<TokenRequest>>,
     upstream: Mutex<Option<String>>,
     hits: Mutex<Vec<Hit>>,
     rate_limited: AtomicUsize,
@@ -74,12 +85,25 @@ const TRICKLED: &[u8] = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.
 
 impl HostileRegistry {
     pub async fn start(fault: Fault) -> HostileRegistry {
+        Self::start_with(fault, None).await
+    }
+
+    /// Like [`HostileRegistry::start`], but every manifest request first needs a Bearer
+    /// token: without it the answer is 401 with a challenge naming this double's `/token`
+    /// realm, which hands out the token to anyone (and records what it was sent).
+    pub async fn start_behind_token(fault: Fault) -> HostileRegistry {
+        Self::start_with(fault, Some(format!("tok-{}", random_hex(16)))).await
+    }
+
+    async fn start_with(fault: Fault, token: Option<String>) -> HostileRegistry {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind the hostile registry");
         let port = listener.local_addr().expect("local_addr").port();
         let shared = Arc::new(Shared {
             fault,
+            token,
+            token_requests: Mutex::new(Vec::new()),
             upstream: Mutex::new(None),
             hits: Mutex::new(Vec::new()),
             rate_limited: AtomicUsize::new(0),
@@ -114,6 +138,11 @@ impl HostileRegistry {
         self.shared.hits.lock().unwrap().clone()
     }
 
+    /// Every request to the token service so far.
+    pub fn token_requests(&self) -> Vec<TokenRequest> {
+        self.shared.token_requests.lock().unwrap().clone()
+    }
+
     /// Body bytes of faulted manifests handed to the connection so far.
     pub fn body_bytes_sent(&self) -> u64 {
         self.shared.body_bytes_sent.load(Ordering::Relaxed)
@@ -143,6 +172,56 @@ fn is_manifest(path: &str) -> bool {
 async fn handle(State(s): State<Arc<Shared>>, req: Request) -> Response {
     let path = req.uri().path().to_owned();
     let method = req.method().clone();
+    let authorization = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    if let Some(token) = &s.token {
+        if path == "/token" {
+            s.token_requests.lock().unwrap().push(TokenRequest {
+                query: req.uri().query().unwrap_or_default().to_owned(),
+                authorization,
+            });
+            let mut r = answer(
+                StatusCode::OK,
+                Body::from(format!(r#"{{"token":"{token}","expires_in":300}}"#)),
+            );
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            return r;
+        }
+        if is_manifest(&path) && authorization.as_deref() != Some(&format!("Bearer {token}")) {
+            let host = req
+                .headers()
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            let repo = path
+                .trim_start_matches("/v2/")
+                .split("/manifests/")
+                .next()
+                .unwrap_or_default();
+            let challenge = format!(
+                r#"Bearer realm="http://{host}/token",service="hostile",scope="repository:{repo}:pull""#
+            );
+            let mut r = answer(StatusCode::UNAUTHORIZED, Body::empty());
+            r.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_str(&challenge).unwrap(),
+            );
+            s.hits.lock().unwrap().push(Hit {
+                at: Instant::now(),
+                method: method.to_string(),
+                path,
+                status: 401,
+                authorization,
+            });
+            return r;
+        }
+    }
     let faulted = is_manifest(&path)
         && match &s.fault {
             Fault::TooManyRequests(list) => {
@@ -166,6 +245,7 @@ async fn handle(State(s): State<Arc<Shared>>, req: Request) -> Response {
             method: method.to_string(),
             path,
             status: resp.status().as_u16(),
+            authorization,
         });
     }
     resp
