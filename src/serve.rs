@@ -46,7 +46,7 @@ pub fn init_tracing(format: LogFormat) {
     }
 }
 
-/// Exactly one TLS crypto provider: oci-client's reqwest brings aws-lc-rs.
+/// Exactly one TLS crypto provider: reqwest's `rustls` feature (the registry client, probes) brings aws-lc-rs.
 fn install_crypto_provider() {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
 }
