@@ -87,8 +87,25 @@ impl Backoff {
 /// Runs `op` until it succeeds, fails in a way `retryable` rejects, or `backoff` runs out
 /// (then the last error). `on_retry` sees each error that is retried and the delay.
 pub async fn retry<T, E, F, Fut>(
+    backoff: Backoff,
+    retryable: impl Fn(&E) -> bool,
+    on_retry: impl Fn(&E, Duration),
+    op: F,
+) -> Result<T, E>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    retry_hinted(backoff, retryable, |_| None, on_retry, op).await
+}
+
+/// Like [`retry`], but an error may carry its peer's wish (a `Retry-After`): the wait is
+/// at least that long, and a wish that would pass the deadline ends the retries with that
+/// error at once instead of hammering a peer that asked for quiet.
+pub async fn retry_hinted<T, E, F, Fut>(
     mut backoff: Backoff,
     retryable: impl Fn(&E) -> bool,
+    hint: impl Fn(&E) -> Option<Duration>,
     on_retry: impl Fn(&E, Duration),
     mut op: F,
 ) -> Result<T, E>
@@ -98,13 +115,19 @@ where
 {
     loop {
         match op().await {
-            Err(e) if retryable(&e) => match backoff.next_delay() {
-                Some(delay) => {
-                    on_retry(&e, delay);
-                    tokio::time::sleep(delay).await;
+            Err(e) if retryable(&e) => {
+                let delay = match hint(&e) {
+                    Some(at_least) => backoff.next_delay_at_least(at_least),
+                    None => backoff.next_delay(),
+                };
+                match delay {
+                    Some(delay) => {
+                        on_retry(&e, delay);
+                        tokio::time::sleep(delay).await;
+                    }
+                    None => return Err(e),
                 }
-                None => return Err(e),
-            },
+            }
             other => return other,
         }
     }
@@ -156,6 +179,30 @@ mod tests {
         )
         .await;
         assert_eq!((out, calls), (Err("permanent"), 3));
+    }
+
+    #[tokio::test]
+    async fn a_peers_wish_sets_the_wait_and_one_past_the_deadline_ends_it() {
+        let ms = Duration::from_millis;
+        let started = Instant::now();
+        let mut calls = 0;
+        let out: Result<(), u64> = retry_hinted(
+            Backoff::new(ms(10), ms(10)).within(ms(5_000)),
+            |_| true,
+            |wish: &u64| Some(ms(*wish)),
+            |_, _| {},
+            || {
+                calls += 1;
+                // First asks for 300 ms (fits), then for 60 s (past the deadline).
+                let wish = if calls == 1 { 300 } else { 60_000 };
+                async move { Err(wish) }
+            },
+        )
+        .await;
+        assert_eq!((out, calls), (Err(60_000), 2));
+        let waited = started.elapsed();
+        // The wish, not the 10 ms backoff; and no wait at all for the wish past the deadline.
+        assert!(waited >= ms(300) && waited < ms(3_000), "{waited:?}");
     }
 
     #[tokio::test]

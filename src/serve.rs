@@ -46,7 +46,7 @@ pub fn init_tracing(format: LogFormat) {
     }
 }
 
-/// Exactly one TLS crypto provider: oci-client's reqwest brings aws-lc-rs.
+/// Exactly one TLS crypto provider: reqwest's `rustls` feature (the registry client, probes) brings aws-lc-rs.
 pub(crate) fn install_crypto_provider() {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
 }
@@ -142,11 +142,11 @@ pub async fn run_until(
     let ctx = Arc::new(Context {
         store: store.clone(),
         engine: engine.clone(),
-        registry: Registry::new(&config.registries),
+        registry: Registry::new(&config.registries, config.server.registry_limits),
         platform,
         http: crate::pipeline::probe_client(),
         store_patience: Duration::from_secs(120),
-        retry_budget: Duration::from_secs(120),
+        retry_budget: config.server.retry_budget,
         env_key,
         proxy_admin: config.proxy.admin,
     });

@@ -114,6 +114,12 @@ pub struct ServerConfig {
     /// Webhook body bytes held in memory at once, all requests together; beyond it a
     /// webhook gets 503 (the sender retries).
     pub webhook_buffer_bytes: usize,
+    /// Deadlines and caps for a registry that has no `[[registries]]` entry, and the
+    /// defaults of those that do.
+    pub registry_limits: RegistryLimits,
+    /// Transient registry and engine errors in a step are retried until this much time has
+    /// passed; a step then fails instead of holding its app.
+    pub retry_budget: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -122,6 +128,34 @@ pub struct RegistryConfig {
     pub insecure: bool,
     pub username: Option<String>,
     pub password: Option<Secret>,
+    pub limits: RegistryLimits,
+}
+
+/// What Pier allows one registry, on every request it makes to it (manifests and the token
+/// realm alike). Without them a registry that trickles its answer holds a deployment past
+/// its retry budget, and one that sends an endless manifest takes Pier's memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegistryLimits {
+    /// To open the TCP connection (and finish TLS).
+    pub connect_timeout: Duration,
+    /// From sending the request to the answer's head; also the longest pause between two
+    /// reads of its body.
+    pub first_byte_timeout: Duration,
+    /// From sending the request to the last byte of the answer.
+    pub timeout: Duration,
+    /// Largest manifest or index accepted; a bigger one fails the resolve for good.
+    pub max_manifest_bytes: usize,
+}
+
+impl Default for RegistryLimits {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(5),
+            first_byte_timeout: Duration::from_secs(10),
+            timeout: Duration::from_secs(30),
+            max_manifest_bytes: 4 << 20,
+        }
+    }
 }
 
 pub use proxy::{ProxyConfig, RouteConfig, TlsFiles};
@@ -325,6 +359,43 @@ mod tests {
     }
 
     #[test]
+    fn a_registry_entry_overrides_the_servers_registry_limits_field_by_field() {
+        // SAFETY: only this module's tests set this variable, to the same value.
+        unsafe { std::env::set_var("PIER_TEST_CONFIG_TOKEN", "s3cret") };
+        let text = MINIMAL.replace(
+            "[[sources]]",
+            "registry_timeout = \"7s\"\nmax_manifest = \"1m\"\nretry_budget = \"9s\"\n\
+             [[registries]]\nhost = \"127.0.0.1:5000\"\ninsecure = true\n\
+             first_byte_timeout = \"2s\"\nmax_manifest = \"64k\"\n[[sources]]",
+        );
+        let c = Config::parse(&text, Path::new(".")).unwrap_or_else(|e| panic!("{e}"));
+        let server = c.server.registry_limits;
+        assert_eq!(server.timeout, Duration::from_secs(7));
+        assert_eq!(server.max_manifest_bytes, 1 << 20);
+        assert_eq!(server.connect_timeout, Duration::from_secs(5));
+        assert_eq!(c.server.retry_budget, Duration::from_secs(9));
+        let own = c.registries[0].limits;
+        assert_eq!(own.first_byte_timeout, Duration::from_secs(2));
+        assert_eq!(own.max_manifest_bytes, 64 << 10);
+        assert_eq!(
+            own.timeout,
+            Duration::from_secs(7),
+            "inherited from [server]"
+        );
+
+        let too_big = text.replace("max_manifest = \"64k\"", "max_manifest = \"1g\"");
+        let err = Config::parse(&too_big, Path::new("."))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("registries[127.0.0.1:5000]: max_manifest"),
+            "{err}"
+        );
+        let zero = text.replace("first_byte_timeout = \"2s\"", "first_byte_timeout = \"0s\"");
+        assert!(Config::parse(&zero, Path::new(".")).is_err());
+    }
+
+    #[test]
     fn sizes_parse() {
         assert_eq!(parse_bytes("1g"), Ok(1 << 30));
         assert_eq!(parse_bytes("512M"), Ok(512 << 20));
@@ -371,6 +442,14 @@ mod example {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/pier.toml");
         let c = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
         assert!(!c.apps.is_empty() && !c.sources.is_empty());
+        // The registry limits are documented, and an entry's own override the server's.
+        assert_eq!(c.server.registry_limits, RegistryLimits::default());
+        assert_eq!(c.server.retry_budget, Duration::from_secs(120));
+        assert!(
+            c.registries
+                .iter()
+                .all(|r| r.limits == RegistryLimits::default())
+        );
         // Every kind is documented with a source that loads.
         for kind in [
             "distribution",

@@ -68,6 +68,15 @@ struct Server {
     /// Development only: accept tokens and secrets shorter than [`MIN_SECRET`].
     #[serde(default)]
     allow_short_secrets: bool,
+    #[serde(default, with = "humantime_serde")]
+    registry_connect_timeout: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    registry_first_byte_timeout: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    registry_timeout: Option<Duration>,
+    max_manifest: Option<String>,
+    #[serde(default = "default_retry_budget", with = "humantime_serde")]
+    retry_budget: Duration,
 }
 
 /// Shortest token or HMAC secret accepted: anything shorter can be guessed or brute-forced
@@ -127,6 +136,46 @@ fn default_webhook_buffer() -> String {
     "16m".into()
 }
 
+fn default_retry_budget() -> Duration {
+    Duration::from_secs(120)
+}
+
+/// A registry's limits: each field given overrides `base`; every result is checked.
+fn registry_limits(
+    what: &str,
+    base: RegistryLimits,
+    connect: Option<Duration>,
+    first_byte: Option<Duration>,
+    whole: Option<Duration>,
+    max_manifest: Option<&str>,
+) -> Result<RegistryLimits, ConfigError> {
+    let limits = RegistryLimits {
+        connect_timeout: connect.unwrap_or(base.connect_timeout),
+        first_byte_timeout: first_byte.unwrap_or(base.first_byte_timeout),
+        timeout: whole.unwrap_or(base.timeout),
+        max_manifest_bytes: match max_manifest {
+            Some(m) => {
+                parse_bytes(m).map_err(|e| invalid(format!("{what}: max_manifest: {e}")))? as usize
+            }
+            None => base.max_manifest_bytes,
+        },
+    };
+    if limits.connect_timeout.is_zero()
+        || limits.first_byte_timeout.is_zero()
+        || limits.timeout.is_zero()
+    {
+        return Err(invalid(format!(
+            "{what}: registry timeouts must be above zero"
+        )));
+    }
+    if !(1 << 10..=64 << 20).contains(&limits.max_manifest_bytes) {
+        return Err(invalid(format!(
+            "{what}: max_manifest must be between 1k and 64m"
+        )));
+    }
+    Ok(limits)
+}
+
 fn default_header_timeout() -> Duration {
     Duration::from_secs(10)
 }
@@ -145,6 +194,13 @@ struct Registry {
     insecure: bool,
     username: Option<String>,
     password: Option<String>,
+    #[serde(default, with = "humantime_serde")]
+    connect_timeout: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    first_byte_timeout: Option<Duration>,
+    #[serde(default, with = "humantime_serde")]
+    timeout: Option<Duration>,
+    max_manifest: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -271,6 +327,15 @@ impl Config {
             webhook_buffer_bytes: parse_bytes(&s.webhook_buffer)
                 .map_err(|e| invalid(format!("server.webhook_buffer: {e}")))?
                 as usize,
+            registry_limits: registry_limits(
+                "server",
+                RegistryLimits::default(),
+                s.registry_connect_timeout,
+                s.registry_first_byte_timeout,
+                s.registry_timeout,
+                s.max_manifest.as_deref(),
+            )?,
+            retry_budget: s.retry_budget,
         };
         if server.header_timeout.is_zero() || server.request_timeout.is_zero() {
             return Err(invalid(
@@ -280,11 +345,23 @@ impl Config {
         if server.max_connections == 0 {
             return Err(invalid("server.max_connections must be at least 1"));
         }
+        if server.retry_budget.is_zero() {
+            return Err(invalid("server.retry_budget must be above zero"));
+        }
 
         let mut registries = Vec::new();
         for r in self.registries {
             let what = format!("registries[{}].password", r.host);
+            let limits = registry_limits(
+                &format!("registries[{}]", r.host),
+                server.registry_limits,
+                r.connect_timeout,
+                r.first_byte_timeout,
+                r.timeout,
+                r.max_manifest.as_deref(),
+            )?;
             registries.push(RegistryConfig {
+                limits,
                 password: r
                     .password
                     .map(|p| Secret::resolve(&what, &p, base))

@@ -10,7 +10,7 @@ use tracing::Instrument;
 use super::{PipelineError, Run, Step, StepError, error_chain};
 use std::time::Duration;
 
-use crate::backoff::{Backoff, retry};
+use crate::backoff::{Backoff, retry, retry_hinted};
 use crate::store::{GenerationSwitch, StepState, StoreError};
 
 /// Where a step stands when the pipeline reaches it.
@@ -251,8 +251,9 @@ impl Run<'_> {
         .map_err(PipelineError::Store)
     }
 
-    /// Retries an idempotent side effect on transient errors, with backoff capped at 5 s,
-    /// until the retry budget is spent; permanent errors return at once.
+    /// Retries an idempotent side effect on transient errors, with backoff capped at 5 s
+    /// (longer only when a registry's `Retry-After` asks for it), until the retry budget is
+    /// spent; permanent errors return at once.
     pub(super) async fn retrying<T, F, Fut>(&self, op: F) -> Result<T, StepError>
     where
         F: Fn() -> Fut,
@@ -260,9 +261,10 @@ impl Run<'_> {
     {
         let backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5))
             .within(self.ctx.retry_budget);
-        retry(
+        retry_hinted(
             backoff,
             StepError::is_transient,
+            StepError::retry_after,
             |e, delay| tracing::warn!(error = %error_chain(e), retry_in = ?delay, "transient failure; retrying"),
             op,
         )

@@ -84,6 +84,14 @@ impl StepError {
             StepError::Check(_) | StepError::Recorded(_) => false,
         }
     }
+
+    /// The least a retry must wait, when the peer said so (a registry's `Retry-After`).
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            StepError::Registry(e) => e.retry_after(),
+            _ => None,
+        }
+    }
 }
 
 /// An error and every cause under it, once each: what the journal, the page and the log

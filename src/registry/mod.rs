@@ -1,24 +1,33 @@
 //! Tag to digest, asked of the registry itself: a webhook's payload is only a hint.
+//! Every request has a deadline and every manifest a size cap (`client.rs`), so a hostile
+//! or slow registry fails a resolve within its budget instead of wedging the app.
 
+mod body;
+mod client;
+mod headers;
 mod platform;
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use oci_client::client::{ClientConfig, ClientProtocol};
-use oci_client::errors::OciDistributionError;
-use oci_client::secrets::RegistryAuth;
-use oci_client::{Client, Reference};
 use serde::{Deserialize, Serialize};
 
-use crate::config::{AppConfig, RegistryConfig};
+use crate::config::{AppConfig, RegistryConfig, RegistryLimits};
+use client::{Endpoint, Session};
 pub use platform::Platform;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
-    /// Network trouble or a 5xx: worth retrying.
+    /// Network trouble, a deadline passed, or a 5xx: worth retrying.
     #[error("registry {host} unreachable: {message}")]
     Unreachable { host: String, message: String },
+    /// 429: worth retrying, not before the registry's `Retry-After`.
+    #[error("registry {host} answered 429 Too Many Requests{}", after(retry_after))]
+    RateLimited {
+        host: String,
+        retry_after: Option<Duration>,
+    },
     #[error("manifest unknown: {reference}")]
     ManifestUnknown { reference: String },
     #[error("registry {host} refused the credentials for {reference}")]
@@ -29,13 +38,45 @@ pub enum RegistryError {
         wanted: String,
         available: String,
     },
+    /// Bigger than the configured cap: Pier stopped reading at the cap.
+    #[error(
+        "{reference}: the manifest is larger than the {} cap (max_manifest); refused",
+        size(*limit)
+    )]
+    TooLarge { reference: String, limit: usize },
     #[error("{reference}: {message}")]
     Invalid { reference: String, message: String },
 }
 
+fn after(retry_after: &Option<Duration>) -> String {
+    match retry_after {
+        Some(d) => format!(" (Retry-After {}s)", d.as_secs()),
+        None => String::new(),
+    }
+}
+
+fn size(bytes: usize) -> String {
+    match bytes {
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
+        b => format!("{b} bytes"),
+    }
+}
+
 impl RegistryError {
     pub fn is_transient(&self) -> bool {
-        matches!(self, RegistryError::Unreachable { .. })
+        matches!(
+            self,
+            RegistryError::Unreachable { .. } | RegistryError::RateLimited { .. }
+        )
+    }
+
+    /// How long the registry asked to be left alone, if it did.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            RegistryError::RateLimited { retry_after, .. } => *retry_after,
+            _ => None,
+        }
     }
 }
 
@@ -58,16 +99,15 @@ pub enum Wanted<'a> {
 }
 
 pub struct Registry {
-    client: Client,
-    auth: HashMap<String, RegistryAuth>,
+    /// One per `[[registries]]` entry, by host.
+    endpoints: HashMap<String, Arc<Endpoint>>,
+    /// The server's limits, for a host without an entry (HTTPS, anonymous).
+    defaults: RegistryLimits,
+    /// Endpoints of hosts without an entry, made on first use: building a client loads the
+    /// TLS roots, far more than a resolve should pay each time. Bounded by the apps' hosts.
+    unlisted: Mutex<HashMap<String, Arc<Endpoint>>>,
+    credentials: HashMap<String, (String, String)>,
 }
-
-const ACCEPT: &[&str] = &[
-    oci_client::manifest::OCI_IMAGE_INDEX_MEDIA_TYPE,
-    oci_client::manifest::IMAGE_MANIFEST_LIST_MEDIA_TYPE,
-    oci_client::manifest::OCI_IMAGE_MEDIA_TYPE,
-    oci_client::manifest::IMAGE_MANIFEST_MEDIA_TYPE,
-];
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -84,47 +124,49 @@ struct IndexEntry {
 }
 
 impl Registry {
-    pub fn new(registries: &[RegistryConfig]) -> Self {
-        let insecure: Vec<String> = registries
-            .iter()
-            .filter(|r| r.insecure)
-            .map(|r| r.host.clone())
-            .collect();
-        let config = ClientConfig {
-            protocol: ClientProtocol::HttpsExcept(insecure),
-            connect_timeout: Some(Duration::from_secs(5)),
-            read_timeout: Some(Duration::from_secs(30)),
-            // Pier chooses the platform itself (the engine's), from the raw index.
-            platform_resolver: None,
-            ..Default::default()
-        };
-        let auth = registries
+    pub fn new(registries: &[RegistryConfig], defaults: RegistryLimits) -> Self {
+        let credentials: HashMap<String, (String, String)> = registries
             .iter()
             .filter_map(|r| {
                 let user = r.username.clone()?;
                 let pass = r.password.as_ref()?.expose().to_owned();
-                Some((r.host.clone(), RegistryAuth::Basic(user, pass)))
+                Some((r.host.clone(), (user, pass)))
+            })
+            .collect();
+        let endpoints = registries
+            .iter()
+            .map(|r| {
+                let basic = credentials
+                    .get(&r.host)
+                    .map(|(u, p)| (u.as_str(), p.as_str()));
+                (
+                    r.host.clone(),
+                    Arc::new(Endpoint::new(&r.host, r.insecure, basic, r.limits)),
+                )
             })
             .collect();
         Self {
-            client: Client::new(config),
-            auth,
+            endpoints,
+            defaults,
+            unlisted: Mutex::default(),
+            credentials,
         }
     }
 
-    fn auth_for(&self, host: &str) -> RegistryAuth {
-        self.auth
-            .get(host)
-            .cloned()
-            .unwrap_or(RegistryAuth::Anonymous)
+    fn endpoint(&self, host: &str) -> Arc<Endpoint> {
+        if let Some(e) = self.endpoints.get(host) {
+            return e.clone();
+        }
+        let mut unlisted = self.unlisted.lock().unwrap_or_else(|e| e.into_inner());
+        unlisted
+            .entry(host.to_owned())
+            .or_insert_with(|| Arc::new(Endpoint::new(host, false, None, self.defaults)))
+            .clone()
     }
 
     /// Basic credentials for the engine's pull, if configured.
     pub fn credentials(&self, host: &str) -> Option<(String, String)> {
-        match self.auth.get(host) {
-            Some(RegistryAuth::Basic(u, p)) => Some((u.clone(), p.clone())),
-            _ => None,
-        }
+        self.credentials.get(host).cloned()
     }
 
     /// Resolves to one platform manifest digest. For an index, the entry for `platform`
@@ -135,24 +177,28 @@ impl Registry {
         wanted: Wanted<'_>,
         platform: &Platform,
     ) -> Result<Resolved, RegistryError> {
-        let host = app.registry_host().to_owned();
-        let repo = app.repository().to_owned();
-        let reference = match wanted {
-            Wanted::Tag(t) => Reference::with_tag(host.clone(), repo.clone(), t.to_owned()),
-            Wanted::Digest(d) => Reference::with_digest(host.clone(), repo.clone(), d.to_owned()),
+        let host = app.registry_host();
+        let repo = app.repository();
+        let endpoint = self.endpoint(host);
+        let (reference, shown, well_formed) = match wanted {
+            Wanted::Tag(t) => (t, format!("{host}/{repo}:{t}"), is_tag(t)),
+            Wanted::Digest(d) => (d, format!("{host}/{repo}@{d}"), is_sha256_digest(d)),
         };
-        let (body, digest) = self.fetch(&reference, &host).await?;
+        if !well_formed {
+            return Err(invalid(&shown, "not a valid tag or sha256 digest"));
+        }
+        let mut session = Session::default();
+        let top = endpoint
+            .manifest(&mut session, repo, reference, &shown)
+            .await?;
         let shape: ManifestShape =
-            serde_json::from_slice(&body).map_err(|e| invalid(&reference, e))?;
+            serde_json::from_slice(&top.body).map_err(|e| invalid(&shown, e))?;
         let Some(entries) = shape.manifests else {
             if shape.layers.is_none() {
-                return Err(invalid(
-                    &reference,
-                    "neither an image manifest nor an index",
-                ));
+                return Err(invalid(&shown, "neither an image manifest nor an index"));
             }
             return Ok(Resolved {
-                digest,
+                digest: top.digest,
                 index_digest: None,
                 media_type: shape.media_type.unwrap_or_default(),
                 platform: platform.to_string(),
@@ -165,7 +211,7 @@ impl Registry {
             platform,
         )
         .ok_or_else(|| RegistryError::NoPlatform {
-            reference: reference.whole(),
+            reference: shown.clone(),
             wanted: platform.to_string(),
             available: entries
                 .iter()
@@ -174,115 +220,91 @@ impl Registry {
                 .join(", "),
         })?
         .to_owned();
-        let child = Reference::with_digest(host.clone(), repo, chosen.clone());
-        let (child_body, child_digest) = self.fetch(&child, &host).await?;
+        if !is_sha256_digest(&chosen) {
+            return Err(invalid(
+                &shown,
+                "an index entry's digest is not a sha256 digest",
+            ));
+        }
+        let child_shown = format!("{host}/{repo}@{chosen}");
+        let child = endpoint
+            .manifest(&mut session, repo, &chosen, &child_shown)
+            .await?;
         let child_shape: ManifestShape =
-            serde_json::from_slice(&child_body).map_err(|e| invalid(&child, e))?;
-        if child_shape.manifests.is_some() || child_digest != chosen {
-            return Err(invalid(&child, "index entry is not an image manifest"));
+            serde_json::from_slice(&child.body).map_err(|e| invalid(&child_shown, e))?;
+        if child_shape.manifests.is_some() || child.digest != chosen {
+            return Err(invalid(
+                &child_shown,
+                "index entry is not an image manifest",
+            ));
         }
         Ok(Resolved {
-            digest: child_digest,
-            index_digest: Some(digest),
+            digest: child.digest,
+            index_digest: Some(top.digest),
             media_type: child_shape.media_type.unwrap_or_default(),
             platform: platform.to_string(),
         })
     }
-
-    async fn fetch(
-        &self,
-        reference: &Reference,
-        host: &str,
-    ) -> Result<(bytes::Bytes, String), RegistryError> {
-        self.client
-            .pull_manifest_raw(reference, &self.auth_for(host), ACCEPT)
-            .await
-            .map_err(|e| classify(e, reference, host))
-    }
 }
 
-fn invalid(reference: &Reference, e: impl std::fmt::Display) -> RegistryError {
+/// The OCI tag grammar, `[A-Za-z0-9_][A-Za-z0-9._-]{0,127}`: a tag from a webhook goes
+/// into a URL path and must not be able to name another one.
+fn is_tag(t: &str) -> bool {
+    t.len() <= 128
+        && t.bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_')
+        && t.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
+/// Only such a digest goes into a URL path: an index is the registry's word, and an entry
+/// like `../../x` must not steer the next request.
+fn is_sha256_digest(d: &str) -> bool {
+    d.strip_prefix("sha256:")
+        .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+fn invalid(reference: &str, e: impl std::fmt::Display) -> RegistryError {
     RegistryError::Invalid {
-        reference: reference.whole(),
+        reference: reference.to_owned(),
         message: e.to_string(),
     }
 }
 
-fn classify(e: OciDistributionError, reference: &Reference, host: &str) -> RegistryError {
-    use oci_client::errors::OciErrorCode as C;
-    let unknown = || RegistryError::ManifestUnknown {
-        reference: reference.whole(),
-    };
-    let unreachable = |message: String| RegistryError::Unreachable {
-        host: host.to_owned(),
-        message,
-    };
-    match e {
-        OciDistributionError::ImageManifestNotFoundError(_) => unknown(),
-        OciDistributionError::RegistryError { envelope, .. } => {
-            if envelope.errors.iter().any(|e| {
-                matches!(
-                    e.code,
-                    C::ManifestUnknown | C::NameUnknown | C::NotFound | C::BlobUnknown
-                )
-            }) {
-                unknown()
-            } else if envelope
-                .errors
-                .iter()
-                .any(|e| matches!(e.code, C::Unauthorized | C::Denied))
-            {
-                RegistryError::Unauthorized {
-                    host: host.to_owned(),
-                    reference: reference.whole(),
-                }
-            } else if envelope
-                .errors
-                .iter()
-                .any(|e| matches!(e.code, C::Toomanyrequests))
-            {
-                unreachable("too many requests".into())
-            } else {
-                invalid(reference, format!("registry error: {envelope:?}"))
-            }
-        }
-        OciDistributionError::UnauthorizedError { .. }
-        | OciDistributionError::AuthenticationFailure(_) => RegistryError::Unauthorized {
-            host: host.to_owned(),
-            reference: reference.whole(),
-        },
-        OciDistributionError::ServerError { code: 404, .. } => unknown(),
-        OciDistributionError::ServerError { code, message, .. } if code >= 500 || code == 429 => {
-            unreachable(format!("HTTP {code}: {message}"))
-        }
-        OciDistributionError::RequestError(e) => unreachable(without_url(&e)),
-        OciDistributionError::IoError(e) => unreachable(e.to_string()),
-        OciDistributionError::DigestError(e) => {
-            invalid(reference, format!("digest does not match the content: {e}"))
-        }
-        other => invalid(reference, other),
-    }
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// reqwest's messages carry the URL; registry URLs hold no secrets, but keep the message
-/// short and stable for the journal.
-fn without_url(e: &reqwest::Error) -> String {
-    let kind = if e.is_connect() {
-        "connection refused or unreachable"
-    } else if e.is_timeout() {
-        "timed out"
-    } else {
-        "request failed"
-    };
-    let mut cause = String::new();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        cause = s.to_string();
-        source = s.source();
+    #[test]
+    fn rate_limits_and_network_trouble_are_retried_refusals_are_not() {
+        let limited = RegistryError::RateLimited {
+            host: "r".into(),
+            retry_after: Some(Duration::from_secs(3)),
+        };
+        assert!(limited.is_transient());
+        assert_eq!(limited.retry_after(), Some(Duration::from_secs(3)));
+        assert!(limited.to_string().contains("Retry-After 3s"), "{limited}");
+        let too_large = RegistryError::TooLarge {
+            reference: "r/a:b".into(),
+            limit: 4 << 20,
+        };
+        assert!(!too_large.is_transient());
+        assert!(too_large.to_string().contains("4 MiB cap"), "{too_large}");
+        assert!(
+            !RegistryError::ManifestUnknown {
+                reference: "x".into()
+            }
+            .is_transient()
+        );
     }
-    if cause.is_empty() {
-        kind.to_owned()
-    } else {
-        format!("{kind}: {cause}")
+
+    #[test]
+    fn index_entries_must_be_plain_sha256_digests() {
+        assert!(is_sha256_digest(&format!("sha256:{}", "a".repeat(64))));
+        assert!(!is_sha256_digest("sha256:../../v2/x"));
+        assert!(!is_sha256_digest(&format!("sha512:{}", "a".repeat(128))));
+        assert!(is_tag("v1.2_rc-3") && is_tag("_x"));
+        assert!(!is_tag("../x") && !is_tag("a/b") && !is_tag("") && !is_tag(&"a".repeat(129)));
     }
 }

@@ -24,6 +24,8 @@ pub struct AppSpec {
     /// Blue-green: lines of the app's `[apps.route]` table; `publish_port` is then the
     /// proxy's listen port for the app, and the app itself publishes nothing.
     pub route_toml: Option<String>,
+    /// The registry host of the app's image; `None`: the test registry.
+    pub registry: Option<String>,
 }
 
 impl AppSpec {
@@ -41,6 +43,7 @@ impl AppSpec {
             env: BTreeMap::from([("GREETING".to_owned(), "hello".to_owned())]),
             extra_toml: String::new(),
             route_toml: None,
+            registry: None,
         }
     }
 
@@ -59,6 +62,7 @@ impl AppSpec {
             "\n[[apps]]\nname = \"{name}\"\nimage = \"{registry_host}/{repo}\"\ntag = \"{tag}\"\n\
              port = 8080\n",
             name = self.name,
+            registry_host = self.registry.as_deref().unwrap_or(registry_host),
             repo = self.repo,
             tag = self.tag,
         );
@@ -120,6 +124,12 @@ impl TestEnvBuilder {
         self.extra_sources_toml.push_str(toml.trim_end());
         self.extra_sources_toml.push('\n');
         self
+    }
+
+    /// More `[[registries]]` tables (e.g. a [`HostileRegistry`]'s), appended verbatim with
+    /// the extra sources: TOML takes the tables of an array in any order.
+    pub fn registries_toml(self, toml: &str) -> Self {
+        self.sources_toml(toml)
     }
 
     /// The registry demands HTTP basic auth (htpasswd); Pier gets the user in its config and

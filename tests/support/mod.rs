@@ -45,6 +45,7 @@ mod db;
 mod engine;
 mod env;
 mod hooks;
+mod hostile_registry;
 mod images;
 mod load;
 mod pgproxy;
@@ -57,6 +58,8 @@ pub use engine::*;
 pub use env::*;
 #[allow(unused_imports)] // only some test binaries record hooks
 pub use hooks::*;
+#[allow(unused_imports)] // only the hostile-registry tests misbehave
+pub use hostile_registry::*;
 pub use images::*;
 #[allow(unused_imports)] // only the zero-downtime tests put load on an app
 pub use load::*;
