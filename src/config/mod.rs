@@ -124,6 +124,7 @@ pub struct RegistryConfig {
 }
 
 pub use source::{HmacKey, SourceConfig, SourceKind, SourceMode};
+pub use tags::{TagRule, glob_match, tag_version};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
@@ -166,7 +167,16 @@ pub struct AppConfig {
     pub name: String,
     /// Repository with its registry host, no tag: `127.0.0.1:5000/demo/web`.
     pub image: String,
+    /// The rule's text (`main`, `v1.*`, `>=1.2, <2`), as the pages show it. Only an exact
+    /// rule's text is a tag that can be resolved: see [`TagRule::fixed`].
     pub tag: String,
+    pub rule: TagRule,
+    /// How often the reconcile poller asks the registry what the app follows; `None` is
+    /// off. Default: off when some webhook source covers the app's registry, else
+    /// [`raw::DEFAULT_POLL`].
+    pub poll: Option<Duration>,
+    /// `poll` was written in the file (then no default applies).
+    pub poll_explicit: bool,
     pub port: u16,
     pub publish: Option<SocketAddr>,
     pub health: Option<HealthConfig>,
@@ -250,6 +260,8 @@ pub fn parse_bytes(text: &str) -> Result<i64, String> {
 
 mod raw;
 mod source;
+mod tags;
+pub use raw::DEFAULT_POLL;
 
 #[cfg(test)]
 mod tests {

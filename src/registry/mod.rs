@@ -1,6 +1,7 @@
 //! Tag to digest, asked of the registry itself: a webhook's payload is only a hint.
 
 mod platform;
+pub mod tags;
 
 use std::collections::HashMap;
 use std::time::Duration;

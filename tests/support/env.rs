@@ -45,12 +45,17 @@ impl AppSpec {
     }
 
     fn render(&self, registry_host: &str) -> String {
+        // An empty `tag` writes none (for an app with `versions = ...` in `extra_toml`).
+        let tag = if self.tag.is_empty() {
+            String::new()
+        } else {
+            format!("tag = \"{}\"\n", self.tag)
+        };
         let mut s = format!(
-            "\n[[apps]]\nname = \"{name}\"\nimage = \"{registry_host}/{repo}\"\ntag = \"{tag}\"\n\
+            "\n[[apps]]\nname = \"{name}\"\nimage = \"{registry_host}/{repo}\"\n{tag}\
              port = 8080\npublish = \"127.0.0.1:{publish}\"\n",
             name = self.name,
             repo = self.repo,
-            tag = self.tag,
             publish = self.publish_port,
         );
         if let Some(t) = self.health_timeout {
