@@ -509,7 +509,12 @@ pub async fn run_intake(
     let events: Vec<PushEvent> = verdicts.iter().map(|v| v.event.clone()).collect();
     let delivery = NewDelivery {
         source: source.name.to_owned(),
-        event_key: event_key(parsed.delivery_id.as_deref(), &events),
+        // A redelivery keeps its events' ids for the page but has no key: keyed, it would
+        // be a duplicate of its original and run nothing, which is what it exists to undo.
+        event_key: redelivery_of
+            .is_none()
+            .then(|| event_key(parsed.delivery_id.as_deref(), &events))
+            .flatten(),
         events: serde_json::to_value(&verdicts).unwrap_or_default(),
         reason: reason.clone(),
     };
