@@ -137,3 +137,73 @@ async fn a_registry_that_goes_away_is_backed_off_from_and_polled_again_when_back
     env.wait_app_version("v2", DEPLOY).await;
     env.cleanup().await;
 }
+
+/// A registry that answers every request `429 Too Many Requests` with `Retry-After`, and
+/// notes when each request came: a fault injector, not a fake of a working registry.
+async fn rate_limiting_registry(
+    retry_after_secs: u64,
+) -> (u16, std::sync::Arc<std::sync::Mutex<Vec<Instant>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            log.lock().unwrap().push(Instant::now());
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf).await;
+            let answer = format!(
+                "HTTP/1.1 429 Too Many Requests\r\nRetry-After: {retry_after_secs}\r\n\
+                 Content-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+            let _ = conn.write_all(answer.as_bytes()).await;
+        }
+    });
+    (port, seen)
+}
+
+#[tokio::test]
+async fn a_rate_limiting_registry_is_asked_again_only_after_its_retry_after() {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let (port, seen) = rate_limiting_registry(3).await;
+    let toml = format!(
+        "[server]\ndatabase_url = \"postgres://127.0.0.1:1/unused\"\n\
+         [[registries]]\nhost = \"127.0.0.1:{port}\"\ninsecure = true\n\
+         [[apps]]\nname = \"api\"\nimage = \"127.0.0.1:{port}/acme/api\"\ntag = \"v1.*\"\n\
+         poll = \"1s\"\nport = 8000\n"
+    );
+    let config =
+        std::sync::Arc::new(pier::config::Config::parse(&toml, std::path::Path::new(".")).unwrap());
+    let poller = pier::poller::Poller {
+        store: pier::store::Store::connect_lazy(config.server.database_url.expose()).unwrap(),
+        registry: pier::registry::Registry::new(&config.registries),
+        tags: pier::registry::tags::TagLister::new(&config.registries),
+        platform: pier::registry::Platform::from_engine("linux", "amd64"),
+        config,
+    };
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let mut tasks = tokio::task::JoinSet::new();
+    pier::poller::spawn(&mut tasks, poller, &shutdown);
+
+    // The interval is 1 s; the registry asks for 3 s: three requests span at least 6 s.
+    wait_until(
+        "three polls of the rate-limiting registry",
+        Duration::from_secs(30),
+        || {
+            let n = seen.lock().unwrap().len();
+            async move { (n >= 3).then_some(()) }
+        },
+    )
+    .await;
+    shutdown.cancel();
+    while tasks.join_next().await.is_some() {}
+    let at = seen.lock().unwrap().clone();
+    for pair in at.windows(2) {
+        let gap = pair[1] - pair[0];
+        assert!(
+            gap >= Duration::from_millis(2900),
+            "asked again after {gap:?}, before its Retry-After of 3 s"
+        );
+    }
+}

@@ -128,5 +128,19 @@ async fn a_glob_app_follows_only_matching_tags_and_deploys_the_pushed_tag() {
     assert_eq!(app["rule"], "glob v1.*", "{app:#}");
     assert_eq!(requested_tags(&env).await.len(), 1);
     env.wait_app_version("v1.0", Duration::from_secs(5)).await;
+
+    // A manual redeploy of a glob app resolves the tag that serves, never the pattern.
+    let url = env.pier_url(&format!("/api/apps/{}/deploy", env.app()));
+    let bearer = format!("Bearer {}", env.admin_token);
+    let (code, answer) = http_post(&url, &[("Authorization", bearer.as_str())], "")
+        .await
+        .unwrap();
+    assert_eq!(code, 202, "{answer}");
+    let again = env
+        .latest_final_of(env.app(), &[d["id"].as_str().unwrap()], DEPLOY)
+        .await;
+    assert_eq!(again["requested_tag"], "v1.0", "{again:#}");
+    assert_eq!(again["state"], "succeeded", "{again:#}");
+    assert_eq!(again["resolved_digest"], v1.as_str());
     env.cleanup().await;
 }

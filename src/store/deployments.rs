@@ -332,6 +332,23 @@ impl Store {
     }
 }
 
+impl Store {
+    /// The tag the app's serving generation resolved (else its newest succeeded deployment
+    /// that named one): what a manual redeploy of a glob or range app resolves again.
+    pub async fn serving_tag(&self, app: &str) -> Result<Option<String>> {
+        Ok(sqlx::query_scalar(
+            "SELECT d.requested_tag FROM deployments d
+             LEFT JOIN app_generations g ON g.deployment_id = d.id
+             WHERE d.app = $1 AND d.requested_tag IS NOT NULL AND d.state = 'succeeded'
+             ORDER BY (g.app IS NOT NULL) DESC, d.finished_at DESC
+             LIMIT 1",
+        )
+        .bind(app)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+}
+
 /// Where a digest stands for an app, as the poller needs to know.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DigestStatus {

@@ -288,7 +288,11 @@ pub(super) async fn redeploy(
         .map_err(|e| WebError::BadRequest(format!("invalid form: {e}")))?;
     check_admin(&s.config, &headers, form.admin_token.as_deref())?;
     let app = views::find_app(&s, &name)?;
-    let id = match s.store.enqueue(api::manual(app, None)).await? {
+    let id = match s
+        .store
+        .enqueue(api::manual_for(&s, app, None).await?)
+        .await?
+    {
         Enqueued::Queued { id, .. } | Enqueued::AlreadyPending { id, .. } => id,
     };
     Ok(Redirect::to(&format!("/deployments/{id}")))
