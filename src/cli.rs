@@ -106,13 +106,29 @@ async fn deploy(config: &Config, app: &str, digest: Option<String>) -> anyhow::R
         bail!("`{d}` is not a sha256 digest");
     }
     let store = store(config)?;
+    // A glob or range names no manifest: redeploy the tag that serves now.
+    let tag = match (digest.is_none(), a.rule.fixed()) {
+        (false, _) => None,
+        (true, Some(t)) => Some(t.to_owned()),
+        (true, None) => match store
+            .serving_tag(&a.name)
+            .await
+            .context("read the serving tag")?
+        {
+            Some(t) => Some(t),
+            None => bail!(
+                "app `{app}` follows {}, and no matching tag has deployed yet: give --digest",
+                a.rule
+            ),
+        },
+    };
     let enqueued = store
         .enqueue(NewDeployment {
             app: a.name.clone(),
             trigger: Trigger::Manual,
             delivery_id: None,
             image: a.image.clone(),
-            requested_tag: digest.is_none().then(|| a.tag.clone()),
+            requested_tag: tag,
             pinned: digest.is_some(),
             claimed_digest: digest,
         })

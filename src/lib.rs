@@ -8,6 +8,7 @@ pub mod engine;
 pub mod faults;
 pub mod intake;
 pub mod pipeline;
+pub mod poller;
 pub mod proxy;
 pub mod reconcile;
 pub mod registry;

@@ -139,6 +139,7 @@ pub async fn run_until(
         .installation_key()
         .await
         .context("read the installation key")?;
+    let poll_platform = platform.clone();
     let ctx = Arc::new(Context {
         store: store.clone(),
         engine: engine.clone(),
@@ -186,6 +187,18 @@ pub async fn run_until(
             }
         }
     });
+    // The reconcile poller: one timer per app with `poll` on, none otherwise.
+    crate::poller::spawn(
+        &mut tasks,
+        crate::poller::Poller {
+            config: config.clone(),
+            store: store.clone(),
+            registry: Registry::new(&config.registries, config.server.registry_limits),
+            tags: crate::registry::tags::TagLister::new(&config.registries),
+            platform: poll_platform,
+        },
+        &shutdown,
+    );
     tasks.spawn(
         Workers {
             ctx,

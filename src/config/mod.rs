@@ -160,6 +160,7 @@ impl Default for RegistryLimits {
 
 pub use proxy::{ProxyConfig, RouteConfig, TlsFiles};
 pub use source::{HmacKey, SourceConfig, SourceKind, SourceMode};
+pub use tags::{TagRule, glob_match, tag_version};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
@@ -206,7 +207,16 @@ pub struct AppConfig {
     pub name: String,
     /// Repository with its registry host, no tag: `127.0.0.1:5000/demo/web`.
     pub image: String,
+    /// The rule's text (`main`, `v1.*`, `>=1.2, <2`), as the pages show it. Only an exact
+    /// rule's text is a tag that can be resolved: see [`TagRule::fixed`].
     pub tag: String,
+    pub rule: TagRule,
+    /// How often the reconcile poller asks the registry what the app follows; `None` is
+    /// off. Default: off when some webhook source covers the app's registry, else
+    /// [`raw::DEFAULT_POLL`].
+    pub poll: Option<Duration>,
+    /// `poll` was written in the file (then no default applies).
+    pub poll_explicit: bool,
     pub port: u16,
     pub publish: Option<SocketAddr>,
     pub health: Option<HealthConfig>,
@@ -293,6 +303,8 @@ pub fn parse_bytes(text: &str) -> Result<i64, String> {
 mod proxy;
 mod raw;
 mod source;
+mod tags;
+pub use raw::DEFAULT_POLL;
 
 #[cfg(test)]
 mod tests {
@@ -396,6 +408,37 @@ mod tests {
     }
 
     #[test]
+    fn tag_rules_and_poll_settings_parse_and_conflicts_are_refused() {
+        // SAFETY: only this module's tests set this variable, to the same value.
+        unsafe { std::env::set_var("PIER_TEST_CONFIG_TOKEN", "s3cret") };
+        let with = |lines: &str| MINIMAL.replace("port = 8080", &format!("port = 8080\n{lines}"));
+        let c = Config::parse(&with("versions = \">=1.2, <2\""), Path::new(".")).unwrap();
+        assert_eq!(c.apps[0].rule.to_string(), "semver >=1.2, <2");
+        // A source without `registry` covers every host: polling is off by default.
+        assert_eq!(c.apps[0].poll, None);
+        let c = Config::parse(&with("tag = \"v1.*\"\npoll = \"30s\""), Path::new(".")).unwrap();
+        assert_eq!(c.apps[0].rule.kind(), "glob");
+        assert_eq!(c.apps[0].poll, Some(Duration::from_secs(30)));
+        let err = Config::parse(&with("tag = \"v1\"\nversions = \"^1\""), Path::new("."))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not both"), "{err}");
+        let err = Config::parse(&with("poll = \"100ms\""), Path::new("."))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("at least 1s"), "{err}");
+        assert!(Config::parse(&with("poll = \"sometimes\""), Path::new(".")).is_err());
+        // An app no source can report is polled by default.
+        let no_sources = MINIMAL
+            .replace("[[sources]]", "")
+            .replace("name = \"local\"", "")
+            .replace("kind = \"distribution\"", "")
+            .replace("token = \"env:PIER_TEST_CONFIG_TOKEN\"", "");
+        let c = Config::parse(&no_sources, Path::new(".")).unwrap();
+        assert_eq!(c.apps[0].poll, Some(DEFAULT_POLL));
+    }
+
+    #[test]
     fn sizes_parse() {
         assert_eq!(parse_bytes("1g"), Ok(1 << 30));
         assert_eq!(parse_bytes("512M"), Ok(512 << 20));
@@ -450,6 +493,16 @@ mod example {
                 .iter()
                 .all(|r| r.limits == RegistryLimits::default())
         );
+        // Every tag rule and poll setting is documented by an app that uses it.
+        let kinds: Vec<&str> = c.apps.iter().map(|a| a.rule.kind()).collect();
+        for kind in ["tag", "glob", "semver"] {
+            assert!(
+                kinds.contains(&kind),
+                "examples/pier.toml has no {kind} app"
+            );
+        }
+        assert!(c.apps.iter().any(|a| a.poll_explicit && a.poll.is_none()));
+        assert!(c.apps.iter().any(|a| a.poll.is_some()));
         // Every kind is documented with a source that loads.
         for kind in [
             "distribution",

@@ -20,6 +20,27 @@ fn default_max_body() -> String {
 fn default_tag() -> String {
     "latest".into()
 }
+/// How often an app that no webhook source covers is polled by default.
+pub const DEFAULT_POLL: Duration = Duration::from_secs(300);
+/// The shortest poll interval: anything shorter is a busy loop against someone's registry.
+const MIN_POLL: Duration = Duration::from_secs(1);
+
+/// `poll`: `None` (the default for the app), `Some(None)` (off), `Some(Some(every))`.
+fn parse_poll(app: &str, text: Option<&str>) -> Result<Option<Option<Duration>>, ConfigError> {
+    let Some(text) = text else { return Ok(None) };
+    if text.trim() == "off" {
+        return Ok(Some(None));
+    }
+    let every = humantime::parse_duration(text.trim()).map_err(|e| {
+        invalid(format!(
+            "app `{app}`: poll `{text}` is neither \"off\" nor a duration such as \"5m\": {e}"
+        ))
+    })?;
+    if every < MIN_POLL {
+        return Err(invalid(format!("app `{app}`: poll must be at least 1s")));
+    }
+    Ok(Some(Some(every)))
+}
 fn default_health_timeout() -> Duration {
     Duration::from_secs(60)
 }
@@ -216,8 +237,12 @@ struct Health {
 struct App {
     name: String,
     image: String,
-    #[serde(default = "default_tag")]
-    tag: String,
+    /// An exact tag, or a glob (`v1.*`); default `latest` unless `versions` is set.
+    tag: Option<String>,
+    /// A semver range (`>=1.2, <2`): the highest matching version deploys.
+    versions: Option<String>,
+    /// `"off"`, or how often to ask the registry what the app's tags name (`"5m"`).
+    poll: Option<String>,
     port: u16,
     publish: Option<SocketAddr>,
     health: Option<Health>,
@@ -445,6 +470,19 @@ impl Config {
                 let what = format!("apps.{}.env.{k}", a.name);
                 env.insert(k, Secret::resolve(&what, &v, base)?);
             }
+            let rule = match (&a.tag, &a.versions) {
+                (Some(_), Some(_)) => {
+                    return Err(invalid(format!(
+                        "app `{}`: give `tag` (exact or glob) or `versions` (a semver range), not both",
+                        a.name
+                    )));
+                }
+                (_, Some(v)) => TagRule::from_versions(v),
+                (Some(t), None) => TagRule::from_tag(t),
+                (None, None) => TagRule::from_tag(&default_tag()),
+            }
+            .map_err(|e| invalid(format!("app `{}`: {e}", a.name)))?;
+            let poll = parse_poll(&a.name, a.poll.as_deref())?;
             let memory_bytes = a
                 .memory
                 .map(|m| parse_bytes(&m))
@@ -453,7 +491,10 @@ impl Config {
             apps.push(AppConfig {
                 name: a.name,
                 image: a.image,
-                tag: a.tag,
+                tag: rule.text().to_owned(),
+                rule,
+                poll: poll.unwrap_or(None),
+                poll_explicit: poll.is_some(),
                 port: a.port,
                 publish: a.publish,
                 health: a.health.map(|h| HealthConfig {
@@ -492,6 +533,31 @@ impl Config {
                     r.host
                 )));
             }
+        }
+        // An app no source could report a push for is polled by default: without webhooks
+        // (or a poll) nothing would ever deploy it. A source with `registry` covers the
+        // apps on that host; one without covers every host (its payloads name the host).
+        for app in &mut apps {
+            if app.poll_explicit {
+                continue;
+            }
+            let covered = sources.iter().any(|s| {
+                s.registry
+                    .as_deref()
+                    .is_none_or(|h| h == app.registry_host())
+            });
+            if !covered {
+                app.poll = Some(DEFAULT_POLL);
+            }
+        }
+        if let Some(s) = sources
+            .iter()
+            .find(|s| s.name == crate::store::POLLER_SOURCE)
+        {
+            return Err(invalid(format!(
+                "source name `{}` is reserved for the deliveries the poller records",
+                s.name
+            )));
         }
         if !s_allow_short {
             check_secret_strength(server.admin_token.as_ref(), &sources)?;

@@ -36,8 +36,8 @@ pub fn is_digest(d: &str) -> bool {
         .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
-/// Which apps an event deploys: same repository, same tag, and the same registry host
-/// when the sender names one. `fold_case` matches tags ignoring case, for senders that
+/// Which apps an event deploys: same repository, a tag the app's rule matches (see
+/// [`crate::config::TagRule`]), and the same registry host when the sender names one. `fold_case` matches tags ignoring case, for senders that
 /// lower-case what they report.
 pub fn match_apps<'a>(
     apps: &'a [AppConfig],
@@ -63,15 +63,10 @@ pub fn match_apps<'a>(
     if same_repo.is_empty() {
         return Err(format!("no app follows repository {}", event.repository));
     }
+    // Each app's own rule decides: an exact tag, a glob, or a semver range.
     let matched: Vec<&AppConfig> = same_repo
         .into_iter()
-        .filter(|a| {
-            if fold_case {
-                a.tag.eq_ignore_ascii_case(tag)
-            } else {
-                &a.tag == tag
-            }
-        })
+        .filter(|a| a.rule.matches(tag, fold_case))
         .collect();
     if matched.is_empty() {
         return Err(format!(

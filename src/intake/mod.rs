@@ -19,13 +19,14 @@ pub mod zot;
 use std::borrow::Cow;
 
 use axum::http::HeaderMap;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 use uuid::Uuid;
 
 use crate::config::{Config, SourceConfig, SourceKind, SourceMode};
 use crate::store::{
-    DeliveryOutcome, Enqueued, NewDelivery, NewDeployment, Store, StoreError, Trigger,
+    DeliveryOutcome, DeploymentRequest, Enqueued, HeldBack, NewDelivery, NewDeployment, Store,
+    StoreError, Trigger,
 };
 use auth::{FORM, form_payload, signed_bytes};
 pub use auth::{Incoming, check_head, check_signature};
@@ -35,7 +36,7 @@ pub use matching::{is_digest, match_apps};
 pub use verify::Rejected;
 
 /// One "image pushed" fact, whatever the sender's format.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PushEvent {
     pub event_id: Option<String>,
     /// The registry host, when the sender names it.
@@ -172,13 +173,22 @@ impl Accepted {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct EventVerdict {
     #[serde(flatten)]
     pub event: PushEvent,
     /// The apps this event deploys, or why it deploys none.
     pub apps: Vec<String>,
+    /// Per app, the tag rule that matched (`tag main`, `glob v1.*`, `semver >=1.2, <2`).
+    #[serde(default)]
+    pub rules: Vec<RuleMatch>,
     pub reason: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RuleMatch {
+    pub app: String,
+    pub rule: String,
 }
 
 fn media_types(source: &SourceConfig) -> &'static [&'static str] {
@@ -291,6 +301,33 @@ pub async fn receive(
     accept(config, store, source, parsed, body_sha256.as_deref()).await
 }
 
+/// Within one delivery, a later event for the same app replaces an earlier one, except
+/// that for a version range the higher version stays (a push of v1.3.0 and v1.2.0 together
+/// deploys v1.3.0, whatever their order).
+fn supersedes_in_delivery(
+    app: &crate::config::AppConfig,
+    earlier: Option<&str>,
+    later: &str,
+) -> bool {
+    if !app.rule.is_monotonic() {
+        return true;
+    }
+    let v = |t: &str| crate::config::tag_version(t);
+    match (earlier.and_then(v), v(later)) {
+        (Some(a), Some(b)) => b >= a,
+        _ => true,
+    }
+}
+
+fn held_reason(held: &[HeldBack]) -> Option<String> {
+    (!held.is_empty()).then(|| {
+        held.iter()
+            .map(HeldBack::reason)
+            .collect::<Vec<_>>()
+            .join("; ")
+    })
+}
+
 /// An authentic delivery can still carry what Pier will not store: too many events, or a
 /// NUL byte (which Postgres text cannot hold). Each is a 4xx with a reason, never a 500
 /// that the sender would retry forever.
@@ -324,29 +361,117 @@ async fn accept(
     parsed: Parsed,
     body_sha256: Option<&[u8]>,
 ) -> Result<Accepted, IntakeError> {
+    run_intake(
+        config,
+        store,
+        IntakeSource::of(source),
+        parsed,
+        body_sha256,
+        None,
+    )
+    .await
+}
+
+/// What intake needs of a source: a configured one, or the name of one a stored delivery
+/// came from (a redelivery after the source was removed from the config still matches).
+#[derive(Debug, Clone, Copy)]
+pub struct IntakeSource<'a> {
+    pub name: &'a str,
+    pub registry: Option<&'a str>,
+    pub fold_case: bool,
+}
+
+impl<'a> IntakeSource<'a> {
+    pub fn of(source: &'a SourceConfig) -> Self {
+        IntakeSource {
+            name: &source.name,
+            registry: source.registry.as_deref(),
+            fold_case: source.kind.folds_tag_case(),
+        }
+    }
+}
+
+/// Runs intake again on a stored delivery's events, as a new delivery marked as a
+/// redelivery of it: the apps as configured now decide, and the queue's rules hold (the
+/// same digest already queued is not queued twice).
+pub async fn redeliver(
+    config: &Config,
+    store: &Store,
+    original: &crate::store::Delivery,
+) -> Result<Accepted, IntakeError> {
+    let verdicts: Vec<EventVerdict> = serde_json::from_value(original.events.clone())
+        .map_err(|e| IntakeError::Malformed(malformed("stored events", e)))?;
+    let configured = config.source(&original.source);
+    let source = match configured {
+        Some(s) => IntakeSource::of(s),
+        None => IntakeSource {
+            name: &original.source,
+            registry: None,
+            fold_case: false,
+        },
+    };
+    let parsed = Parsed {
+        delivery_id: None,
+        events: verdicts.into_iter().map(|v| v.event).collect(),
+        reason: Some(format!("redelivery of {}", original.id)),
+    };
+    run_intake(config, store, source, parsed, None, Some(original.id)).await
+}
+
+/// Matches authentic (or stored) events to apps and stores the delivery with its
+/// deployments. `redelivery_of` marks a redelivery, which is never deduplicated.
+pub async fn run_intake(
+    config: &Config,
+    store: &Store,
+    source: IntakeSource<'_>,
+    parsed: Parsed,
+    body_sha256: Option<&[u8]>,
+    redelivery_of: Option<uuid::Uuid>,
+) -> Result<Accepted, IntakeError> {
     let mut verdicts = Vec::with_capacity(parsed.events.len());
     let mut wanted: Vec<NewDeployment> = Vec::new();
     for mut event in parsed.events {
-        if let Some(host) = &source.registry {
-            event.registry = Some(host.clone());
+        if let Some(host) = source.registry {
+            event.registry = Some(host.to_owned());
         }
-        match match_apps(&config.apps, &event, source.kind.folds_tag_case()) {
+        match match_apps(&config.apps, &event, source.fold_case) {
             Ok(apps) => {
+                let pushed = event.tag.clone().unwrap_or_default();
                 for app in &apps {
+                    // The tag to resolve: an exact app's own spelling (a sender may have
+                    // lower-cased it); for a glob or range, the pushed tag that matched,
+                    // never the rule, which names no manifest.
+                    let tag = app.rule.fixed().unwrap_or(&pushed).to_owned();
+                    if let Some(earlier) = wanted.iter().find(|w| w.app == app.name)
+                        && !supersedes_in_delivery(app, earlier.requested_tag.as_deref(), &tag)
+                    {
+                        continue;
+                    }
                     // One delivery asking twice for the same app (several events) queues once.
                     wanted.retain(|w| w.app != app.name);
                     wanted.push(NewDeployment {
                         app: app.name.clone(),
-                        trigger: Trigger::Webhook,
+                        trigger: if source.name == crate::store::POLLER_SOURCE {
+                            Trigger::Reconcile
+                        } else {
+                            Trigger::Webhook
+                        },
                         delivery_id: None,
                         image: app.image.clone(),
-                        requested_tag: Some(app.tag.clone()),
+                        requested_tag: Some(tag),
                         claimed_digest: event.digest.clone().filter(|d| is_digest(d)),
                         pinned: false,
                     });
                 }
                 verdicts.push(EventVerdict {
                     apps: apps.iter().map(|a| a.name.clone()).collect(),
+                    rules: apps
+                        .iter()
+                        .map(|a| RuleMatch {
+                            app: a.name.clone(),
+                            rule: a.rule.to_string(),
+                        })
+                        .collect(),
                     reason: None,
                     event,
                 });
@@ -354,6 +479,7 @@ async fn accept(
             Err(reason) => verdicts.push(EventVerdict {
                 event,
                 apps: vec![],
+                rules: vec![],
                 reason: Some(reason),
             }),
         }
@@ -382,12 +508,33 @@ async fn accept(
     };
     let events: Vec<PushEvent> = verdicts.iter().map(|v| v.event.clone()).collect();
     let delivery = NewDelivery {
-        source: source.name.clone(),
-        event_key: event_key(parsed.delivery_id.as_deref(), &events),
+        source: source.name.to_owned(),
+        // A redelivery keeps its events' ids for the page but has no key: keyed, it would
+        // be a duplicate of its original and run nothing, which is what it exists to undo.
+        event_key: redelivery_of
+            .is_none()
+            .then(|| event_key(parsed.delivery_id.as_deref(), &events))
+            .flatten(),
         events: serde_json::to_value(&verdicts).unwrap_or_default(),
         reason: reason.clone(),
     };
-    let outcome = store.record_delivery(delivery, body_sha256, wanted).await?;
+    let wanted = wanted
+        .into_iter()
+        .map(|d| {
+            let never_older = config
+                .app(&d.app)
+                .map(|a| &a.rule)
+                .filter(|r| r.is_monotonic())
+                .cloned();
+            DeploymentRequest {
+                deployment: d,
+                never_older,
+            }
+        })
+        .collect();
+    let outcome = store
+        .record_delivery_with(delivery, body_sha256, wanted, redelivery_of)
+        .await?;
     let not_again = |delivery_id, replay: bool| Accepted {
         delivery_id,
         duplicate: !replay,
@@ -404,11 +551,12 @@ async fn accept(
         DeliveryOutcome::Recorded {
             delivery_id,
             deployments,
+            held_back,
         } => Accepted {
             delivery_id,
             duplicate: false,
             replay: false,
-            reason: deployments.is_empty().then_some(reason),
+            reason: held_reason(&held_back).or(deployments.is_empty().then_some(reason)),
             deployments,
             events: verdicts,
         },

@@ -6,6 +6,7 @@ mod body;
 mod client;
 mod headers;
 mod platform;
+pub mod tags;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

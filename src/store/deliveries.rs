@@ -2,10 +2,11 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::deployments::{Enqueued, NewDeployment, enqueue_in};
+use super::deployments::{Enqueued, NewDeployment, enqueue_in, lock_app};
 use super::kinds::Verdict;
 use super::text::{pg_json, pg_opt, pg_text};
 use super::{Result, Store};
+use crate::config::{TagRule, tag_version};
 
 #[derive(Debug, Clone)]
 pub struct NewDelivery {
@@ -17,6 +18,46 @@ pub struct NewDelivery {
     pub reason: String,
 }
 
+/// The source name of the deliveries the reconcile poller records (no configured source may
+/// take it).
+pub const POLLER_SOURCE: &str = "poller";
+
+/// A deployment a delivery asks for. With `never_older`, the requested tag is a version
+/// and it is queued only if no version of the same rule already running or queued for the
+/// app is higher: checked under the app's enqueue lock, so two pushes racing (v1.4 and
+/// v1.3) can never end with v1.3 superseding v1.4.
+#[derive(Debug, Clone)]
+pub struct DeploymentRequest {
+    pub deployment: NewDeployment,
+    pub never_older: Option<TagRule>,
+}
+
+impl From<NewDeployment> for DeploymentRequest {
+    fn from(deployment: NewDeployment) -> Self {
+        Self {
+            deployment,
+            never_older: None,
+        }
+    }
+}
+
+/// A requested version that was not queued because a higher one runs or waits.
+#[derive(Debug, Clone, Serialize)]
+pub struct HeldBack {
+    pub app: String,
+    pub tag: String,
+    pub newer: String,
+}
+
+impl HeldBack {
+    pub fn reason(&self) -> String {
+        format!(
+            "{}: {} not deployed, {} is newer (running or queued); a version range never rolls back",
+            self.app, self.tag, self.newer
+        )
+    }
+}
+
 #[derive(Debug, Clone, sqlx::FromRow, Serialize)]
 pub struct Delivery {
     pub id: Uuid,
@@ -25,10 +66,54 @@ pub struct Delivery {
     pub received_at: DateTime<Utc>,
     pub last_seen_at: DateTime<Utc>,
     pub seen_count: i32,
+    /// How many of the repeats were the same delivery id again (a sender's retry).
+    pub duplicates: i32,
+    /// How many were the same authentic body under another delivery id.
+    pub replays: i32,
+    pub redelivery_of: Option<Uuid>,
     pub verdict: Verdict,
     pub reason: String,
     pub events: serde_json::Value,
 }
+
+/// Which deliveries `GET /deliveries` lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VerdictFilter {
+    Is(Verdict),
+    /// Repeated under the same delivery id at least once.
+    Duplicate,
+    /// Repeated under another delivery id at least once.
+    Replay,
+    Redelivery,
+}
+
+impl std::str::FromStr for VerdictFilter {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "duplicate" => Ok(Self::Duplicate),
+            "replay" => Ok(Self::Replay),
+            "redelivery" => Ok(Self::Redelivery),
+            other => other.parse::<Verdict>().map(Self::Is).map_err(|_| {
+                format!(
+                    "unknown verdict `{}`",
+                    other.chars().take(32).collect::<String>()
+                )
+            }),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct DeliveryFilter {
+    pub source: Option<String>,
+    pub verdict: Option<VerdictFilter>,
+    /// Keyset: only deliveries strictly older than this one (the last of the previous page).
+    pub before: Option<(DateTime<Utc>, Uuid)>,
+}
+
+/// Most deliveries one page lists.
+pub const MAX_PAGE: i64 = 200;
 
 #[derive(Debug)]
 pub enum DeliveryOutcome {
@@ -36,6 +121,9 @@ pub enum DeliveryOutcome {
     Recorded {
         delivery_id: Uuid,
         deployments: Vec<Enqueued>,
+        /// Versions not queued because a higher one runs or waits; when nothing was
+        /// queued because of them, the stored verdict is `ignored` with their reason.
+        held_back: Vec<HeldBack>,
     },
     /// The same event was delivered before; nothing new is stored.
     Duplicate { delivery_id: Uuid },
@@ -60,6 +148,21 @@ impl Store {
         body_sha256: Option<&[u8]>,
         wanted: Vec<NewDeployment>,
     ) -> Result<DeliveryOutcome> {
+        let wanted = wanted.into_iter().map(DeploymentRequest::from).collect();
+        self.record_delivery_with(delivery, body_sha256, wanted, None)
+            .await
+    }
+
+    /// [`Store::record_delivery`] with version guards, and for a redelivery the delivery
+    /// it repeats (a redelivery has no event key and no body hash: it is never deduplicated
+    /// against its original, which is the point of asking for it).
+    pub async fn record_delivery_with(
+        &self,
+        delivery: NewDelivery,
+        body_sha256: Option<&[u8]>,
+        wanted: Vec<DeploymentRequest>,
+        redelivery_of: Option<Uuid>,
+    ) -> Result<DeliveryOutcome> {
         let mut tx = self.begin().await?;
         let verdict = if wanted.is_empty() {
             Verdict::Ignored
@@ -67,8 +170,9 @@ impl Store {
             Verdict::Queued
         };
         let inserted: Option<Uuid> = sqlx::query_scalar(
-            "INSERT INTO deliveries (id, source, event_key, verdict, reason, events, body_sha256)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)
+            "INSERT INTO deliveries
+               (id, source, event_key, verdict, reason, events, body_sha256, redelivery_of)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
              ON CONFLICT DO NOTHING
              RETURNING id",
         )
@@ -79,17 +183,24 @@ impl Store {
         .bind(pg_text(&delivery.reason))
         .bind(pg_json(&delivery.events).as_ref())
         .bind(body_sha256)
+        .bind(redelivery_of)
         .fetch_optional(&mut *tx)
         .await?;
         let Some(delivery_id) = inserted else {
-            let (delivery_id, same_event): (Uuid, bool) = sqlx::query_as(
-                "UPDATE deliveries SET seen_count = seen_count + 1, last_seen_at = now()
-                 WHERE id = (SELECT id FROM deliveries
-                             WHERE source = $1
-                               AND (event_key = $2 OR body_sha256 = $3)
-                             ORDER BY (event_key IS NOT DISTINCT FROM $2) DESC
-                             LIMIT 1)
-                 RETURNING id, event_key IS NOT DISTINCT FROM $2",
+            // A repeat is counted on the first row, never stored as a row of its own.
+            let (delivery_id, duplicate): (Uuid, bool) = sqlx::query_as(
+                "WITH hit AS (
+                   SELECT id, ($2::text IS NOT NULL AND event_key IS NOT DISTINCT FROM $2) AS dup
+                   FROM deliveries
+                   WHERE source = $1 AND (event_key = $2 OR body_sha256 = $3)
+                   ORDER BY (event_key IS NOT DISTINCT FROM $2) DESC
+                   LIMIT 1)
+                 UPDATE deliveries d
+                 SET seen_count = seen_count + 1, last_seen_at = now(),
+                     duplicates = duplicates + hit.dup::int,
+                     replays = replays + (NOT hit.dup)::int
+                 FROM hit WHERE d.id = hit.id
+                 RETURNING d.id, hit.dup",
             )
             .bind(pg_text(&delivery.source))
             .bind(pg_opt(delivery.event_key.as_deref()))
@@ -97,22 +208,111 @@ impl Store {
             .fetch_one(&mut *tx)
             .await?;
             tx.commit().await?;
-            return Ok(if same_event && delivery.event_key.is_some() {
+            return Ok(if duplicate {
                 DeliveryOutcome::Duplicate { delivery_id }
             } else {
                 DeliveryOutcome::Replay { delivery_id }
             });
         };
         let mut deployments = Vec::with_capacity(wanted.len());
-        for mut d in wanted {
+        let mut held_back = Vec::new();
+        for DeploymentRequest {
+            deployment: mut d,
+            never_older,
+        } in wanted
+        {
+            if let (Some(rule), Some(tag)) = (&never_older, d.requested_tag.clone()) {
+                lock_app(&mut tx, &d.app).await?;
+                if let Some(newer) = newer_in_play(&mut tx, &d.app, rule, &tag).await? {
+                    held_back.push(HeldBack {
+                        app: d.app.clone(),
+                        tag,
+                        newer,
+                    });
+                    continue;
+                }
+            }
             d.delivery_id = Some(delivery_id);
             deployments.push(enqueue_in(&mut tx, d).await?);
+        }
+        if !held_back.is_empty() {
+            let mut reasons: Vec<String> = held_back.iter().map(HeldBack::reason).collect();
+            if !deployments.is_empty() {
+                let apps: Vec<&str> = deployments
+                    .iter()
+                    .map(|e| match e {
+                        Enqueued::Queued { app, .. } | Enqueued::AlreadyPending { app, .. } => {
+                            app.as_str()
+                        }
+                    })
+                    .collect();
+                reasons.insert(0, format!("deploys {}", apps.join(", ")));
+            }
+            let verdict = if deployments.is_empty() {
+                Verdict::Ignored
+            } else {
+                Verdict::Queued
+            };
+            sqlx::query("UPDATE deliveries SET verdict = $2, reason = $3 WHERE id = $1")
+                .bind(delivery_id)
+                .bind(verdict)
+                .bind(pg_text(&reasons.join("; ")))
+                .execute(&mut *tx)
+                .await?;
         }
         tx.commit().await?;
         Ok(DeliveryOutcome::Recorded {
             delivery_id,
             deployments,
+            held_back,
         })
+    }
+
+    pub async fn delivery(&self, id: Uuid) -> Result<Option<Delivery>> {
+        Ok(sqlx::query_as("SELECT * FROM deliveries WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?)
+    }
+
+    /// One page of deliveries, newest first. Each filter shape is its own statement
+    /// (built, never concatenated from input: every value is bound) so that each is planned
+    /// against its own index; `limit` is capped at [`MAX_PAGE`].
+    pub async fn deliveries_page(
+        &self,
+        filter: &DeliveryFilter,
+        limit: i64,
+    ) -> Result<Vec<Delivery>> {
+        let mut q =
+            sqlx::QueryBuilder::<sqlx::Postgres>::new("SELECT * FROM deliveries WHERE true");
+        if let Some(source) = &filter.source {
+            q.push(" AND source = ").push_bind(source.clone());
+        }
+        match filter.verdict {
+            Some(VerdictFilter::Is(v)) => {
+                q.push(" AND verdict = ").push_bind(v);
+            }
+            Some(VerdictFilter::Duplicate) => {
+                q.push(" AND duplicates > 0");
+            }
+            Some(VerdictFilter::Replay) => {
+                q.push(" AND replays > 0");
+            }
+            Some(VerdictFilter::Redelivery) => {
+                q.push(" AND redelivery_of IS NOT NULL");
+            }
+            None => {}
+        }
+        if let Some((at, id)) = filter.before {
+            q.push(" AND (received_at, id) < (")
+                .push_bind(at)
+                .push(", ")
+                .push_bind(id)
+                .push(")");
+        }
+        q.push(" ORDER BY received_at DESC, id DESC LIMIT ")
+            .push_bind(limit.clamp(1, MAX_PAGE));
+        Ok(q.build_query_as().fetch_all(&self.pool).await?)
     }
 
     pub async fn recent_deliveries(&self, limit: i64) -> Result<Vec<Delivery>> {
@@ -142,5 +342,78 @@ impl Store {
         Ok(sqlx::query_scalar("SELECT count(*) FROM deliveries")
             .fetch_one(&self.pool)
             .await?)
+    }
+}
+
+/// The highest version of `rule` running or queued for `app`, when it is higher than
+/// `tag`'s: what runs is the tag of the newest succeeded deployment that named one; what is
+/// queued or running, the tags those deployments resolve. Versions the rule no longer
+/// matches do not count, so narrowing a range (`<1.5` after running 1.9) can go down.
+async fn newer_in_play(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    app: &str,
+    rule: &TagRule,
+    tag: &str,
+) -> Result<Option<String>> {
+    let Some(wanted) = tag_version(tag) else {
+        return Ok(None);
+    };
+    let tags: Vec<String> = sqlx::query_scalar(
+        "SELECT requested_tag FROM deployments
+         WHERE app = $1 AND requested_tag IS NOT NULL AND state IN ('queued', 'running')
+         UNION ALL
+         (SELECT requested_tag FROM deployments
+          WHERE app = $1 AND requested_tag IS NOT NULL AND state = 'succeeded'
+          ORDER BY finished_at DESC LIMIT 1)",
+    )
+    .bind(app)
+    .fetch_all(&mut **tx)
+    .await?;
+    Ok(highest_above(rule, &wanted, tags.iter().map(String::as_str)).map(str::to_owned))
+}
+
+/// The no-rollback rule, pure: of the tags in play that the rule matches, the highest
+/// version if it is strictly higher than `wanted` (the same version again, re-pushed with
+/// another digest, still deploys).
+pub fn highest_above<'a>(
+    rule: &TagRule,
+    wanted: &semver::Version,
+    in_play: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
+    in_play
+        .into_iter()
+        .filter(|t| rule.matches(t, false))
+        .filter_map(|t| tag_version(t).map(|v| (v, t)))
+        .filter(|(v, _)| v > wanted)
+        .max_by(|a, b| a.0.cmp(&b.0))
+        .map(|(_, t)| t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lower_version_is_held_back_and_the_same_or_a_higher_one_is_not() {
+        let rule = TagRule::from_versions(">=1.0.0, <2").unwrap();
+        let v = |s: &str| tag_version(s).unwrap();
+        assert_eq!(
+            highest_above(&rule, &v("1.2.0"), ["v1.3.0", "1.1.0"]),
+            Some("v1.3.0")
+        );
+        assert_eq!(
+            highest_above(&rule, &v("1.3.0"), ["v1.3.0"]),
+            None,
+            "a re-push"
+        );
+        assert_eq!(highest_above(&rule, &v("1.4.0"), ["1.3.0", "1.2.0"]), None);
+        assert_eq!(
+            highest_above(&rule, &v("1.4.0"), []),
+            None,
+            "nothing runs yet"
+        );
+        // A version the rule no longer matches does not hold anything back.
+        assert_eq!(highest_above(&rule, &v("1.4.0"), ["2.5.0"]), None);
+        assert_eq!(highest_above(&rule, &v("1.4.0"), ["main"]), None);
     }
 }

@@ -93,16 +93,23 @@ fn millis(d: Duration) -> i64 {
     d.as_millis().min(i64::MAX as u128) as i64
 }
 
+/// The app's enqueue lock, held until the transaction ends (taking it twice in one
+/// transaction is fine: advisory locks stack).
+pub(super) async fn lock_app(tx: &mut Transaction<'_, Postgres>, app: &str) -> Result<()> {
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('pier:app:' || $1))")
+        .bind(app)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
 /// Per app, enqueueing is serialized by an advisory lock so that concurrent deliveries
 /// cannot both see "nothing queued" and race on the one-queued-per-app index.
 pub(super) async fn enqueue_in(
     tx: &mut Transaction<'_, Postgres>,
     d: NewDeployment,
 ) -> Result<Enqueued> {
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('pier:app:' || $1))")
-        .bind(&d.app)
-        .execute(&mut **tx)
-        .await?;
+    lock_app(tx, &d.app).await?;
     if let Some(digest) = &d.claimed_digest {
         let existing: Option<Uuid> = sqlx::query_scalar(
             "SELECT id FROM deployments
@@ -322,6 +329,64 @@ impl Store {
         Ok(sqlx::query_as("SELECT * FROM app_generations ORDER BY app")
             .fetch_all(&self.pool)
             .await?)
+    }
+}
+
+impl Store {
+    /// The tag the app's serving generation resolved (else its newest succeeded deployment
+    /// that named one): what a manual redeploy of a glob or range app resolves again.
+    pub async fn serving_tag(&self, app: &str) -> Result<Option<String>> {
+        Ok(sqlx::query_scalar(
+            "SELECT d.requested_tag FROM deployments d
+             LEFT JOIN app_generations g ON g.deployment_id = d.id
+             WHERE d.app = $1 AND d.requested_tag IS NOT NULL AND d.state = 'succeeded'
+             ORDER BY (g.app IS NOT NULL) DESC, d.finished_at DESC
+             LIMIT 1",
+        )
+        .bind(app)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+}
+
+/// Where a digest stands for an app, as the poller needs to know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DigestStatus {
+    /// The app's generation runs it.
+    Serving,
+    /// A queued or running deployment is for it, or for a digest not resolved yet (a push
+    /// without a digest): wait for that one before judging.
+    Pending,
+    /// A deployment of it failed: re-queueing it would fail again at every poll.
+    Failed,
+    New,
+}
+
+impl Store {
+    pub async fn digest_status(&self, app: &str, digest: &str) -> Result<DigestStatus> {
+        let (serving, pending, failed): (bool, bool, bool) = sqlx::query_as(
+            "SELECT
+               EXISTS (SELECT 1 FROM app_generations WHERE app = $1 AND digest = $2),
+               EXISTS (SELECT 1 FROM deployments
+                       WHERE app = $1 AND state IN ('queued', 'running')
+                         AND (claimed_digest = $2 OR resolved_digest = $2
+                              OR (claimed_digest IS NULL AND resolved_digest IS NULL))),
+               EXISTS (SELECT 1 FROM deployments
+                       WHERE app = $1 AND state = 'failed' AND resolved_digest = $2)",
+        )
+        .bind(app)
+        .bind(digest)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(if serving {
+            DigestStatus::Serving
+        } else if pending {
+            DigestStatus::Pending
+        } else if failed {
+            DigestStatus::Failed
+        } else {
+            DigestStatus::New
+        })
     }
 }
 

@@ -13,8 +13,13 @@ use std::time::Duration;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{PgPool, Postgres, Transaction};
 
-pub use deliveries::{Delivery, DeliveryOutcome, NewDelivery};
-pub use deployments::{Deployment, Enqueued, Generation, NewDeployment, TAKEOVER_CHECK};
+pub use deliveries::{
+    Delivery, DeliveryFilter, DeliveryOutcome, DeploymentRequest, HeldBack, MAX_PAGE, NewDelivery,
+    POLLER_SOURCE, VerdictFilter, highest_above,
+};
+pub use deployments::{
+    Deployment, DigestStatus, Enqueued, Generation, NewDeployment, TAKEOVER_CHECK,
+};
 pub use kinds::{DeploymentState, ReconcileKind, Step, StepState, Trigger, UnknownValue, Verdict};
 pub use reconcile::ReconcileAction;
 pub use routes::{Quarantined, Route};

@@ -65,11 +65,35 @@ pub(super) async fn deploy(
             "`{d}` is not a sha256 digest"
         )));
     }
-    let enqueued = s.store.enqueue(manual(app, req.digest)).await?;
+    let enqueued = s
+        .store
+        .enqueue(manual_for(&s, app, req.digest).await?)
+        .await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(serde_json::json!({ "deployment": hooks::deployment_ref(enqueued) })),
     ))
+}
+
+/// A manual deployment of the app's tag, or of `digest`. A glob or range names no
+/// manifest, so for such an app the tag that serves now is resolved again; before anything
+/// has deployed there is none, and only a digest can be deployed by hand.
+pub(super) async fn manual_for(
+    s: &AppState,
+    app: &crate::config::AppConfig,
+    digest: Option<String>,
+) -> Result<NewDeployment, WebError> {
+    let mut d = manual(app, digest);
+    if !d.pinned && app.rule.fixed().is_none() {
+        let tag = s.store.serving_tag(&app.name).await?.ok_or_else(|| {
+            WebError::BadRequest(format!(
+                "app `{}` follows {}, and no matching tag has deployed yet: deploy a digest",
+                app.name, app.rule
+            ))
+        })?;
+        d.requested_tag = Some(tag);
+    }
+    Ok(d)
 }
 
 pub(super) fn manual(app: &crate::config::AppConfig, digest: Option<String>) -> NewDeployment {

@@ -56,6 +56,7 @@ pub fn router(state: AppState) -> Router {
         .route("/apps/{app}/redeploy", post(pages::redeploy))
         .route("/deployments/{id}", get(pages::deployment))
         .route("/deliveries", get(pages::deliveries))
+        .route("/deliveries/{id}/redeliver", post(pages::redeliver))
         .route("/static/pier.css", get(pages::stylesheet))
         .route("/api/apps", get(api::apps))
         .route("/api/apps/{app}", get(api::app))

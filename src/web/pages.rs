@@ -3,15 +3,18 @@
 use askama::Template;
 use askama_web::WebTemplate;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Redirect};
+use serde::Deserialize;
 use uuid::Uuid;
 
 use super::error::PageError;
 use super::views::{self, AppView, DeploymentView, short_digest, took, when};
 use super::{AppState, WebError, api, check_admin};
-use crate::store::{Delivery, Deployment, Enqueued, StepRecord};
+use crate::store::{
+    Delivery, DeliveryFilter, Deployment, Enqueued, MAX_PAGE, StepRecord, VerdictFilter,
+};
 
 /// Template helpers, reachable from every template as methods on the page.
 pub(super) trait Fmt {
@@ -62,10 +65,37 @@ impl Fmt for DeploymentPage {}
 #[derive(Template, WebTemplate)]
 #[template(path = "deliveries.html")]
 pub(super) struct DeliveriesPage {
-    deliveries: Vec<(Delivery, Vec<(Uuid, String)>)>,
+    deliveries: Vec<DeliveryRow>,
+    /// The filters as given, to keep them in the form and the next-page link.
+    source: String,
+    verdict: String,
+    /// `?before=` of the next page, when this one is full.
+    next: Option<String>,
+    sources: Vec<String>,
+    admin_enabled: bool,
     live: bool,
 }
 impl Fmt for DeliveriesPage {}
+
+pub(super) struct DeliveryRow {
+    d: Delivery,
+    made: Vec<(Uuid, String)>,
+    /// `app: rule` for each app an event matched.
+    rules: Vec<String>,
+}
+
+impl DeliveriesPage {
+    fn filter_query(&self) -> String {
+        let mut q = Vec::new();
+        if !self.source.is_empty() {
+            q.push(("source", self.source.as_str()));
+        }
+        if !self.verdict.is_empty() {
+            q.push(("verdict", self.verdict.as_str()));
+        }
+        serde_urlencoded::to_string(q).unwrap_or_default()
+    }
+}
 
 fn any_active(ds: &[Deployment]) -> bool {
     ds.iter().any(|d| !d.state.is_final())
@@ -110,25 +140,137 @@ pub(super) async fn deployment(
     Ok(DeploymentPage { d, live })
 }
 
-pub(super) async fn deliveries(State(s): State<AppState>) -> Result<DeliveriesPage, PageError> {
-    let recent = s.store.recent_deliveries(100).await?;
-    let ids: Vec<Uuid> = recent.iter().map(|d| d.id).collect();
+/// Deliveries listed on one page.
+const DELIVERIES_PAGE: i64 = 50;
+
+#[derive(Deserialize, Default)]
+pub(super) struct DeliveriesQuery {
+    source: Option<String>,
+    verdict: Option<String>,
+    /// The id of the last delivery of the previous page.
+    before: Option<String>,
+    limit: Option<i64>,
+}
+
+/// `GET /deliveries?source=&verdict=&before=`: every authentic delivery, newest first, a
+/// page at a time, filtered by source and by verdict (`queued`, `ignored`, `duplicate`,
+/// `replay`, `redelivery`).
+pub(super) async fn deliveries(
+    State(s): State<AppState>,
+    Query(q): Query<DeliveriesQuery>,
+) -> Result<DeliveriesPage, PageError> {
+    let nonempty = |v: Option<String>| v.filter(|v| !v.is_empty());
+    let source = nonempty(q.source);
+    if source.as_ref().is_some_and(|s| s.len() > 64) {
+        return Err(WebError::BadRequest("source is at most 64 characters".into()).into());
+    }
+    let verdict_text = nonempty(q.verdict);
+    let verdict = verdict_text
+        .as_deref()
+        .map(str::parse::<VerdictFilter>)
+        .transpose()
+        .map_err(WebError::BadRequest)?;
+    let before = match nonempty(q.before) {
+        None => None,
+        Some(id) => {
+            let id = Uuid::parse_str(&id)
+                .map_err(|_| WebError::BadRequest("before must be a delivery id".into()))?;
+            let d = s
+                .store
+                .delivery(id)
+                .await?
+                .ok_or_else(|| WebError::NotFound(format!("delivery {id}")))?;
+            Some((d.received_at, d.id))
+        }
+    };
+    let limit = q.limit.unwrap_or(DELIVERIES_PAGE).clamp(1, MAX_PAGE);
+    let filter = DeliveryFilter {
+        source: source.clone(),
+        verdict,
+        before,
+    };
+    let page = s.store.deliveries_page(&filter, limit).await?;
+    let next = (page.len() as i64 == limit)
+        .then(|| page.last().map(|d| d.id.to_string()))
+        .flatten();
+    let ids: Vec<Uuid> = page.iter().map(|d| d.id).collect();
     let created = s.store.deployments_of_deliveries(&ids).await?;
-    let deliveries = recent
+    let deliveries = page
         .into_iter()
         .map(|d| {
-            let mine = created
+            let made = created
                 .iter()
                 .filter(|(delivery, _, _)| *delivery == d.id)
                 .map(|(_, id, app)| (*id, app.clone()))
                 .collect();
-            (d, mine)
+            let rules = rules_of(&d.events);
+            DeliveryRow { d, made, rules }
         })
         .collect();
+    let mut sources: Vec<String> = s.config.sources.iter().map(|s| s.name.clone()).collect();
+    sources.push(crate::store::POLLER_SOURCE.to_owned());
     Ok(DeliveriesPage {
         deliveries,
+        source: source.unwrap_or_default(),
+        verdict: verdict_text.unwrap_or_default(),
+        next,
+        sources,
+        admin_enabled: s.config.server.admin_token.is_some(),
         live: false,
     })
+}
+
+/// `app: rule` for every app the stored events matched (older rows have no rules).
+fn rules_of(events: &serde_json::Value) -> Vec<String> {
+    let mut out: Vec<String> = events
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.get("rules")?.as_array())
+        .flatten()
+        .filter_map(|r| {
+            Some(format!(
+                "{}: {}",
+                r.get("app")?.as_str()?,
+                r.get("rule")?.as_str()?
+            ))
+        })
+        .collect();
+    out.dedup();
+    out
+}
+
+/// `POST /deliveries/{id}/redeliver` (admin token, as a form field or bearer header): runs
+/// intake again on the stored delivery's events, as a new delivery marked as a redelivery
+/// of it, and shows the deliveries page at the new row.
+pub(super) async fn redeliver(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<impl IntoResponse, PageError> {
+    let form_token = if headers.contains_key(header::AUTHORIZATION) {
+        None
+    } else {
+        form_field(&body, "admin_token")
+    };
+    check_admin(&s.config, &headers, form_token.as_deref())?;
+    let id = Uuid::parse_str(&id).map_err(|_| WebError::NotFound(format!("delivery {id}")))?;
+    let original = s
+        .store
+        .delivery(id)
+        .await?
+        .ok_or_else(|| WebError::NotFound(format!("delivery {id}")))?;
+    let accepted = crate::intake::redeliver(&s.config, &s.store, &original)
+        .await
+        .map_err(|e| match e {
+            crate::intake::IntakeError::Store(e) => WebError::from(e),
+            other => WebError::BadRequest(other.to_string()),
+        })?;
+    Ok(Redirect::to(&format!(
+        "/deliveries?verdict=redelivery#{}",
+        accepted.delivery_id
+    )))
 }
 
 /// `POST /apps/{app}/redeploy`: needs the admin token; runs the pipeline again for the
@@ -148,7 +290,11 @@ pub(super) async fn redeploy(
     };
     check_admin(&s.config, &headers, form_token.as_deref())?;
     let app = views::find_app(&s, &name)?;
-    let id = match s.store.enqueue(api::manual(app, None)).await? {
+    let id = match s
+        .store
+        .enqueue(api::manual_for(&s, app, None).await?)
+        .await?
+    {
         Enqueued::Queued { id, .. } | Enqueued::AlreadyPending { id, .. } => id,
     };
     Ok(Redirect::to(&format!("/deployments/{id}")))

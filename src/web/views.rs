@@ -15,6 +15,10 @@ pub struct AppView {
     pub name: String,
     pub image: String,
     pub tag: String,
+    /// The app's tag rule: `tag main`, `glob v1.*` or `semver >=1.2, <2`.
+    pub rule: String,
+    /// How often the reconcile poller checks the registry (`5m`), or `off`.
+    pub poll: String,
     pub publish: Option<String>,
     /// What the journal says serves (written by the `switch` step).
     pub generation: Option<Generation>,
@@ -109,6 +113,11 @@ pub async fn app_view(
         name: app.name.clone(),
         image: app.image.clone(),
         tag: app.tag.clone(),
+        rule: app.rule.to_string(),
+        poll: app.poll.map_or_else(
+            || "off".to_owned(),
+            |p| humantime::format_duration(p).to_string(),
+        ),
         publish: app.publish.map(|a| a.to_string()),
         generation,
         containers: mine

@@ -58,13 +58,18 @@ impl AppSpec {
     }
 
     fn render(&self, registry_host: &str) -> String {
+        // An empty `tag` writes none (for an app with `versions = ...` in `extra_toml`).
+        let tag = if self.tag.is_empty() {
+            String::new()
+        } else {
+            format!("tag = \"{}\"\n", self.tag)
+        };
         let mut s = format!(
-            "\n[[apps]]\nname = \"{name}\"\nimage = \"{registry_host}/{repo}\"\ntag = \"{tag}\"\n\
+            "\n[[apps]]\nname = \"{name}\"\nimage = \"{registry_host}/{repo}\"\n{tag}\
              port = 8080\n",
             name = self.name,
             registry_host = self.registry.as_deref().unwrap_or(registry_host),
             repo = self.repo,
-            tag = self.tag,
         );
         match &self.route_toml {
             None => s.push_str(&format!("publish = \"127.0.0.1:{}\"\n", self.publish_port)),
