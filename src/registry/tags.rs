@@ -317,6 +317,29 @@ pub fn parse_retry_after(v: &str) -> Option<Duration> {
         .map(|s| Duration::from_secs(s.min(3600)))
 }
 
+/// reqwest's messages carry the URL; keep the message short and stable for the journal:
+/// what kind of failure, and its innermost cause.
+fn without_url(e: &reqwest::Error) -> String {
+    let kind = if e.is_connect() {
+        "connection refused or unreachable"
+    } else if e.is_timeout() {
+        "timed out"
+    } else {
+        "request failed"
+    };
+    let mut cause = String::new();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        cause = s.to_string();
+        source = s.source();
+    }
+    if cause.is_empty() {
+        kind.to_owned()
+    } else {
+        format!("{kind}: {cause}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -348,28 +371,5 @@ mod tests {
         assert_eq!(parse_retry_after("7"), Some(Duration::from_secs(7)));
         assert_eq!(parse_retry_after("999999"), Some(Duration::from_secs(3600)));
         assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
-    }
-}
-
-/// reqwest's messages carry the URL; keep the message short and stable for the journal:
-/// what kind of failure, and its innermost cause.
-fn without_url(e: &reqwest::Error) -> String {
-    let kind = if e.is_connect() {
-        "connection refused or unreachable"
-    } else if e.is_timeout() {
-        "timed out"
-    } else {
-        "request failed"
-    };
-    let mut cause = String::new();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        cause = s.to_string();
-        source = s.source();
-    }
-    if cause.is_empty() {
-        kind.to_owned()
-    } else {
-        format!("{kind}: {cause}")
     }
 }
