@@ -72,23 +72,26 @@ pub use registry::*;
 // Small utilities
 // ---------------------------------------------------------------------------------------------
 
-/// A loopback TCP port that was free a moment ago (bind 127.0.0.1:0, read it, release it).
-/// Never the same port twice in one test binary, so ports picked up front for a config
-/// (Pier's, the registry's, the apps' publish ports) cannot collide with each other.
+/// A loopback TCP port that was free a moment ago, never the same twice in one test binary,
+/// so ports picked up front for a config (Pier's, the registry's, the apps' publish ports)
+/// cannot collide with each other. Picked below the kernel's ephemeral range (32768 and
+/// up), where Docker also takes the ports of blue-green candidates (`127.0.0.1:0`): a port
+/// handed out here and taken there a moment later would fail a test for nothing.
 pub fn free_port() -> u16 {
     static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
     loop {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-        let port = listener.local_addr().expect("local_addr").port();
+        let candidate = 20_000 + (uuid::Uuid::new_v4().as_u128() % 12_000) as u16;
         let mut seen = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
-        if !seen.contains(&port) {
-            seen.push(port);
-            return port;
+        if seen.contains(&candidate) {
+            continue;
+        }
+        if TcpListener::bind(("127.0.0.1", candidate)).is_ok() {
+            seen.push(candidate);
+            return candidate;
         }
     }
 }
 
-/// A random lower-case hex string of `len` characters (at most 32).
 pub fn random_hex(len: usize) -> String {
     let s = uuid::Uuid::new_v4().simple().to_string();
     s[..len.min(s.len())].to_owned()
