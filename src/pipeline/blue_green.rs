@@ -100,18 +100,14 @@ impl Run<'_> {
     }
 
     pub(super) async fn steps_blue_green(&self) -> Result<String, PipelineError> {
-        let resolved = self.resolve().await?;
-        if let Some(note) = self.skip_quarantined(&resolved.digest).await? {
-            return Ok(note);
-        }
-        if !self.dep.trigger.is_operator()
-            && let Some(note) = self.already_running(&resolved.digest).await?
-        {
-            return Ok(note);
-        }
-        self.pull(&resolved).await?;
-        let image = self.verify(&resolved).await?;
-        let candidate = self.create(&resolved).await?;
+        let (resolved, image, candidate) = match self.prepare().await? {
+            super::Prepared::Skip(note) => return Ok(note),
+            super::Prepared::Candidate {
+                resolved,
+                image,
+                candidate,
+            } => (resolved, image, candidate),
+        };
         let upstream = self.start_published(&candidate).await?;
         let probe = self.health(&candidate, &image, Some(upstream)).await?;
         let switched = self.switch_route(&resolved, &candidate, upstream).await?;

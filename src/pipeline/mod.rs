@@ -191,20 +191,49 @@ pub async fn run(ctx: &Context, owner: &str, dep: &Deployment, app: &AppConfig) 
     }
 }
 
+/// What both strategies do before a candidate runs, or why there is nothing to do.
+enum Prepared {
+    /// A quarantined digest, or the one that already serves: the deployment ends here.
+    Skip(String),
+    Candidate {
+        resolved: crate::registry::Resolved,
+        image: image::VerifiedImage,
+        candidate: container::Candidate,
+    },
+}
+
 impl Run<'_> {
-    async fn steps(&self) -> Result<String, PipelineError> {
+    /// resolve, then (unless the digest is quarantined or already serves) pull, verify and
+    /// create: the same for every strategy.
+    async fn prepare(&self) -> Result<Prepared, PipelineError> {
         let resolved = self.resolve().await?;
         if let Some(note) = self.skip_quarantined(&resolved.digest).await? {
-            return Ok(note);
+            return Ok(Prepared::Skip(note));
         }
         if !self.dep.trigger.is_operator()
             && let Some(note) = self.already_running(&resolved.digest).await?
         {
-            return Ok(note);
+            return Ok(Prepared::Skip(note));
         }
         self.pull(&resolved).await?;
         let image = self.verify(&resolved).await?;
         let candidate = self.create(&resolved).await?;
+        Ok(Prepared::Candidate {
+            resolved,
+            image,
+            candidate,
+        })
+    }
+
+    async fn steps(&self) -> Result<String, PipelineError> {
+        let (resolved, image, candidate) = match self.prepare().await? {
+            Prepared::Skip(note) => return Ok(note),
+            Prepared::Candidate {
+                resolved,
+                image,
+                candidate,
+            } => (resolved, image, candidate),
+        };
         let old = self.stop_old(&candidate).await?;
         self.start(&candidate).await?;
         let probe = self.health(&candidate, &image, None).await?;

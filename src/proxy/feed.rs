@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use sqlx::postgres::{PgListener, PgPoolOptions};
+use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
 
 use super::Shared;
@@ -51,7 +51,7 @@ pub async fn follow(config: Arc<Config>, shared: Arc<Shared>, shutdown: Cancella
         std::time::Duration::from_secs(5),
     );
     while !shutdown.is_cancelled() {
-        match listen(&store).await {
+        match store.own_listener(CHANNEL).await {
             Ok(mut listener) => {
                 backoff.reset();
                 if let Err(e) = relay(&store, &mut listener, &config, &shared, &shutdown).await {
@@ -66,16 +66,6 @@ pub async fn follow(config: Arc<Config>, shared: Arc<Shared>, shutdown: Cancella
             }
         }
     }
-}
-
-async fn listen(store: &Store) -> Result<PgListener, sqlx::Error> {
-    let own = PgPoolOptions::new()
-        .max_connections(1)
-        .acquire_timeout(std::time::Duration::from_secs(5))
-        .connect_lazy_with((*store.pool().connect_options()).clone());
-    let mut listener = PgListener::connect_with(&own).await?;
-    listener.listen(CHANNEL).await?;
-    Ok(listener)
 }
 
 /// Reads all routes now, then again on every NOTIFY and every refresh, until the

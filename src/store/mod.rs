@@ -132,6 +132,22 @@ impl Store {
             .await?)
     }
 
+    /// A LISTEN on `channel` over a connection of its own, never the shared pool's: when the
+    /// listener is dropped its connection closes, with every session lock taken on it (a
+    /// lock left on a pooled connection would keep a dead holder looking alive).
+    pub async fn own_listener(
+        &self,
+        channel: &str,
+    ) -> std::result::Result<sqlx::postgres::PgListener, sqlx::Error> {
+        let own = PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_lazy_with((*self.pool.connect_options()).clone());
+        let mut listener = sqlx::postgres::PgListener::connect_with(&own).await?;
+        listener.listen(channel).await?;
+        Ok(listener)
+    }
+
     pub async fn ping(&self) -> Result<()> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())

@@ -1,7 +1,7 @@
 //! The process's one listening connection: it turns NOTIFYs into wake-ups for every
 //! worker, and it holds the process's liveness lock.
 
-use sqlx::postgres::{PgListener, PgPoolOptions};
+use sqlx::postgres::PgListener;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -60,15 +60,9 @@ pub async fn listen(
     }
 }
 
-/// A connection of its own, never the shared pool's: a session lock on a pooled connection
-/// would outlive this listener and keep a dead holder looking alive.
+/// The listener's own connection also carries the liveness lock, so both end together.
 async fn connect(store: &Store, liveness_key: i64) -> Result<PgListener, sqlx::Error> {
-    let own = PgPoolOptions::new()
-        .max_connections(1)
-        .acquire_timeout(std::time::Duration::from_secs(5))
-        .connect_lazy_with((*store.pool().connect_options()).clone());
-    let mut listener = PgListener::connect_with(&own).await?;
-    listener.listen(CHANNEL).await?;
+    let mut listener = store.own_listener(CHANNEL).await?;
     let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
         .bind(liveness_key)
         .fetch_one(&mut listener)
