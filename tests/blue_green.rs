@@ -41,7 +41,7 @@ fn version_of(a: &Answer) -> Option<&str> {
 #[tokio::test]
 async fn ten_deploys_under_load_drop_no_request_even_when_a_version_fails_or_dies() {
     let (env, _proxy, _) =
-        serving_v1("soak = \"4s\"\nsoak_failures = 2\ndrain_timeout = \"5s\"").await;
+        serving_v1("soak = \"6s\"\nsoak_failures = 2\ndrain_timeout = \"5s\"").await;
     let app = env.app().to_owned();
     let first = env.latest_final_of(&app, &[], DEPLOY).await;
     let load = Load::start(&env.app_url("/version"), 200_000, Duration::from_secs(240));
@@ -50,7 +50,7 @@ async fn ten_deploys_under_load_drop_no_request_even_when_a_version_fails_or_die
         let version = format!("v{n}");
         let image = match n {
             5 => TestImage::no_health_file(&version),
-            8 => TestImage::dies_after(&version, 3),
+            8 => TestImage::dies_after(&version, 4),
             _ => TestImage::healthy(&version),
         };
         env.push(&image, "main").await;

@@ -10,19 +10,25 @@ use support::*;
 
 const DEPLOY: Duration = Duration::from_secs(60);
 
-async fn dies_at(point: &str) {
-    let mut env = TestEnv::builder()
+/// A blue-green app with `route` lines, its proxy, and v1 deployed and serving.
+async fn serving_v1(route: &str) -> (TestEnv, PierProcess, String, String) {
+    let env = TestEnv::builder()
         .lease("3s")
         .health_timeout(Duration::from_secs(10))
-        .app(|a| a.blue_green("soak = \"1s\"\ndrain_timeout = \"5s\""))
+        .app(|a| a.blue_green(route))
         .start()
         .await;
-    let _proxy = env.start_proxy().await;
+    let proxy = env.start_proxy().await;
     let app = env.app().to_owned();
-    env.push(&TestImage::healthy("v1"), "main").await;
+    let v1 = env.push(&TestImage::healthy("v1"), "main").await;
     env.wait_app_version("v1", DEPLOY).await;
     let first = env.latest_final_of(&app, &[], DEPLOY).await;
     assert_eq!(first["state"], "succeeded", "{first:#}");
+    (env, proxy, app, v1)
+}
+
+async fn dies_at(point: &str) {
+    let (mut env, _proxy, app, _) = serving_v1("soak = \"1s\"\ndrain_timeout = \"5s\"").await;
 
     env.pier_mut()
         .restart_with(|c| c.env("PIER_CRASH_AT", point))
@@ -102,24 +108,14 @@ crash_points! {
 
 /// v2 dies during its soak; Pier dies at `point` while switching back to v1.
 async fn dies_while_reverting(point: &str) {
-    let mut env = TestEnv::builder()
-        .lease("3s")
-        .health_timeout(Duration::from_secs(10))
-        .app(|a| a.blue_green("soak = \"6s\"\nsoak_failures = 1\ndrain_timeout = \"5s\""))
-        .start()
-        .await;
-    let _proxy = env.start_proxy().await;
-    let app = env.app().to_owned();
-    let v1 = env.push(&TestImage::healthy("v1"), "main").await;
-    env.wait_app_version("v1", DEPLOY).await;
-    let first = env.latest_final_of(&app, &[], DEPLOY).await;
-    assert_eq!(first["state"], "succeeded", "{first:#}");
+    let (mut env, _proxy, app, v1) =
+        serving_v1("soak = \"9s\"\nsoak_failures = 1\ndrain_timeout = \"5s\"").await;
 
     env.pier_mut()
         .restart_with(|c| c.env("PIER_CRASH_AT", point))
         .await;
     let load = Load::start(&env.app_url("/version"), 100_000, Duration::from_secs(90));
-    env.push(&TestImage::dies_after("v2", 2), "main").await;
+    env.push(&TestImage::dies_after("v2", 4), "main").await;
     env.pier_mut()
         .wait_dead(&format!("pier aborts at {point}"), DEPLOY)
         .await;

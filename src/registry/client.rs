@@ -264,14 +264,7 @@ impl Endpoint {
         if e.is_redirect() || e.is_builder() {
             return invalid(shown, deepest_cause(&e, "redirect refused"));
         }
-        let kind = if e.is_connect() {
-            "connection refused or unreachable"
-        } else if e.is_timeout() {
-            "timed out"
-        } else {
-            "request failed"
-        };
-        self.unreachable(deepest_cause(&e, kind))
+        self.unreachable(deepest_cause(&e, failure_kind(&e)))
     }
 
     /// A non-2xx answer, classified: what is worth retrying (5xx, 429 with its wish) and
@@ -481,7 +474,20 @@ fn error_codes(body: &[u8]) -> Vec<String> {
 /// reqwest's own message carries the URL, and a redirect's target is the registry's
 /// choice: keep the kind and the innermost cause (Pier's own wording for a refused
 /// redirect), never a URL.
-fn deepest_cause(e: &reqwest::Error, kind: &str) -> String {
+/// What kind of network failure a reqwest error is, in words for the journal.
+pub(super) fn failure_kind(e: &reqwest::Error) -> &'static str {
+    if e.is_connect() {
+        "connection refused or unreachable"
+    } else if e.is_timeout() {
+        "timed out"
+    } else {
+        "request failed"
+    }
+}
+
+/// `kind: innermost cause`: reqwest's own message carries the URL, its innermost cause is
+/// short and stable.
+pub(super) fn deepest_cause(e: &reqwest::Error, kind: &str) -> String {
     let mut cause = None;
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {

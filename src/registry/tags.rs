@@ -317,27 +317,8 @@ pub fn parse_retry_after(v: &str) -> Option<Duration> {
         .map(|s| Duration::from_secs(s.min(3600)))
 }
 
-/// reqwest's messages carry the URL; keep the message short and stable for the journal:
-/// what kind of failure, and its innermost cause.
 fn without_url(e: &reqwest::Error) -> String {
-    let kind = if e.is_connect() {
-        "connection refused or unreachable"
-    } else if e.is_timeout() {
-        "timed out"
-    } else {
-        "request failed"
-    };
-    let mut cause = String::new();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        cause = s.to_string();
-        source = s.source();
-    }
-    if cause.is_empty() {
-        kind.to_owned()
-    } else {
-        format!("{kind}: {cause}")
-    }
+    super::client::deepest_cause(e, super::client::failure_kind(e))
 }
 
 #[cfg(test)]

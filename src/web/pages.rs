@@ -249,12 +249,7 @@ pub(super) async fn redeliver(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<impl IntoResponse, PageError> {
-    let form_token = if headers.contains_key(header::AUTHORIZATION) {
-        None
-    } else {
-        form_field(&body, "admin_token")
-    };
-    check_admin(&s.config, &headers, form_token.as_deref())?;
+    admin_first(&s, &headers, &body)?;
     let id = Uuid::parse_str(&id).map_err(|_| WebError::NotFound(format!("delivery {id}")))?;
     let original = s
         .store
@@ -283,12 +278,7 @@ pub(super) async fn redeploy(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<impl IntoResponse, PageError> {
-    let form_token = if headers.contains_key(header::AUTHORIZATION) {
-        None
-    } else {
-        form_field(&body, "admin_token")
-    };
-    check_admin(&s.config, &headers, form_token.as_deref())?;
+    admin_first(&s, &headers, &body)?;
     let app = views::find_app(&s, &name)?;
     let id = match s
         .store
@@ -298,6 +288,17 @@ pub(super) async fn redeploy(
         Enqueued::Queued { id, .. } | Enqueued::AlreadyPending { id, .. } => id,
     };
     Ok(Redirect::to(&format!("/deployments/{id}")))
+}
+
+/// The admin's credentials, before anything else in the request is looked at: a bearer
+/// header, else the form's `admin_token` field, read on its own.
+fn admin_first(s: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<(), WebError> {
+    let form_token = if headers.contains_key(header::AUTHORIZATION) {
+        None
+    } else {
+        form_field(body, "admin_token")
+    };
+    check_admin(&s.config, headers, form_token.as_deref())
 }
 
 /// One field of a form body, whatever else it holds (or fails to hold).
