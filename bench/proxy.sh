@@ -3,7 +3,7 @@
 # serving a small file), the same wrk settings, on this machine's loopback. Prints requests
 # per second and latency percentiles for each, and Pier's ratios to nginx.
 #
-# Usage: bench/proxy.sh [SECONDS] [CONNECTIONS]      (defaults 10 s, 32 connections)
+# Usage: bench/proxy.sh [SECONDS] [CONNECTIONS] [ROUNDS]   (defaults 10 s, 32 connections, 3)
 # Needs: nginx and wrk (installed from Debian if missing), a release build of pier (built
 # if missing or older than the sources). Both proxies get one core: nginx one worker,
 # pier proxy one thread. Not part of CI. pier proxy reads its route from its state file: no database
@@ -12,6 +12,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 secs="${1:-10}"
 conns="${2:-32}"
+rounds="${3:-3}"
 threads=2
 
 need() { command -v "$1" >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq "$2" >/dev/null; }; }
@@ -35,30 +36,37 @@ admin=$(free_port)
 
 mkdir -p "$dir/www"
 head -c 1024 /dev/zero | tr '\0' 'x' >"$dir/www/index.html"
-cat >"$dir/nginx.conf" <<CONF
+# The upstream and the nginx proxy are two nginx processes (one worker each), as the upstream
+# and pier proxy are: each proxy gets one core's worth of process, never a process it shares
+# with the upstream.
+nginx_conf() { # NAME SERVER-BLOCK
+    cat >"$dir/$1.conf" <<CONF
 worker_processes 1;
-pid $dir/nginx.pid;
-error_log $dir/nginx-error.log;
+pid $dir/$1.pid;
+error_log $dir/$1-error.log;
 events { worker_connections 1024; }
 http {
     access_log off;
+    $2
+}
+CONF
+    nginx -c "$dir/$1.conf" -p "$dir" -g 'daemon off;' &
+    pids+=($!)
+}
+nginx_conf upstream "server { listen 127.0.0.1:$upstream; root $dir/www; }"
+nginx_conf proxy "
     upstream app { server 127.0.0.1:$upstream; keepalive 64; }
-    server { listen 127.0.0.1:$upstream; root $dir/www; }
     server {
         listen 127.0.0.1:$via_nginx;
         location / {
             proxy_pass http://app;
             proxy_http_version 1.1;
-            proxy_set_header Connection "";
+            proxy_set_header Connection \"\";
             proxy_set_header Host \$host;
             proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
             proxy_set_header X-Forwarded-Proto \$scheme;
         }
-    }
-}
-CONF
-nginx -c "$dir/nginx.conf" -p "$dir" -g 'daemon off;' &
-pids+=($!)
+    }"
 
 cat >"$dir/pier.toml" <<CONF
 [server]
@@ -109,15 +117,26 @@ ms() { # wrk prints 812.00us, 1.20ms, 1.01s
     esac
 }
 
-echo "wrk -t$threads -c$conns -d${secs}s, 1 KiB static answer, loopback, $(nproc) cores"
-read -r d_rps d_p50 d_p99 < <(run direct "$upstream")
-read -r n_rps n_p50 n_p99 < <(run nginx "$via_nginx")
-read -r p_rps p_p50 p_p99 < <(run pier "$via_pier")
+# Interleaved rounds, so that a noisy moment on the shared machine hits both proxies alike;
+# each figure is the median over the rounds.
+echo "wrk -t$threads -c$conns -d${secs}s x $rounds rounds, 1 KiB static answer, loopback, $(nproc) cores"
+for r in $(seq 1 "$rounds"); do
+    run direct "$upstream" >>"$dir/direct.rows"
+    run nginx "$via_nginx" >>"$dir/nginx.rows"
+    run pier "$via_pier" >>"$dir/pier.rows"
+done
+median() { # FILE COLUMN
+    awk -v c="$2" '{print $c}' "$1" | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'
+}
+read -r d_rps d_p50 d_p99 < <(echo "$(median "$dir/direct.rows" 1) $(median "$dir/direct.rows" 2) $(median "$dir/direct.rows" 3)")
+read -r n_rps n_p50 n_p99 < <(echo "$(median "$dir/nginx.rows" 1) $(median "$dir/nginx.rows" 2) $(median "$dir/nginx.rows" 3)")
+read -r p_rps p_p50 p_p99 < <(echo "$(median "$dir/pier.rows" 1) $(median "$dir/pier.rows" 2) $(median "$dir/pier.rows" 3)")
 rss=$(awk '/VmHWM/ {print $2}' "/proc/$pier_pid/status")
 printf '%-18s %12s %10s %10s\n' "" "req/s" "p50 ms" "p99 ms"
 printf '%-18s %12s %10s %10s\n' "upstream directly" "$d_rps" "$d_p50" "$d_p99"
 printf '%-18s %12s %10s %10s\n' "nginx proxy" "$n_rps" "$n_p50" "$n_p99"
 printf '%-18s %12s %10s %10s\n' "pier proxy" "$p_rps" "$p_p50" "$p_p99"
+for name in nginx pier; do echo "$name rounds (req/s p50 p99): $(tr '\n' ';' <"$dir/$name.rows")"; done
 awk -v p="$p_rps" -v n="$n_rps" -v pp="$p_p99" -v np="$n_p99" 'BEGIN {
     printf "pier/nginx: throughput %.2fx (target >= 0.9x), p99 latency %.2fx (target <= 1.2x)\n", p / n, pp / np }'
 echo "pier proxy peak RSS: ${rss} KiB"
