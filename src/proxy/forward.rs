@@ -19,6 +19,7 @@ use hyper_util::rt::TokioIo;
 
 use super::Shared;
 use super::table::InFlight;
+use super::upstream::{SendError, Upstreams};
 
 pub type ProxyBody = BoxBody<Bytes, BoxError>;
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -41,11 +42,12 @@ const HOP_BY_HOP: [&str; 8] = [
 
 pub async fn handle(
     shared: Arc<Shared>,
+    upstreams: Arc<Upstreams>,
     local: SocketAddr,
     peer: SocketAddr,
     req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
-    Ok(match route(&shared, local, peer, req).await {
+    Ok(match route(&shared, &upstreams, local, peer, req).await {
         Ok(resp) => resp,
         Err(page) => page,
     })
@@ -53,6 +55,7 @@ pub async fn handle(
 
 async fn route(
     shared: &Shared,
+    upstreams: &Upstreams,
     local: SocketAddr,
     peer: SocketAddr,
     mut req: Request<Incoming>,
@@ -94,6 +97,15 @@ async fn route(
         shared.tls_on(local),
         upgrade,
     );
+    // An HTTP/2 client names the host in the request's authority; HTTP/1.1 needs `Host`.
+    if !parts.headers.contains_key(header::HOST)
+        && let Some(v) = parts
+            .uri
+            .authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+    {
+        parts.headers.insert(header::HOST, v);
+    }
 
     // No body, or a small one read first: the request can then go to the standby too.
     let bodiless = !upgrade && !chunked && announced.unwrap_or(0) == 0;
@@ -140,7 +152,7 @@ async fn route(
         };
         let mut out = Request::builder()
             .method(parts.method.clone())
-            .uri(format!("http://{target}{path}"))
+            .uri(path.as_str())
             .version(hyper::Version::HTTP_11)
             .body(body)
             .expect("a request from valid parts");
@@ -153,7 +165,14 @@ async fn route(
             Some(c) => c.start(),
             None => shared.counters.start(target),
         };
-        let sent = tokio::time::timeout(entry.timeout, shared.client.request(out)).await;
+        let sending = async {
+            if upgrade {
+                upstreams.send_upgrade(target, out).await
+            } else {
+                upstreams.send(target, out).await
+            }
+        };
+        let sent = tokio::time::timeout(entry.timeout, sending).await;
         match sent {
             Ok(Ok(mut resp)) => {
                 if upgrade && resp.status() == StatusCode::SWITCHING_PROTOCOLS {
@@ -169,12 +188,8 @@ async fn route(
             Ok(Err(e)) => {
                 // Retry only what cannot have reached the app: a refused connection, or an
                 // idempotent request whose answer never started.
-                let unreached = e.is_connect() || idempotent;
-                last_error = if e.is_connect() {
-                    "cannot connect".into()
-                } else {
-                    "the connection failed".into()
-                };
+                let unreached = matches!(e, SendError::Connect) || idempotent;
+                last_error = e.to_string();
                 drop(guard);
                 if !unreached || is_last {
                     break;

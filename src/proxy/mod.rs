@@ -12,6 +12,7 @@ mod feed;
 mod forward;
 mod table;
 mod tls;
+mod upstream;
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -19,8 +20,6 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use tokio::net::TcpListener;
@@ -39,7 +38,6 @@ pub struct Shared {
     config: Arc<Config>,
     table: RwLock<Arc<Table>>,
     counters: table::Counters,
-    client: Client<HttpConnector, ProxyBody>,
     tls_listens: HashSet<SocketAddr>,
 }
 
@@ -78,20 +76,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
 
 pub async fn run_until(config: Config, shutdown: CancellationToken) -> anyhow::Result<()> {
     let config = Arc::new(config);
-    let mut connector = HttpConnector::new();
-    connector.set_connect_timeout(Some(Duration::from_secs(2)));
-    connector.set_nodelay(true);
-    let client = Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(30))
-        .pool_timer(TokioTimer::new())
-        .build(connector);
     crate::serve::install_crypto_provider();
     let acceptors = tls::acceptors(&config)?;
     let shared = Arc::new(Shared {
         config: config.clone(),
         table: RwLock::new(Arc::new(Table::default())),
         counters: table::Counters::default(),
-        client,
         tls_listens: acceptors.keys().copied().collect(),
     });
     // Serve what was known before, at once: the database may be away.
@@ -174,31 +164,38 @@ async fn serve(
         let stop = shutdown.clone();
         let tls = tls.clone();
         conns.spawn(async move {
+            let (upstreams, mut driver) = upstream::Upstreams::new();
+            let upstreams = Arc::new(upstreams);
             let service = hyper::service::service_fn(move |req| {
-                forward::handle(shared.clone(), local, peer, req)
+                forward::handle(shared.clone(), upstreams.clone(), local, peer, req)
             });
             match tls {
-                None => drive(&builder, stream, service, &stop).await,
+                None => drive(&builder, stream, service, &mut driver, &stop).await,
                 Some(acceptor) => {
                     // A handshake gets the same deadline as a request head.
                     match tokio::time::timeout(HEADER_TIMEOUT, acceptor.accept(stream)).await {
-                        Ok(Ok(tls_stream)) => drive(&builder, tls_stream, service, &stop).await,
+                        Ok(Ok(tls_stream)) => {
+                            drive(&builder, tls_stream, service, &mut driver, &stop).await
+                        }
                         Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
                         Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
                     }
                 }
             }
+            driver.finish().await;
         });
         while conns.try_join_next().is_some() {}
     }
     while conns.join_next().await.is_some() {}
 }
 
-/// Serves one connection (plain or TLS) until it ends, or gracefully on shutdown.
+/// Serves one connection (plain or TLS) until it ends, or gracefully on shutdown, driving
+/// the upstream connections its requests open in the same task.
 async fn drive<IO, S>(
     builder: &Builder<TokioExecutor>,
     io: IO,
     service: S,
+    driver: &mut upstream::Driver,
     stop: &CancellationToken,
 ) where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -213,11 +210,18 @@ async fn drive<IO, S>(
 {
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
     let mut conn = std::pin::pin!(conn);
-    tokio::select! {
-        _ = conn.as_mut() => {}
-        _ = stop.cancelled() => {
-            conn.as_mut().graceful_shutdown();
-            let _ = tokio::time::timeout(Duration::from_secs(10), conn.as_mut()).await;
-        }
+    let stopped = driver
+        .run(async {
+            tokio::select! {
+                _ = conn.as_mut() => false,
+                _ = stop.cancelled() => true,
+            }
+        })
+        .await;
+    if stopped {
+        conn.as_mut().graceful_shutdown();
+        let _ = driver
+            .run(tokio::time::timeout(Duration::from_secs(10), conn.as_mut()))
+            .await;
     }
 }

@@ -245,11 +245,11 @@ fn build_layer(with_health_file: bool, version: &str) -> (Vec<u8>, Vec<u8>) {
         file(&mut b, "www/health", 0o644, b"ok\n");
     }
     file(&mut b, "www/version", 0o644, version.as_bytes());
-    // `GET /cgi-bin/slow` answers after 5 s with the version: a request in flight across a
+    // `GET /cgi-bin/slow` answers after 8 s with the version: a request in flight across a
     // switch.
     dir(&mut b, "www/cgi-bin/", 0o755);
     let slow = format!(
-        "#!/bin/busybox sh\n/bin/busybox sleep 5\nprintf 'Content-Type: text/plain\\r\\n\\r\\nslow-{version}'\n"
+        "#!/bin/busybox sh\n/bin/busybox sleep 8\nprintf 'Content-Type: text/plain\\r\\n\\r\\nslow-{version}'\n"
     );
     file(&mut b, "www/cgi-bin/slow", 0o755, slow.as_bytes());
     let tar = b.into_inner().expect("finish tar");
