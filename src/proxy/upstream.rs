@@ -154,14 +154,13 @@ impl Driver {
     /// their last sender is gone, which the end of `conn` brings about.
     pub async fn run<F: Future>(&mut self, conn: F) -> F::Output {
         let mut conn = std::pin::pin!(conn);
-        let out = loop {
+        loop {
             tokio::select! {
                 out = conn.as_mut() => break out,
                 Some(c) = self.new.recv() => self.running.push(c),
                 Some(()) = self.running.next(), if !self.running.is_empty() => {}
             }
-        };
-        out
+        }
     }
 
     /// What is left to drive once the client connection has ended.
