@@ -5,6 +5,7 @@ mod deliveries;
 mod deployments;
 pub mod kinds;
 mod reconcile;
+mod retention;
 mod routes;
 mod steps;
 mod text;
@@ -23,6 +24,7 @@ pub use deployments::{
 };
 pub use kinds::{DeploymentState, ReconcileKind, Step, StepState, Trigger, UnknownValue, Verdict};
 pub use reconcile::ReconcileAction;
+pub use retention::Pruned;
 pub use routes::{Quarantined, Route};
 pub use steps::{GenerationSwitch, RouteWrite, StepRecord};
 
