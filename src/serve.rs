@@ -182,7 +182,10 @@ pub async fn run_until(
     tasks.spawn(async move {
         loop {
             tokio::select! {
-                _ = tokio::time::sleep(sweep) => run_reconcile(&c, &s, &e).await,
+                _ = tokio::time::sleep(sweep) => {
+                    run_reconcile(&c, &s, &e).await;
+                    run_retention(&c, &s).await;
+                }
                 _ = stop.cancelled() => return,
             }
         }
@@ -261,6 +264,24 @@ async fn run_reconcile(config: &Config, store: &Store, engine: &Engine) {
         }
         Err(e) => {
             tracing::warn!(error = %error_chain(&e), "reconciliation failed; it runs again at the next sweep")
+        }
+    }
+}
+
+/// Retention rides on the sweep: at most `per_sweep` rows per policy each time, so a long
+/// backlog drains over a few sweeps instead of one long transaction.
+async fn run_retention(config: &Config, store: &Store) {
+    match store.apply_retention(&config.retention).await {
+        Ok(p) if p.deliveries > 0 || p.steps > 0 => {
+            tracing::info!(
+                deliveries = p.deliveries,
+                steps = p.steps,
+                "retention pruned history"
+            )
+        }
+        Ok(_) => {}
+        Err(e) => {
+            tracing::warn!(error = %error_chain(&e), "retention failed; it runs again at the next sweep")
         }
     }
 }

@@ -91,6 +91,7 @@ impl fmt::Debug for Secret {
 pub struct Config {
     pub server: ServerConfig,
     pub proxy: ProxyConfig,
+    pub retention: RetentionConfig,
     pub registries: Vec<RegistryConfig>,
     pub sources: Vec<SourceConfig>,
     pub apps: Vec<AppConfig>,
@@ -302,6 +303,8 @@ pub fn parse_bytes(text: &str) -> Result<i64, String> {
 
 mod proxy;
 mod raw;
+mod retention;
+pub use retention::RetentionConfig;
 mod source;
 mod tags;
 pub use raw::DEFAULT_POLL;

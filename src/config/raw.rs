@@ -60,6 +60,9 @@ pub struct Config {
     sources: Vec<super::source::RawSource>,
     #[serde(default)]
     apps: Vec<App>,
+    /// Issue 12: how long history is kept.
+    #[serde(default)]
+    retention: super::retention::RawRetention,
 }
 
 #[derive(Deserialize)]
@@ -566,6 +569,7 @@ impl Config {
         Ok(super::Config {
             server,
             proxy: self.proxy.resolve(base)?,
+            retention: self.retention.resolve()?,
             registries,
             sources,
             apps,

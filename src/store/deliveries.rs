@@ -2,7 +2,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::deployments::{Enqueued, NewDeployment, enqueue_in, lock_app};
+use super::deployments::{Enqueued, NewDeployment, enqueue_locked};
 use super::kinds::Verdict;
 use super::text::{pg_json, pg_opt, pg_text};
 use super::{Result, Store};
@@ -163,111 +163,143 @@ impl Store {
         wanted: Vec<DeploymentRequest>,
         redelivery_of: Option<Uuid>,
     ) -> Result<DeliveryOutcome> {
-        let mut tx = self.begin().await?;
-        let verdict = if wanted.is_empty() {
+        self.record_batched(DeliveryRequest {
+            delivery,
+            body_sha256: body_sha256.map(<[u8]>::to_vec),
+            wanted,
+            redelivery_of,
+        })
+        .await
+    }
+}
+
+/// One delivery to record, as the group commit ([`super::batch`]) carries it.
+#[derive(Debug, Clone)]
+pub(super) struct DeliveryRequest {
+    pub delivery: NewDelivery,
+    pub body_sha256: Option<Vec<u8>>,
+    pub wanted: Vec<DeploymentRequest>,
+    pub redelivery_of: Option<Uuid>,
+}
+
+impl DeliveryRequest {
+    /// The apps whose enqueue locks recording this delivery needs.
+    pub fn apps(&self) -> impl Iterator<Item = &str> {
+        self.wanted.iter().map(|w| w.deployment.app.as_str())
+    }
+}
+
+/// Records one delivery inside `tx`, which must already hold the enqueue lock of every
+/// app in [`DeliveryRequest::apps`] (taken up front, in key order: see `lock_apps`).
+pub(super) async fn record_in(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    req: &DeliveryRequest,
+) -> Result<DeliveryOutcome> {
+    let delivery = &req.delivery;
+    let body_sha256 = req.body_sha256.as_deref();
+    let verdict = if req.wanted.is_empty() {
+        Verdict::Ignored
+    } else {
+        Verdict::Queued
+    };
+    let inserted: Option<Uuid> = sqlx::query_scalar(
+        "INSERT INTO deliveries
+           (id, source, event_key, verdict, reason, events, body_sha256, redelivery_of)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+         ON CONFLICT DO NOTHING
+         RETURNING id",
+    )
+    .bind(Uuid::new_v4())
+    .bind(pg_text(&delivery.source))
+    .bind(pg_opt(delivery.event_key.as_deref()))
+    .bind(verdict)
+    .bind(pg_text(&delivery.reason))
+    .bind(pg_json(&delivery.events).as_ref())
+    .bind(body_sha256)
+    .bind(req.redelivery_of)
+    .fetch_optional(&mut **tx)
+    .await?;
+    let Some(delivery_id) = inserted else {
+        // A repeat is counted on the first row, never stored as a row of its own.
+        let (delivery_id, duplicate): (Uuid, bool) = sqlx::query_as(
+            "WITH hit AS (
+               SELECT id, ($2::text IS NOT NULL AND event_key IS NOT DISTINCT FROM $2) AS dup
+               FROM deliveries
+               WHERE source = $1 AND (event_key = $2 OR body_sha256 = $3)
+               ORDER BY (event_key IS NOT DISTINCT FROM $2) DESC
+               LIMIT 1)
+             UPDATE deliveries d
+             SET seen_count = seen_count + 1, last_seen_at = now(),
+                 duplicates = duplicates + hit.dup::int,
+                 replays = replays + (NOT hit.dup)::int
+             FROM hit WHERE d.id = hit.id
+             RETURNING d.id, hit.dup",
+        )
+        .bind(pg_text(&delivery.source))
+        .bind(pg_opt(delivery.event_key.as_deref()))
+        .bind(body_sha256)
+        .fetch_one(&mut **tx)
+        .await?;
+        return Ok(if duplicate {
+            DeliveryOutcome::Duplicate { delivery_id }
+        } else {
+            DeliveryOutcome::Replay { delivery_id }
+        });
+    };
+    let mut deployments = Vec::with_capacity(req.wanted.len());
+    let mut held_back = Vec::new();
+    for DeploymentRequest {
+        deployment,
+        never_older,
+    } in &req.wanted
+    {
+        let mut d = deployment.clone();
+        if let (Some(rule), Some(tag)) = (never_older, d.requested_tag.clone())
+            && let Some(newer) = newer_in_play(tx, &d.app, rule, &tag).await?
+        {
+            held_back.push(HeldBack {
+                app: d.app.clone(),
+                tag,
+                newer,
+            });
+            continue;
+        }
+        d.delivery_id = Some(delivery_id);
+        deployments.push(enqueue_locked(tx, d).await?);
+    }
+    if !held_back.is_empty() {
+        let mut reasons: Vec<String> = held_back.iter().map(HeldBack::reason).collect();
+        if !deployments.is_empty() {
+            let apps: Vec<&str> = deployments
+                .iter()
+                .map(|e| match e {
+                    Enqueued::Queued { app, .. } | Enqueued::AlreadyPending { app, .. } => {
+                        app.as_str()
+                    }
+                })
+                .collect();
+            reasons.insert(0, format!("deploys {}", apps.join(", ")));
+        }
+        let verdict = if deployments.is_empty() {
             Verdict::Ignored
         } else {
             Verdict::Queued
         };
-        let inserted: Option<Uuid> = sqlx::query_scalar(
-            "INSERT INTO deliveries
-               (id, source, event_key, verdict, reason, events, body_sha256, redelivery_of)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-             ON CONFLICT DO NOTHING
-             RETURNING id",
-        )
-        .bind(Uuid::new_v4())
-        .bind(pg_text(&delivery.source))
-        .bind(pg_opt(delivery.event_key.as_deref()))
-        .bind(verdict)
-        .bind(pg_text(&delivery.reason))
-        .bind(pg_json(&delivery.events).as_ref())
-        .bind(body_sha256)
-        .bind(redelivery_of)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some(delivery_id) = inserted else {
-            // A repeat is counted on the first row, never stored as a row of its own.
-            let (delivery_id, duplicate): (Uuid, bool) = sqlx::query_as(
-                "WITH hit AS (
-                   SELECT id, ($2::text IS NOT NULL AND event_key IS NOT DISTINCT FROM $2) AS dup
-                   FROM deliveries
-                   WHERE source = $1 AND (event_key = $2 OR body_sha256 = $3)
-                   ORDER BY (event_key IS NOT DISTINCT FROM $2) DESC
-                   LIMIT 1)
-                 UPDATE deliveries d
-                 SET seen_count = seen_count + 1, last_seen_at = now(),
-                     duplicates = duplicates + hit.dup::int,
-                     replays = replays + (NOT hit.dup)::int
-                 FROM hit WHERE d.id = hit.id
-                 RETURNING d.id, hit.dup",
-            )
-            .bind(pg_text(&delivery.source))
-            .bind(pg_opt(delivery.event_key.as_deref()))
-            .bind(body_sha256)
-            .fetch_one(&mut *tx)
+        sqlx::query("UPDATE deliveries SET verdict = $2, reason = $3 WHERE id = $1")
+            .bind(delivery_id)
+            .bind(verdict)
+            .bind(pg_text(&reasons.join("; ")))
+            .execute(&mut **tx)
             .await?;
-            tx.commit().await?;
-            return Ok(if duplicate {
-                DeliveryOutcome::Duplicate { delivery_id }
-            } else {
-                DeliveryOutcome::Replay { delivery_id }
-            });
-        };
-        let mut deployments = Vec::with_capacity(wanted.len());
-        let mut held_back = Vec::new();
-        for DeploymentRequest {
-            deployment: mut d,
-            never_older,
-        } in wanted
-        {
-            if let (Some(rule), Some(tag)) = (&never_older, d.requested_tag.clone()) {
-                lock_app(&mut tx, &d.app).await?;
-                if let Some(newer) = newer_in_play(&mut tx, &d.app, rule, &tag).await? {
-                    held_back.push(HeldBack {
-                        app: d.app.clone(),
-                        tag,
-                        newer,
-                    });
-                    continue;
-                }
-            }
-            d.delivery_id = Some(delivery_id);
-            deployments.push(enqueue_in(&mut tx, d).await?);
-        }
-        if !held_back.is_empty() {
-            let mut reasons: Vec<String> = held_back.iter().map(HeldBack::reason).collect();
-            if !deployments.is_empty() {
-                let apps: Vec<&str> = deployments
-                    .iter()
-                    .map(|e| match e {
-                        Enqueued::Queued { app, .. } | Enqueued::AlreadyPending { app, .. } => {
-                            app.as_str()
-                        }
-                    })
-                    .collect();
-                reasons.insert(0, format!("deploys {}", apps.join(", ")));
-            }
-            let verdict = if deployments.is_empty() {
-                Verdict::Ignored
-            } else {
-                Verdict::Queued
-            };
-            sqlx::query("UPDATE deliveries SET verdict = $2, reason = $3 WHERE id = $1")
-                .bind(delivery_id)
-                .bind(verdict)
-                .bind(pg_text(&reasons.join("; ")))
-                .execute(&mut *tx)
-                .await?;
-        }
-        tx.commit().await?;
-        Ok(DeliveryOutcome::Recorded {
-            delivery_id,
-            deployments,
-            held_back,
-        })
     }
+    Ok(DeliveryOutcome::Recorded {
+        delivery_id,
+        deployments,
+        held_back,
+    })
+}
 
+impl Store {
     pub async fn delivery(&self, id: Uuid) -> Result<Option<Delivery>> {
         Ok(sqlx::query_as("SELECT * FROM deliveries WHERE id = $1")
             .bind(id)

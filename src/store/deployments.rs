@@ -103,6 +103,25 @@ pub(super) async fn lock_app(tx: &mut Transaction<'_, Postgres>, app: &str) -> R
     Ok(())
 }
 
+/// The enqueue locks of several apps at once, taken in one fixed order (by lock key), so
+/// that two transactions locking overlapping sets of apps cannot deadlock: a batch of
+/// deliveries locks every app it touches up front, in this order, before writing anything.
+pub(super) async fn lock_apps(tx: &mut Transaction<'_, Postgres>, apps: &[&str]) -> Result<()> {
+    if apps.is_empty() {
+        return Ok(());
+    }
+    // The aggregate consumes the sorted subquery's rows in order: locks go key by key.
+    sqlx::query(
+        "SELECT count(pg_advisory_xact_lock(k)) FROM (
+           SELECT DISTINCT hashtext('pier:app:' || a) AS k FROM unnest($1::text[]) AS a
+           ORDER BY k) AS keys",
+    )
+    .bind(apps)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
 /// Per app, enqueueing is serialized by an advisory lock so that concurrent deliveries
 /// cannot both see "nothing queued" and race on the one-queued-per-app index.
 pub(super) async fn enqueue_in(
@@ -110,6 +129,14 @@ pub(super) async fn enqueue_in(
     d: NewDeployment,
 ) -> Result<Enqueued> {
     lock_app(tx, &d.app).await?;
+    enqueue_locked(tx, d).await
+}
+
+/// [`enqueue_in`] for a transaction that already holds the app's lock ([`lock_apps`]).
+pub(super) async fn enqueue_locked(
+    tx: &mut Transaction<'_, Postgres>,
+    d: NewDeployment,
+) -> Result<Enqueued> {
     if let Some(digest) = &d.claimed_digest {
         let existing: Option<Uuid> = sqlx::query_scalar(
             "SELECT id FROM deployments

@@ -1,9 +1,11 @@
 //! All SQL lives here. Handlers and workers call these functions; none of them writes SQL.
 
+mod batch;
 mod deliveries;
 mod deployments;
 pub mod kinds;
 mod reconcile;
+mod retention;
 mod routes;
 mod steps;
 mod text;
@@ -22,6 +24,7 @@ pub use deployments::{
 };
 pub use kinds::{DeploymentState, ReconcileKind, Step, StepState, Trigger, UnknownValue, Verdict};
 pub use reconcile::ReconcileAction;
+pub use retention::Pruned;
 pub use routes::{Quarantined, Route};
 pub use steps::{GenerationSwitch, RouteWrite, StepRecord};
 
@@ -71,6 +74,8 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 #[derive(Clone, Debug)]
 pub struct Store {
     pool: PgPool,
+    /// The group commit deliveries share (issue 12).
+    batch: std::sync::Arc<batch::Batcher>,
 }
 
 impl Store {
@@ -81,11 +86,14 @@ impl Store {
             .max_connections(16)
             .acquire_timeout(Duration::from_secs(3))
             .connect_lazy(url)?;
-        Ok(Self { pool })
+        Ok(Self::from_pool(pool))
     }
 
     pub fn from_pool(pool: PgPool) -> Self {
-        Self { pool }
+        Self {
+            pool,
+            batch: batch::Batcher::new(),
+        }
     }
 
     pub fn pool(&self) -> &PgPool {

@@ -15,7 +15,7 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -58,13 +58,23 @@ pub fn owner_name(index: usize) -> String {
 impl Workers {
     pub async fn run(self) {
         let mut tasks = tokio::task::JoinSet::new();
+        // A NOTIFY wakes ONE idle worker, not all of them: a burst of new deployments used to
+        // send every idle worker to claim (and all but one to find nothing) for each one. A
+        // worker that claims something passes the wake-up on (`baton`), so a batch of
+        // deployments committed under one notification still reaches every idle worker.
+        let baton = Arc::new(Notify::new());
+        tasks.spawn(relay_one_by_one(
+            self.wake.clone(),
+            baton.clone(),
+            self.shutdown.clone(),
+        ));
         for i in 0..self.config.server.workers {
             let w = Worker {
                 owner: owner_name(i),
                 ctx: self.ctx.clone(),
                 config: self.config.clone(),
                 liveness_key: self.liveness_key,
-                wake: self.wake.clone(),
+                wake: baton.clone(),
                 alive: self.alive.clone(),
                 shutdown: self.shutdown.clone(),
             };
@@ -79,9 +89,29 @@ struct Worker {
     ctx: Arc<Context>,
     config: Arc<Config>,
     liveness_key: i64,
-    wake: watch::Receiver<u64>,
+    wake: Arc<Notify>,
     alive: watch::Receiver<bool>,
     shutdown: CancellationToken,
+}
+
+/// Turns the listener's wake-ups into one `notify_one` each. A wake-up while every worker
+/// is busy is kept (as `Notify`'s one stored permit) for the next worker to look.
+async fn relay_one_by_one(
+    mut wake: watch::Receiver<u64>,
+    baton: Arc<Notify>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            changed = wake.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                baton.notify_one();
+            }
+            _ = shutdown.cancelled() => return,
+        }
+    }
 }
 
 impl Worker {
@@ -93,8 +123,8 @@ impl Worker {
             if !self.wait_alive().await {
                 break;
             }
-            // Mark wake-ups seen *before* looking, so one arriving meanwhile is not lost.
-            self.wake.borrow_and_update();
+            // A wake-up arriving while this worker looks is not lost: `notify_one` with no
+            // worker waiting stores a permit that the next `notified()` takes at once.
             match self
                 .ctx
                 .store
@@ -103,13 +133,16 @@ impl Worker {
             {
                 Ok(Some(dep)) => {
                     backoff.reset();
+                    // More may be claimable (one NOTIFY can stand for many deployments):
+                    // the next idle worker looks too.
+                    self.wake.notify_one();
                     self.run_one(dep).await;
                 }
                 Ok(None) => {
                     backoff.reset();
                     let idle = self.idle_for().await;
                     tokio::select! {
-                        _ = self.wake.changed() => {}
+                        _ = self.wake.notified() => {}
                         _ = tokio::time::sleep(idle) => {}
                         _ = self.shutdown.cancelled() => {}
                     }

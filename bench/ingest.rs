@@ -1,0 +1,433 @@
+//! Ingest, pickup, idle cost and memory, each beside its floor measured in the same run.
+//!
+//! `cargo bench --bench ingest` (needs what `scripts/test` sets up, plus `pgbench` and,
+//! for the third column, Debian's `webhook`). Environment: `BENCH_SECS` (default 5) per
+//! measurement, `BENCH_IDLE_SECS` (default 30) for the idle window. Prints markdown tables;
+//! asserts nothing about time. Under `cargo test` it does nothing.
+//!
+//! Ingest: authentic, unique, HMAC-signed deliveries to Pier's generic source, at
+//! concurrency 1, 16 and 64, for a repository no app follows, for one app (every push
+//! queues a deployment and supersedes the previous one) and round-robin over many apps.
+//! Floor: `pgbench` running the same inserts (a delivery row; plus a deployment row in the
+//! same transaction) at the same concurrency on a database of the same schema. Also
+//! adnanh/webhook verifying the same signature and running `/bin/true`. Runs alternate
+//! Pier, floor, webhook so machine load hits all three alike.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+const MANY_APPS: usize = 16;
+
+fn secs(var: &str, default: u64) -> Duration {
+    Duration::from_secs(
+        std::env::var(var)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default),
+    )
+}
+
+/// A unique 64-hex-digit digest from a counter and a per-run nonce.
+fn digest(n: u64, nonce: u64) -> String {
+    format!("sha256:{nonce:032x}{n:032x}")
+}
+
+fn body(repo: &str, n: u64, nonce: u64) -> Vec<u8> {
+    format!(
+        r#"{{"repository":"{repo}","tag":"main","digest":"{}","id":"b-{nonce:x}-{n}"}}"#,
+        digest(n, nonce)
+    )
+    .into_bytes()
+}
+
+#[derive(Default)]
+struct Tally {
+    ok: AtomicU64,
+    other: AtomicU64,
+}
+
+/// Sends requests from `conc` tasks for `dur`; `make(n)` gives the n-th (url, body,
+/// signature). Returns (answered as expected per second, other answers).
+async fn drive(
+    conc: usize,
+    dur: Duration,
+    expect: &'static [u16],
+    make: Arc<dyn Fn(u64) -> (String, Vec<u8>, String) + Send + Sync>,
+) -> (f64, u64) {
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .pool_max_idle_per_host(conc)
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let tally = Arc::new(Tally::default());
+    let next = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..conc {
+        let (client, tally, next, make) =
+            (client.clone(), tally.clone(), next.clone(), make.clone());
+        tasks.push(tokio::spawn(async move {
+            while start.elapsed() < dur {
+                let (url, body, sig) = make(next.fetch_add(1, Ordering::Relaxed));
+                let r = client
+                    .post(&url)
+                    .header("Content-Type", "application/json")
+                    .header("X-Pier-Signature", sig)
+                    .body(body)
+                    .send()
+                    .await;
+                match r {
+                    Ok(resp) if expect.contains(&resp.status().as_u16()) => {
+                        let _ = resp.bytes().await;
+                        tally.ok.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(resp) => {
+                        if tally.other.fetch_add(1, Ordering::Relaxed) == 0 {
+                            let s = resp.status();
+                            eprintln!(
+                                "  unexpected {s}: {}",
+                                resp.text().await.unwrap_or_default()
+                            );
+                        }
+                    }
+                    Err(e) => {
+                        if tally.other.fetch_add(1, Ordering::Relaxed) == 0 {
+                            eprintln!("  request failed: {e}");
+                        }
+                    }
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    (
+        tally.ok.load(Ordering::Relaxed) as f64 / elapsed,
+        tally.other.load(Ordering::Relaxed),
+    )
+}
+
+/// `pgbench` running `script` at `conc` clients for `dur`: transactions per second.
+fn pgbench(url: &str, script: &str, conc: usize, dur: Duration) -> f64 {
+    let path = std::env::temp_dir().join(format!("pier-bench-{}.sql", uuid::Uuid::new_v4()));
+    std::fs::write(&path, script).unwrap();
+    let out = Command::new("pgbench")
+        .args([
+            "-n",
+            "-c",
+            &conc.to_string(),
+            "-j",
+            &conc.min(2).to_string(),
+        ])
+        .args(["-T", &dur.as_secs().to_string(), "-f"])
+        .arg(&path)
+        .arg(url)
+        .output()
+        .expect("run pgbench (Debian: postgresql-client / postgresql-contrib)");
+    let _ = std::fs::remove_file(&path);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let tps = text
+        .lines()
+        .find(|l| l.starts_with("tps ="))
+        .and_then(|l| l.split_whitespace().nth(2))
+        .and_then(|t| t.parse().ok());
+    tps.unwrap_or_else(|| panic!("pgbench: {}{}", text, String::from_utf8_lossy(&out.stderr)))
+}
+
+/// The same inserts as Pier's: a delivery row (with its dedupe key and body hash).
+const FLOOR_DELIVERY: &str = "\\set n random(1, 9000000000000000000)
+INSERT INTO deliveries (id, source, event_key, verdict, reason, events, body_sha256)
+VALUES (gen_random_uuid(), 'gen', 'floor-' || :n, 'ignored',
+        'no app follows 127.0.0.1:5000/demo/nobody',
+        '[{\"event\":{\"repository\":\"demo/nobody\",\"tag\":\"main\"},\"apps\":[]}]'::jsonb,
+        sha256(('floor-' || :n)::bytea));
+";
+
+/// A delivery and the deployment it queues, in one transaction (each for its own app name:
+/// the floor has no per-app rule to keep).
+const FLOOR_QUEUED: &str = "\\set n random(1, 9000000000000000000)
+BEGIN;
+INSERT INTO deliveries (id, source, event_key, verdict, reason, events, body_sha256)
+VALUES (gen_random_uuid(), 'gen', 'floor-' || :n, 'queued', 'deploys web',
+        '[{\"event\":{\"repository\":\"demo/web\",\"tag\":\"main\"},\"apps\":[\"web\"]}]'::jsonb,
+        sha256(('floor-' || :n)::bytea)) RETURNING id AS delivery \\gset
+INSERT INTO deployments (id, app, trigger, delivery_id, image, requested_tag, claimed_digest)
+VALUES (gen_random_uuid(), 'floor-' || :n, 'webhook', :'delivery', '127.0.0.1:5000/demo/web',
+        'main', 'sha256:' || encode(sha256(('d' || :n)::bytea), 'hex'));
+END;
+";
+
+/// adnanh/webhook with one hook checking the same HMAC header; `None` if not installed.
+fn start_webhook(secret: &str) -> Option<(std::process::Child, String)> {
+    Command::new("webhook").arg("-version").output().ok()?;
+    let port = free_port();
+    let dir = std::env::temp_dir().join(format!("pier-bench-webhook-{port}"));
+    std::fs::create_dir_all(&dir).ok()?;
+    let hooks = dir.join("hooks.json");
+    std::fs::write(
+        &hooks,
+        serde_json::json!([{
+            "id": "gen",
+            "execute-command": "/bin/true",
+            "trigger-rule": {"match": {
+                "type": "payload-hmac-sha256",
+                "secret": secret,
+                "parameter": {"source": "header", "name": "X-Pier-Signature"}
+            }}
+        }])
+        .to_string(),
+    )
+    .ok()?;
+    let child = Command::new("webhook")
+        .args(["-ip", "127.0.0.1", "-port", &port.to_string(), "-hooks"])
+        .arg(&hooks)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let url = format!("http://127.0.0.1:{port}/hooks/gen");
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Some((child, url));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+fn proc_status(pid: u32, key: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// User plus system CPU time of a process, in clock ticks (1/100 s).
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let n = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    n(11) + n(12)
+}
+
+/// Statements Postgres counted for a database (committed plus rolled-back transactions).
+async fn db_transactions(pool: &sqlx::PgPool, db: &str) -> i64 {
+    // Statistics are flushed every second or so: wait for them to settle.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    sqlx::query_scalar::<_, i64>(
+        "SELECT (xact_commit + xact_rollback)::int8 FROM pg_stat_database WHERE datname = $1",
+    )
+    .bind(db)
+    .fetch_one(pool)
+    .await
+    .unwrap_or(0)
+}
+
+fn row(cells: &[String]) {
+    println!("| {} |", cells.join(" | "));
+}
+
+#[path = "ingest_pickup.rs"]
+mod pickup;
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
+    let dur = secs("BENCH_SECS", 5);
+    let mut builder = TestEnv::builder().workers(2);
+    for i in 0..MANY_APPS {
+        builder = builder.add_app(AppSpec::new(&format!("many{i}")));
+    }
+    let env = builder.start().await;
+    let pid = env.pier().pid().expect("pier pid");
+    let floor_db = TestDb::create().await;
+    floor_db.migrate().await;
+    let host = env.registry_host();
+    let hook = env.hook_url("gen");
+    let secret = env.generic_secret.clone();
+    let nonce = uuid::Uuid::new_v4().as_u64_pair().0;
+    let webhook = start_webhook(&secret);
+
+    // Idle: CPU and transactions of a Pier with apps configured and nothing to do.
+    let idle = secs("BENCH_IDLE_SECS", 30);
+    let stats = env.db.pool.clone();
+    let (t0, x0) = (cpu_ticks(pid), db_transactions(&stats, &env.db.name).await);
+    tokio::time::sleep(idle).await;
+    let (t1, x1) = (cpu_ticks(pid), db_transactions(&stats, &env.db.name).await);
+    let idle_rss = proc_status(pid, "VmRSS:");
+    println!(
+        "\nidle {}s with {} apps: CPU {} ms, {} database transactions, RSS {} KiB\n",
+        idle.as_secs(),
+        MANY_APPS + 1,
+        (t1 - t0) * 10,
+        // The two reads of pg_stat_database are themselves transactions on another database.
+        x1 - x0,
+        idle_rss
+    );
+
+    let apps: Vec<String> = env.apps.iter().map(|a| a.repo.clone()).collect();
+    let one = format!("{host}/{}", apps[0]);
+    let many: Vec<String> = apps[1..].iter().map(|r| format!("{host}/{r}")).collect();
+    let nobody = format!("{host}/demo/nobody");
+    let signed =
+        |repo: String, salt: u64| -> Arc<dyn Fn(u64) -> (String, Vec<u8>, String) + Send + Sync> {
+            let (hook, secret) = (hook.clone(), secret.clone());
+            Arc::new(move |n| {
+                let b = body(&repo, n, nonce ^ salt);
+                let sig = sign_hmac_sha256(&secret, &b);
+                (hook.clone(), b, sig)
+            })
+        };
+
+    println!(
+        "| deliveries | concurrency | pier /s | floor /s | pier/floor | webhook /s | pier/webhook |"
+    );
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+    let mut salt = 1u64;
+    for conc in [1usize, 16, 64] {
+        for (what, floor_sql) in [
+            ("no app", FLOOR_DELIVERY),
+            ("one app", FLOOR_QUEUED),
+            ("many apps", FLOOR_QUEUED),
+        ] {
+            salt += 1;
+            let make = match what {
+                "no app" => signed(nobody.clone(), salt),
+                "one app" => signed(one.clone(), salt),
+                _ => {
+                    let (hook, secret, many) = (hook.clone(), secret.clone(), many.clone());
+                    let s = salt;
+                    Arc::new(move |n: u64| {
+                        let b = body(&many[n as usize % many.len()], n, nonce ^ s);
+                        let sig = sign_hmac_sha256(&secret, &b);
+                        (hook.clone(), b, sig)
+                    })
+                        as Arc<dyn Fn(u64) -> (String, Vec<u8>, String) + Send + Sync>
+                }
+            };
+            let expect: &'static [u16] = if what == "no app" { &[200] } else { &[202] };
+            let (pier, bad) = drive(conc, dur, expect, make).await;
+            let floor = pgbench(&floor_db.url, floor_sql, conc, dur);
+            let (hooked, ratio_hooked) = match (&webhook, what) {
+                (Some((_, url)), "no app") => {
+                    let (url, secret) = (url.clone(), secret.clone());
+                    let s = salt;
+                    let make = Arc::new(move |n: u64| {
+                        let b = body("demo/nobody", n, nonce ^ s);
+                        let sig = sign_hmac_sha256(&secret, &b);
+                        (url.clone(), b, sig)
+                    });
+                    let (w, _) = drive(conc, dur, &[200], make).await;
+                    (format!("{w:.0}"), format!("{:.2}x", pier / w))
+                }
+                _ => ("".into(), "".into()),
+            };
+            row(&[
+                what.into(),
+                conc.to_string(),
+                format!(
+                    "{pier:.0}{}",
+                    if bad > 0 {
+                        format!(" ({bad} other)")
+                    } else {
+                        String::new()
+                    }
+                ),
+                format!("{floor:.0}"),
+                format!("{:.2}x", pier / floor),
+                hooked,
+                ratio_hooked,
+            ]);
+        }
+    }
+
+    // Duplicates (retries of deliveries already stored) and forged signatures.
+    let seen = 1000u64;
+    let dup = signed(nobody.clone(), 0xd0d0);
+    let cycle: Arc<dyn Fn(u64) -> (String, Vec<u8>, String) + Send + Sync> =
+        Arc::new(move |n| dup(n % seen));
+    // The first pass stores them; what follows is all repeats.
+    drive(16, Duration::from_secs(2), &[200], cycle.clone()).await;
+    let forged = {
+        let hook = hook.clone();
+        Arc::new(move |n: u64| {
+            let b = body(&nobody, n, nonce);
+            (hook.clone(), b, format!("sha256={}", "ab".repeat(32)))
+        }) as Arc<dyn Fn(u64) -> (String, Vec<u8>, String) + Send + Sync>
+    };
+    let log_len = || {
+        std::fs::metadata(env.pier().log_path())
+            .map(|m| m.len())
+            .unwrap_or(0)
+    };
+    let (mut forged_total, mut log_growth) = (0f64, 0u64);
+    println!(
+        "\n| other deliveries | concurrency | pier /s | stored /s (one app, same run) | ratio |"
+    );
+    println!("| --- | ---: | ---: | ---: | ---: |");
+    for conc in [16usize, 64] {
+        let (stored, _) = drive(conc, dur, &[202], signed(one.clone(), 0x5707 + conc as u64)).await;
+        let (d, bad) = drive(conc, dur, &[200], cycle.clone()).await;
+        row(&[
+            "duplicate".into(),
+            conc.to_string(),
+            format!(
+                "{d:.0}{}",
+                if bad > 0 {
+                    format!(" ({bad} other)")
+                } else {
+                    String::new()
+                }
+            ),
+            format!("{stored:.0}"),
+            format!("{:.2}x", d / stored),
+        ]);
+        // 401, then 429 once the address has failed 20 times in a minute: neither touches
+        // the database.
+        let before = log_len();
+        let (r, bad) = drive(conc, dur, &[401, 429], forged.clone()).await;
+        log_growth += log_len().saturating_sub(before);
+        forged_total += r * dur.as_secs_f64();
+        row(&[
+            "forged signature (401/429)".into(),
+            conc.to_string(),
+            format!(
+                "{r:.0}{}",
+                if bad > 0 {
+                    format!(" ({bad} other)")
+                } else {
+                    String::new()
+                }
+            ),
+            format!("{stored:.0}"),
+            format!("{:.2}x", r / stored),
+        ]);
+    }
+    println!("\npier log grew {log_growth} bytes over {forged_total:.0} forged deliveries",);
+    let peak = proc_status(pid, "VmHWM:");
+    println!("\npier RSS: idle {idle_rss} KiB, peak {peak} KiB");
+    pickup::run(&env, &hook, &secret, &nobody, nonce).await;
+    if let Some((mut child, _)) = webhook {
+        let _ = child.kill();
+    }
+    let mut floor_db = floor_db;
+    floor_db.cleanup().await;
+    env.cleanup().await;
+}
