@@ -531,6 +531,7 @@ impl Run<'_> {
                     let probe = Probe::Http {
                         url: format!("http://{bound}{path}"),
                         timeout_ms: 30_000,
+                        json: Default::default(),
                     };
                     self.wait_healthy(&probe, &prev.container).await?;
                 }

@@ -8,6 +8,7 @@
 //! effect it does; nothing else.
 
 mod blue_green;
+mod contained;
 mod container;
 mod health;
 mod image;
@@ -69,6 +70,9 @@ pub enum StepError {
     Registry(#[from] RegistryError),
     #[error(transparent)]
     Engine(#[from] EngineError),
+    /// A record a step keeps beside the journal (a volume's owner).
+    #[error(transparent)]
+    Store(#[from] StoreError),
     #[error("{0}")]
     Check(String),
     /// A failure journaled by an earlier run, replayed as it was recorded.
@@ -81,6 +85,7 @@ impl StepError {
         match self {
             StepError::Registry(e) => e.is_transient(),
             StepError::Engine(e) => e.is_transient(),
+            StepError::Store(e) => e.is_unavailable(),
             StepError::Check(_) | StepError::Recorded(_) => false,
         }
     }
@@ -127,6 +132,8 @@ pub struct Context {
     pub env_key: Vec<u8>,
     /// `pier proxy`'s admin endpoint, which blue-green deploys wait on.
     pub proxy_admin: std::net::SocketAddr,
+    /// The config as reloaded: its `[policy]` is read again before every engine change.
+    pub live: crate::config::LiveConfig,
 }
 
 pub struct Run<'a> {
@@ -169,6 +176,16 @@ pub async fn run(ctx: &Context, owner: &str, dep: &Deployment, app: &AppConfig) 
                     "conflict: queued for {} but the app now follows {}",
                     dep.image, app.image
                 )),
+            })
+            .await;
+    }
+    // Host paths the policy (as reloaded) no longer allows, or a config file that is not a
+    // regular file: the deployment fails before it pulls or makes anything.
+    if let Err(e) = run.policy_check() {
+        return run
+            .fail(PipelineError::Failed {
+                step: Step::Resolve,
+                source: e,
             })
             .await;
     }
@@ -217,7 +234,11 @@ impl Run<'_> {
         }
         self.pull(&resolved).await?;
         let image = self.verify(&resolved).await?;
+        // Before any container of the app exists: its network and its owned volumes.
+        self.network().await?;
+        self.volumes().await?;
         let candidate = self.create(&resolved).await?;
+        self.connect(&candidate).await?;
         Ok(Prepared::Candidate {
             resolved,
             image,

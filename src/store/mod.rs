@@ -7,6 +7,7 @@ mod reconcile;
 mod routes;
 mod steps;
 mod text;
+mod volumes;
 
 use std::time::Duration;
 
@@ -24,6 +25,7 @@ pub use kinds::{DeploymentState, ReconcileKind, Step, StepState, Trigger, Unknow
 pub use reconcile::ReconcileAction;
 pub use routes::{Quarantined, Route};
 pub use steps::{GenerationSwitch, RouteWrite, StepRecord};
+pub use volumes::VolumeOwner;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
