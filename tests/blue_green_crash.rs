@@ -63,7 +63,7 @@ async fn dies_at(point: &str) {
     assert_eq!(
         names,
         [
-            "resolve", "pull", "verify", "create", "start", "health", "switch", "applied", "drain",
+            "resolve", "pull", "verify", "network", "create", "start", "health", "switch", "applied", "drain",
             "soak", "retire"
         ],
         "{done:#}"
