@@ -234,6 +234,7 @@ pub async fn run_until_with(
             engine: EngineView::new(engine),
             metrics,
             guard: Arc::new(web::guard::Guard::new(config.server.webhook_buffer_bytes)),
+            live: Some(live.clone()),
         });
         let limits = web::server::Limits {
             header_timeout: config.server.header_timeout,

@@ -67,7 +67,7 @@ impl LiveConfig {
                 Ok(())
             }
             Err(e) => {
-                s.error = Some(e.to_string());
+                s.error = Some(without_source_lines(&e.to_string()));
                 Err(e)
             }
         }
@@ -83,5 +83,41 @@ impl LiveConfig {
 impl std::fmt::Debug for LiveConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("LiveConfig")
+    }
+}
+
+/// A TOML parse error quotes the offending line of the file, which may hold an inline
+/// secret: the page and the log get the position and the reason only.
+fn without_source_lines(text: &str) -> String {
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with('|') && !l.trim_start().split_once(" |").is_some_and(|(n, _)| n.trim().chars().all(|c| c.is_ascii_digit())))
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_reload_keeps_the_old_config_and_its_error_quotes_no_line() {
+        let dir = std::env::temp_dir().join(format!("pier-live-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("pier.toml");
+        let good = "[server]\ndatabase_url = \"postgres://localhost/a\"\n";
+        std::fs::write(&path, good).unwrap();
+        let live = LiveConfig::new(Arc::new(Config::load(&path).unwrap()), Some(path.clone()));
+        std::fs::write(&path, "[server]\ndatabase_url = \"postgres://u:hunter2@x/a\" oops\n").unwrap();
+        assert!(live.reload().is_err());
+        let e = live.reload_error().unwrap();
+        assert!(!e.contains("hunter2"), "{e}");
+        assert_eq!(live.load().server.database_url.expose(), "postgres://localhost/a");
+        std::fs::write(&path, good.replace("/a", "/b")).unwrap();
+        live.reload().unwrap();
+        assert_eq!(live.reload_error(), None);
+        assert_eq!(live.load().server.database_url.expose(), "postgres://localhost/b");
+        std::fs::remove_dir_all(&dir).ok();
     }
 }
