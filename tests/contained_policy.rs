@@ -187,3 +187,31 @@ async fn a_deployment_queued_under_the_old_policy_and_resumed_under_a_stricter_o
     assert_refused_before_anything_was_made(&env, &host, &d2).await;
     env.cleanup().await;
 }
+
+#[tokio::test]
+async fn an_engine_error_for_a_container_with_host_mounts_names_no_host_path() {
+    let host = HostDir::new();
+    let dir = host.path();
+    let mut app = AppSpec::new("mnt");
+    // A file mounted over a directory of the image: the engine refuses it, quoting the path.
+    app.extra_toml = format!("files = [{{ source = \"{dir}/app.conf\", target = \"/www\" }}]");
+    let env = TestEnv::builder()
+        .app(|a| *a = app.clone())
+        .sources_toml(&format!("[policy.host_paths]\n{} = [\"{dir}\"]\n", app.name))
+        .start()
+        .await;
+    env.push(&TestImage::healthy("v1"), "main").await;
+    let d = env.latest_final_of(env.app(), &[], DEPLOY).await;
+    assert_eq!(d["state"], "failed", "{d:#}");
+    let id = d["id"].as_str().unwrap();
+    let (_, api) = env.api_get(&format!("/deployments/{id}")).await;
+    let page = http_get(&env.pier_url(&format!("/deployments/{id}")))
+        .await
+        .unwrap()
+        .1;
+    assert!(api.to_string().contains("details withheld"), "{api:#}");
+    for (what, text) in [("api", api.to_string()), ("page", page), ("log", env.pier().log())] {
+        assert!(!text.contains(&dir), "a host path is in the {what}");
+    }
+    env.cleanup().await;
+}

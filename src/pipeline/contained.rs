@@ -32,6 +32,16 @@ impl Run<'_> {
         &self.app.contained
     }
 
+    /// The engine's words about a container with host mounts or devices may quote a host
+    /// path (a failed mount at start, say): only the kind of failure is kept.
+    pub(super) fn hide_paths(&self, e: crate::engine::EngineError) -> crate::engine::EngineError {
+        if self.contained().has_host_paths() {
+            e.redacted()
+        } else {
+            e
+        }
+    }
+
     /// The admin policy as the live config says now, applied to this app's host paths.
     /// Called at the start of a run and inside every effect that mutates the engine.
     pub(super) fn policy_check(&self) -> Result<(), StepError> {

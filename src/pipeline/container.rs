@@ -351,7 +351,12 @@ impl Run<'_> {
     pub(super) async fn start(&self, candidate: &Candidate) -> Result<(), PipelineError> {
         let intent = serde_json::json!({ "container": candidate.id });
         self.step(Step::Start, &intent, || async {
-            Ok(self.ctx.engine.start_container(&candidate.id).await?)
+            Ok(self
+                .ctx
+                .engine
+                .start_container(&candidate.id)
+                .await
+                .map_err(|e| self.hide_paths(e))?)
         })
         .await
     }
@@ -471,7 +476,13 @@ impl Run<'_> {
                 }
             }
             for id in &plan.restore {
-                match self.ctx.engine.start_container(id).await {
+                match self
+                    .ctx
+                    .engine
+                    .start_container(id)
+                    .await
+                    .map_err(|e| self.hide_paths(e))
+                {
                     Ok(()) => out.restarted.push(id.clone()),
                     Err(e) => out.warnings.push(format!(
                         "restart previous generation {id}: {}",
