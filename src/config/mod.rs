@@ -479,6 +479,7 @@ mod example {
             "PIER_NEXUS_SECRET",
             "PIER_ACR_TOKEN",
             "WEB_SESSION_KEY",
+            "BILLING_DB_PASSWORD",
         ] {
             // SAFETY: these names are only read by config tests.
             unsafe { std::env::set_var(name, "an-example-secret-of-32-bytes-or-more") };
