@@ -71,6 +71,19 @@ pub enum Command {
         #[arg(long)]
         pid: Option<u32>,
     },
+    /// Deploy an app from an OCI or docker-save archive (air-gapped hosts), through the
+    /// same journaled pipeline: loaded, checked against the image id and platform, then
+    /// created like any deployment.
+    Import {
+        app: String,
+        archive: PathBuf,
+        /// The image id (`sha256:…`, the config digest) the archive must hold.
+        #[arg(long)]
+        digest: String,
+        /// The platform it must be for (`linux/amd64`); default: the engine's.
+        #[arg(long)]
+        platform: Option<String>,
+    },
     /// List named volumes and the app that owns each; `rm NAME` deletes one.
     Volumes {
         #[command(subcommand)]
@@ -102,6 +115,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let http = matches!(cli.command, Command::Serve);
             crate::serve::run(config, Some(cli.config.clone()), http).await
         }
+        Command::Import {
+            app,
+            archive,
+            digest,
+            platform,
+        } => crate::contain::import(&config, &app, &archive, digest, platform).await,
         Command::Reload { pid } => crate::contain::reload(pid, cli.pid_file.as_deref()),
         Command::Volumes { action } => crate::contain::volumes(&config, action).await,
         Command::Proxy => crate::proxy::run(config).await,

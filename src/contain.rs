@@ -101,3 +101,51 @@ pub async fn volumes(config: &Config, action: Option<VolumesCommand>) -> anyhow:
         }
     }
 }
+
+/// `pier import`: queues a deployment that loads `archive` instead of pulling. The path is
+/// made absolute here, since the worker that runs it may have another working directory.
+pub async fn import(
+    config: &Config,
+    app: &str,
+    archive: &Path,
+    digest: String,
+    platform: Option<String>,
+) -> anyhow::Result<()> {
+    let Some(a) = config.app(app) else {
+        bail!("no app `{app}` in the configuration");
+    };
+    if !crate::intake::generic::is_digest(&digest) {
+        bail!("`{digest}` is not a sha256 digest");
+    }
+    let archive = std::fs::canonicalize(archive)
+        .with_context(|| format!("archive {}", archive.display()))?;
+    if !std::fs::metadata(&archive).is_ok_and(|m| m.is_file()) {
+        bail!("{} is not a regular file", archive.display());
+    }
+    let store = Store::connect_lazy(config.server.database_url.expose())?;
+    let enqueued = store
+        .enqueue_import(
+            crate::store::NewDeployment {
+                app: a.name.clone(),
+                trigger: crate::store::Trigger::Manual,
+                delivery_id: None,
+                image: a.image.clone(),
+                requested_tag: None,
+                pinned: true,
+                claimed_digest: Some(digest),
+            },
+            &crate::store::Import {
+                archive: archive.to_string_lossy().into_owned(),
+                platform,
+            },
+        )
+        .await
+        .context("queue the import")?;
+    match enqueued {
+        crate::store::Enqueued::Queued { id, .. } => println!("queued deployment {id}"),
+        crate::store::Enqueued::AlreadyPending { id, .. } => {
+            bail!("that image id is already queued or running for `{app}`: {id}")
+        }
+    }
+    Ok(())
+}

@@ -1,6 +1,7 @@
 //! The Docker calls Pier makes, and nothing else. Every answer is reduced to the facts the
 //! pipeline needs; "not found" is a value, not an error, because replays depend on it.
 
+mod archive;
 mod containers;
 mod resources;
 mod view;

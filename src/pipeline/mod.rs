@@ -7,6 +7,7 @@
 //! the result or the failure journaled. A step is the intent it computes and the side
 //! effect it does; nothing else.
 
+mod archive;
 mod blue_green;
 mod contained;
 mod container;
@@ -142,6 +143,8 @@ pub struct Run<'a> {
     owner: &'a str,
     dep: &'a Deployment,
     app: &'a AppConfig,
+    /// `pier import`: the archive loaded instead of a pull.
+    import: Option<crate::store::Import>,
 }
 
 /// How a run ended.
@@ -157,12 +160,19 @@ pub const MAX_ATTEMPTS: i32 = 5;
 
 /// Runs (or resumes) one claimed deployment to a final state.
 pub async fn run(ctx: &Context, owner: &str, dep: &Deployment, app: &AppConfig) -> Outcome {
-    let run = Run {
+    let mut run = Run {
         ctx,
         owner,
         dep,
         app,
+        import: None,
     };
+    match run.store_retry(|| ctx.store.import_of(dep.id)).await {
+        Ok(import) => run.import = import,
+        Err(PipelineError::Store(e)) => return Outcome::Abandoned(error_chain(&e)),
+        Err(e) => return Outcome::Abandoned(error_chain(&e)),
+    }
+    let run = run;
     if dep.attempt > MAX_ATTEMPTS {
         return run.fail(PipelineError::GaveUp(dep.attempt - 1)).await;
     }
@@ -223,6 +233,11 @@ impl Run<'_> {
     /// resolve, then (unless the digest is quarantined or already serves) pull, verify and
     /// create: the same for every strategy.
     async fn prepare(&self) -> Result<Prepared, PipelineError> {
+        if let Some(import) = &self.import {
+            // Loaded and checked (id, platform, labels) in `resolve`: no pull, no verify.
+            let (resolved, image) = self.load_archive(import).await?;
+            return self.contain_and_create(resolved, image).await;
+        }
         let resolved = self.resolve().await?;
         if let Some(note) = self.skip_quarantined(&resolved.digest).await? {
             return Ok(Prepared::Skip(note));
@@ -234,6 +249,14 @@ impl Run<'_> {
         }
         self.pull(&resolved).await?;
         let image = self.verify(&resolved).await?;
+        self.contain_and_create(resolved, image).await
+    }
+
+    async fn contain_and_create(
+        &self,
+        resolved: crate::registry::Resolved,
+        image: image::VerifiedImage,
+    ) -> Result<Prepared, PipelineError> {
         // Before any container of the app exists: its network and its owned volumes.
         self.network().await?;
         self.volumes().await?;

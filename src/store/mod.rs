@@ -6,6 +6,7 @@ pub mod kinds;
 mod reconcile;
 mod routes;
 mod steps;
+mod imports;
 mod text;
 mod volumes;
 
@@ -25,6 +26,7 @@ pub use kinds::{DeploymentState, ReconcileKind, Step, StepState, Trigger, Unknow
 pub use reconcile::ReconcileAction;
 pub use routes::{Quarantined, Route};
 pub use steps::{GenerationSwitch, RouteWrite, StepRecord};
+pub use imports::Import;
 pub use volumes::VolumeOwner;
 
 #[derive(Debug, thiserror::Error)]
