@@ -117,8 +117,8 @@ pub async fn import(
     if !crate::intake::generic::is_digest(&digest) {
         bail!("`{digest}` is not a sha256 digest");
     }
-    let archive = std::fs::canonicalize(archive)
-        .with_context(|| format!("archive {}", archive.display()))?;
+    let archive =
+        std::fs::canonicalize(archive).with_context(|| format!("archive {}", archive.display()))?;
     if !std::fs::metadata(&archive).is_ok_and(|m| m.is_file()) {
         bail!("{} is not a regular file", archive.display());
     }

@@ -89,19 +89,25 @@ async fn an_app_runs_hardened_on_its_own_network_and_joins_shared_ones_until_ret
         .expect("the app's network exists");
     let labels = net.labels.unwrap_or_default();
     assert_eq!(labels.get("pier.managed").map(String::as_str), Some("true"));
-    assert_eq!(labels.get("pier.app").map(String::as_str), Some(app.as_str()));
+    assert_eq!(
+        labels.get("pier.app").map(String::as_str),
+        Some(app.as_str())
+    );
 
     let v1 = only_container(&env, &app).await;
     let c = inspect(&v1).await;
     let nets = c.network_settings.unwrap().networks.unwrap();
     let mut names: Vec<&String> = nets.keys().collect();
     names.sort();
-    let mut want = vec![format!("pier-{app}"), shared.0.clone()];
+    let mut want = [format!("pier-{app}"), shared.0.clone()];
     want.sort();
     assert_eq!(names, want.iter().collect::<Vec<_>>());
     let own = &nets[&format!("pier-{app}")];
     assert!(
-        own.aliases.clone().unwrap_or_default().contains(&"api".to_owned()),
+        own.aliases
+            .clone()
+            .unwrap_or_default()
+            .contains(&"api".to_owned()),
         "{own:#?}"
     );
     // Hardening reaches the engine.
@@ -117,7 +123,12 @@ async fn an_app_runs_hardened_on_its_own_network_and_joins_shared_ones_until_ret
     );
     let config = c.config.unwrap();
     assert_eq!(config.user.as_deref(), Some("65534:65534"));
-    assert!(config.env.unwrap_or_default().contains(&"PORT=8080".to_owned()));
+    assert!(
+        config
+            .env
+            .unwrap_or_default()
+            .contains(&"PORT=8080".to_owned())
+    );
     assert_eq!(shared.members(), vec![v1.clone()]);
 
     // v2 replaces v1: the retired container has left the shared network.
@@ -140,7 +151,8 @@ async fn volumes_are_owned_per_app_survive_deploys_and_are_never_shared_by_name(
     let mut c = AppSpec::new("vc");
     c.name = format!("{}-x", a.name);
     c.repo = format!("demo/{}", c.name);
-    let volume = |name: &str| format!("volumes = [{{ name = \"{name}\", target = \"/www/data\" }}]");
+    let volume =
+        |name: &str| format!("volumes = [{{ name = \"{name}\", target = \"/www/data\" }}]");
     let mut a = a;
     a.extra_toml = volume("x-data");
     b.extra_toml = volume("x-data");
@@ -153,14 +165,25 @@ async fn volumes_are_owned_per_app_survive_deploys_and_are_never_shared_by_name(
         .await;
 
     // v1 of `a` writes into its volume; v2 reads it.
-    env.registry().push(&a.repo, "main", &TestImage::healthy("v1")).await;
+    env.registry()
+        .push(&a.repo, "main", &TestImage::healthy("v1"))
+        .await;
     env.wait_app_version("v1", DEPLOY).await;
     let d1 = env.latest_final_of(&a.name, &[], DEPLOY).await;
     assert_eq!(d1["state"], "succeeded", "{d1:#}");
     let v1 = only_container(&env, &a.name).await;
-    let (ok, out) = docker_cli(&["exec", &v1, "/bin/busybox", "sh", "-c", "echo from-v1 > /www/data/note"]);
+    let (ok, out) = docker_cli(&[
+        "exec",
+        &v1,
+        "/bin/busybox",
+        "sh",
+        "-c",
+        "echo from-v1 > /www/data/note",
+    ]);
     assert!(ok, "{out}");
-    env.registry().push(&a.repo, "main", &TestImage::healthy("v2")).await;
+    env.registry()
+        .push(&a.repo, "main", &TestImage::healthy("v2"))
+        .await;
     env.wait_app_version("v2", DEPLOY).await;
     assert_eq!(
         http_get(&env.app_url("/data/note")).await,
@@ -174,29 +197,34 @@ async fn volumes_are_owned_per_app_survive_deploys_and_are_never_shared_by_name(
         .await
         .unwrap()
         .labels;
-    let owner: (String, String, String) = sqlx::query_as(
-        "SELECT app, incarnation::text, service FROM volumes WHERE name = $1",
-    )
-    .bind(&a_volume)
-    .fetch_one(&env.db.pool)
-    .await
-    .unwrap();
+    let owner: (String, String, String) =
+        sqlx::query_as("SELECT app, incarnation::text, service FROM volumes WHERE name = $1")
+            .bind(&a_volume)
+            .fetch_one(&env.db.pool)
+            .await
+            .unwrap();
     assert_eq!(owner.0, a.name);
     assert_eq!(labels.get("pier.incarnation"), Some(&owner.1));
     assert_eq!(labels.get("pier.service"), Some(&owner.2));
 
     // The same volume name in another app is another volume, with none of a's data.
-    env.registry().push(&b.repo, "main", &TestImage::healthy("v1")).await;
+    env.registry()
+        .push(&b.repo, "main", &TestImage::healthy("v1"))
+        .await;
     let db = env.latest_final_of(&b.name, &[], DEPLOY).await;
     assert_eq!(db["state"], "succeeded", "{db:#}");
     assert_eq!(volumes_of(&b.name), vec![format!("pier-{}-x-data", b.name)]);
     assert_eq!(
-        http_get(&format!("http://{}/data/note", b.publish())).await.map(|r| r.0),
+        http_get(&format!("http://{}/data/note", b.publish()))
+            .await
+            .map(|r| r.0),
         Some(404)
     );
 
     // An app whose volume would be a's (by name) is refused before anything is made.
-    env.registry().push(&c.repo, "main", &TestImage::healthy("v1")).await;
+    env.registry()
+        .push(&c.repo, "main", &TestImage::healthy("v1"))
+        .await;
     let dc = env.latest_final_of(&c.name, &[], DEPLOY).await;
     assert_eq!(dc["state"], "failed", "{dc:#}");
     let error = dc["error"].as_str().unwrap_or_default();
@@ -260,7 +288,11 @@ fn pg_dump(url: &str) -> String {
         .args(["--data-only", url])
         .output()
         .expect("run pg_dump");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -298,7 +330,10 @@ async fn a_secret_reaches_the_container_and_nothing_else_and_a_changed_one_shows
             .map(|s| s["intent"].clone())
             .unwrap()
     };
-    let first = create(&env.deployment_final(d1["id"].as_str().unwrap(), DEPLOY).await);
+    let first = create(
+        &env.deployment_final(d1["id"].as_str().unwrap(), DEPLOY)
+            .await,
+    );
     assert_eq!(first["secret_names"], serde_json::json!(["API_TOKEN"]));
 
     let shown = everything_shown(&env, &app).await;
@@ -329,7 +364,10 @@ async fn a_secret_reaches_the_container_and_nothing_else_and_a_changed_one_shows
             DEPLOY,
         )
         .await;
-    let third = create(&env.deployment_final(d3["id"].as_str().unwrap(), DEPLOY).await);
+    let third = create(
+        &env.deployment_final(d3["id"].as_str().unwrap(), DEPLOY)
+            .await,
+    );
     assert_ne!(first["env_hmac"], third["env_hmac"]);
     assert!(!pg_dump(&env.db.url).contains(&changed));
     env.cleanup().await;

@@ -34,15 +34,27 @@ async fn an_archive_deploys_only_when_its_image_id_and_platform_are_the_expected
     import(&env, &app, &archive_s, &["--digest", &wrong]).await;
     let d = env.latest_final_of(&app, &[], DEPLOY).await;
     assert_eq!(d["state"], "failed", "{d:#}");
-    assert!(d["error"].as_str().unwrap().contains("digest mismatch"), "{d:#}");
+    assert!(
+        d["error"].as_str().unwrap().contains("digest mismatch"),
+        "{d:#}"
+    );
     nothing_made(&env, &app, "wrong id").await;
 
-    import(&env, &app, &archive_s, &["--digest", &id, "--platform", "linux/arm64"]).await;
+    import(
+        &env,
+        &app,
+        &archive_s,
+        &["--digest", &id, "--platform", "linux/arm64"],
+    )
+    .await;
     let d2 = env
         .latest_final_of(&app, &[d["id"].as_str().unwrap()], DEPLOY)
         .await;
     assert_eq!(d2["state"], "failed", "{d2:#}");
-    assert!(d2["error"].as_str().unwrap().contains("platform mismatch"), "{d2:#}");
+    assert!(
+        d2["error"].as_str().unwrap().contains("platform mismatch"),
+        "{d2:#}"
+    );
     nothing_made(&env, &app, "wrong platform").await;
 
     import(&env, &app, &archive_s, &["--digest", &id]).await;
@@ -66,7 +78,9 @@ async fn an_archive_deploys_only_when_its_image_id_and_platform_are_the_expected
         .collect();
     assert_eq!(
         steps,
-        ["resolve", "network", "create", "stop_old", "start", "health", "switch", "retire"]
+        [
+            "resolve", "network", "create", "stop_old", "start", "health", "switch", "retire"
+        ]
     );
     env.cleanup().await;
 }

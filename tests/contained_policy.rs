@@ -52,7 +52,10 @@ async fn env_with_host_paths(host: &HostDir, pier_env: &[(&str, &str)]) -> TestE
     );
     let mut b = TestEnv::builder()
         .app(|a| *a = app.clone())
-        .sources_toml(&format!("[policy.host_paths]\n{} = [\"{dir}\"]\n", app.name));
+        .sources_toml(&format!(
+            "[policy.host_paths]\n{} = [\"{dir}\"]\n",
+            app.name
+        ));
     for (k, v) in pier_env {
         b = b.pier_env(k, v);
     }
@@ -73,7 +76,11 @@ fn revoked(env: &TestEnv, host: &HostDir) -> String {
         )
 }
 
-async fn assert_refused_before_anything_was_made(env: &TestEnv, host: &HostDir, d: &serde_json::Value) {
+async fn assert_refused_before_anything_was_made(
+    env: &TestEnv,
+    host: &HostDir,
+    d: &serde_json::Value,
+) {
     let app = env.app();
     assert_eq!(d["state"], "failed", "{d:#}");
     let error = d["error"].as_str().unwrap_or_default();
@@ -96,7 +103,11 @@ async fn assert_refused_before_anything_was_made(env: &TestEnv, host: &HostDir, 
         .await
         .unwrap()
         .1;
-    for (what, text) in [("api", api.to_string()), ("page", page), ("log", env.pier().log())] {
+    for (what, text) in [
+        ("api", api.to_string()),
+        ("page", page),
+        ("log", env.pier().log()),
+    ] {
         assert!(!text.contains(&host.path()), "a host path is in the {what}");
     }
 }
@@ -115,8 +126,18 @@ async fn a_bind_revoked_by_a_reload_fails_the_next_deployment_before_anything_is
         http_get(&env.app_url("/app.conf")).await,
         Some((200, "mode=blue\n".to_owned()))
     );
-    let c = env.engine.containers_of_app(&app).await[0].id.clone().unwrap();
-    let (ok, _) = docker_cli(&["exec", &c, "/bin/busybox", "sh", "-c", "echo x > /www/app.conf"]);
+    let c = env.engine.containers_of_app(&app).await[0]
+        .id
+        .clone()
+        .unwrap();
+    let (ok, _) = docker_cli(&[
+        "exec",
+        &c,
+        "/bin/busybox",
+        "sh",
+        "-c",
+        "echo x > /www/app.conf",
+    ]);
     assert!(!ok, "the config file is read-only");
 
     // An invalid file changes nothing: the error is logged and shown on the status page.
@@ -142,7 +163,9 @@ async fn a_bind_revoked_by_a_reload_fails_the_next_deployment_before_anything_is
     std::fs::write(&path, revoked(&env, &host)).unwrap();
     let out = env.pier().run_cli(&["reload", "--pid", &pid]).await;
     assert!(out.status.success(), "{out:?}");
-    env.pier().wait_for_log("configuration reloaded", DEPLOY).await;
+    env.pier()
+        .wait_for_log("configuration reloaded", DEPLOY)
+        .await;
     let index = http_get(&env.pier_url("/")).await.unwrap().1;
     assert!(!index.contains("Configuration reload refused"));
 
@@ -155,8 +178,7 @@ async fn a_bind_revoked_by_a_reload_fails_the_next_deployment_before_anything_is
 }
 
 #[tokio::test]
-async fn a_deployment_queued_under_the_old_policy_and_resumed_under_a_stricter_one_makes_nothing()
-{
+async fn a_deployment_queued_under_the_old_policy_and_resumed_under_a_stricter_one_makes_nothing() {
     let host = HostDir::new();
     let mut env = env_with_host_paths(&host, &[]).await;
     let app = env.app().to_owned();
@@ -197,7 +219,10 @@ async fn an_engine_error_for_a_container_with_host_mounts_names_no_host_path() {
     app.extra_toml = format!("files = [{{ source = \"{dir}/app.conf\", target = \"/www\" }}]");
     let env = TestEnv::builder()
         .app(|a| *a = app.clone())
-        .sources_toml(&format!("[policy.host_paths]\n{} = [\"{dir}\"]\n", app.name))
+        .sources_toml(&format!(
+            "[policy.host_paths]\n{} = [\"{dir}\"]\n",
+            app.name
+        ))
         .start()
         .await;
     env.push(&TestImage::healthy("v1"), "main").await;
@@ -210,7 +235,11 @@ async fn an_engine_error_for_a_container_with_host_mounts_names_no_host_path() {
         .unwrap()
         .1;
     assert!(api.to_string().contains("details withheld"), "{api:#}");
-    for (what, text) in [("api", api.to_string()), ("page", page), ("log", env.pier().log())] {
+    for (what, text) in [
+        ("api", api.to_string()),
+        ("page", page),
+        ("log", env.pier().log()),
+    ] {
         assert!(!text.contains(&dir), "a host path is in the {what}");
     }
     env.cleanup().await;

@@ -143,8 +143,7 @@ impl Policy {
             }
         }
         for (i, d) in c.devices.iter().enumerate() {
-            let allowed =
-                real(d).is_some_and(|p| self.allows(app, &p)) && self.allows(app, d);
+            let allowed = real(d).is_some_and(|p| self.allows(app, &p)) && self.allows(app, d);
             if !allowed {
                 return Err(Refused(format!(
                     "device #{} is not allowed by the policy for app `{app}` (or is missing)",
@@ -252,8 +251,7 @@ fn env_name(n: &str) -> bool {
 fn network_name(n: &str) -> bool {
     n.len() <= 64
         && n.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && n
-            .bytes()
+        && n.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
 }
 
@@ -266,7 +264,10 @@ impl RawContained {
     ) -> Result<Contained, ConfigError> {
         let service = self.service.unwrap_or_else(|| app.to_owned());
         if !super::raw::valid_name(&service) {
-            return Err(invalid(app, "service: use lower-case letters, digits, - and _"));
+            return Err(invalid(
+                app,
+                "service: use lower-case letters, digits, - and _",
+            ));
         }
         for n in &self.networks {
             // `pier-*` are apps' private networks: joining one would share another app's.
@@ -291,7 +292,10 @@ impl RawContained {
             if !super::raw::valid_name(&v.name) {
                 return Err(invalid(
                     app,
-                    format!("volume `{}`: use lower-case letters, digits, - and _", v.name),
+                    format!(
+                        "volume `{}`: use lower-case letters, digits, - and _",
+                        v.name
+                    ),
                 ));
             }
             if volumes.iter().any(|o: &VolumeMount| o.name == v.name) {
@@ -430,7 +434,11 @@ mod tests {
             .insert("TOKEN".into(), "env:PIER_TEST_CONTAINED_SECRET".into());
         let env = BTreeMap::from([("TOKEN".to_owned(), Secret::new("plain"))]);
         let e = r.resolve("web", &env, Path::new(".")).unwrap_err();
-        assert!(e.to_string().contains("both a plain env value and a secret"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("both a plain env value and a secret"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -457,7 +465,9 @@ mod tests {
         let dir = tempfile_dir();
         let file = dir.join("app.yml");
         std::fs::write(&file, "a: 1").unwrap();
-        let mut c = raw().resolve("web", &BTreeMap::new(), Path::new(".")).unwrap();
+        let mut c = raw()
+            .resolve("web", &BTreeMap::new(), Path::new("."))
+            .unwrap();
         c.files.push(HostMount {
             source: file.clone(),
             target: "/app.yml".into(),
@@ -466,13 +476,20 @@ mod tests {
         let mut p = Policy::default();
         let e = p.check("web", &c).unwrap_err().0;
         assert!(!e.contains(dir.to_str().unwrap()), "{e}");
-        p.host_paths
-            .insert("web".into(), vec![std::fs::canonicalize(&dir).unwrap(), dir.clone()]);
+        p.host_paths.insert(
+            "web".into(),
+            vec![std::fs::canonicalize(&dir).unwrap(), dir.clone()],
+        );
         p.check("web", &c).unwrap();
         assert!(p.check("other", &c).is_err());
         // A directory is not a config file.
         c.files[0].source = dir.clone();
-        assert!(p.check("web", &c).unwrap_err().0.contains("not a regular file"));
+        assert!(
+            p.check("web", &c)
+                .unwrap_err()
+                .0
+                .contains("not a regular file")
+        );
         std::fs::remove_dir_all(&dir).ok();
     }
 

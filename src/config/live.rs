@@ -90,7 +90,13 @@ impl std::fmt::Debug for LiveConfig {
 /// secret: the page and the log get the position and the reason only.
 fn without_source_lines(text: &str) -> String {
     text.lines()
-        .filter(|l| !l.trim_start().starts_with('|') && !l.trim_start().split_once(" |").is_some_and(|(n, _)| n.trim().chars().all(|c| c.is_ascii_digit())))
+        .filter(|l| {
+            !l.trim_start().starts_with('|')
+                && !l
+                    .trim_start()
+                    .split_once(" |")
+                    .is_some_and(|(n, _)| n.trim().chars().all(|c| c.is_ascii_digit()))
+        })
         .map(str::trim)
         .filter(|l| !l.is_empty())
         .collect::<Vec<_>>()
@@ -109,15 +115,25 @@ mod tests {
         let good = "[server]\ndatabase_url = \"postgres://localhost/a\"\n";
         std::fs::write(&path, good).unwrap();
         let live = LiveConfig::new(Arc::new(Config::load(&path).unwrap()), Some(path.clone()));
-        std::fs::write(&path, "[server]\ndatabase_url = \"postgres://u:hunter2@x/a\" oops\n").unwrap();
+        std::fs::write(
+            &path,
+            "[server]\ndatabase_url = \"postgres://u:hunter2@x/a\" oops\n",
+        )
+        .unwrap();
         assert!(live.reload().is_err());
         let e = live.reload_error().unwrap();
         assert!(!e.contains("hunter2"), "{e}");
-        assert_eq!(live.load().server.database_url.expose(), "postgres://localhost/a");
+        assert_eq!(
+            live.load().server.database_url.expose(),
+            "postgres://localhost/a"
+        );
         std::fs::write(&path, good.replace("/a", "/b")).unwrap();
         live.reload().unwrap();
         assert_eq!(live.reload_error(), None);
-        assert_eq!(live.load().server.database_url.expose(), "postgres://localhost/b");
+        assert_eq!(
+            live.load().server.database_url.expose(),
+            "postgres://localhost/b"
+        );
         std::fs::remove_dir_all(&dir).ok();
     }
 }

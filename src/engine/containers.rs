@@ -4,8 +4,7 @@ use std::time::Duration;
 
 use bollard::models::{
     ContainerCreateBody, DeviceMapping, EndpointSettings, HostConfig, Mount, MountType,
-    NetworkingConfig, PortBinding, RestartPolicy as EngineRestartPolicy,
-    RestartPolicyNameEnum,
+    NetworkingConfig, PortBinding, RestartPolicy as EngineRestartPolicy, RestartPolicyNameEnum,
 };
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, ListContainersOptionsBuilder, LogsOptionsBuilder,

@@ -141,9 +141,11 @@ fn already_connected(e: &bollard::errors::Error) -> bool {
         bollard::errors::Error::DockerResponseServerError {
             status_code,
             message,
-        } => *status_code == 403 && message.contains("already exists")
-            || message.contains("already attached")
-            || message.contains("already exists in network"),
+        } => {
+            *status_code == 403 && message.contains("already exists")
+                || message.contains("already attached")
+                || message.contains("already exists in network")
+        }
         _ => false,
     }
 }

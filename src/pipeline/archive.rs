@@ -67,7 +67,10 @@ impl Run<'_> {
                         "platform mismatch: the archive's image is {found}, expected {platform}"
                     )));
                 }
-                if RESERVED_LABELS.iter().any(|k| image.labels.contains_key(*k)) {
+                if RESERVED_LABELS
+                    .iter()
+                    .any(|k| image.labels.contains_key(*k))
+                {
                     return Err(StepError::Check(
                         "the image carries labels reserved for Pier".into(),
                     ));

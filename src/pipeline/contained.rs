@@ -179,7 +179,10 @@ impl Run<'_> {
                         "shared network {n} does not exist; create it first"
                     )));
                 }
-                self.ctx.engine.join_network(n, &candidate.id, &aliases).await?;
+                self.ctx
+                    .engine
+                    .join_network(n, &candidate.id, &aliases)
+                    .await?;
             }
             Ok(serde_json::json!({ "joined": c.networks }))
         })

@@ -11,7 +11,8 @@ use sha2::Sha256;
 use super::{PipelineError, Run, Step, error_chain};
 use crate::config::{Contained, Origin, Strategy};
 use crate::engine::{
-    ContainedSpec, ContainerSpec, LABEL_APP, LABEL_DEPLOYMENT, LABEL_DIGEST, LABEL_MANAGED, Removed, Stopped,
+    ContainedSpec, ContainerSpec, LABEL_APP, LABEL_DEPLOYMENT, LABEL_DIGEST, LABEL_MANAGED,
+    Removed, Stopped,
 };
 use crate::registry::Resolved;
 use crate::store::StepState;

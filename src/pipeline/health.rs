@@ -226,7 +226,11 @@ async fn json_fields_match(
     want: &BTreeMap<String, String>,
 ) -> Result<(), String> {
     let mut body = Vec::new();
-    while let Some(chunk) = r.chunk().await.map_err(|_| "the body broke off".to_owned())? {
+    while let Some(chunk) = r
+        .chunk()
+        .await
+        .map_err(|_| "the body broke off".to_owned())?
+    {
         if body.len() + chunk.len() > MAX_HEALTH_BODY {
             return Err(format!("the body is over {MAX_HEALTH_BODY} bytes"));
         }
@@ -258,7 +262,11 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move {
-            for body in [r#"{"status":"UP","db":{"ok":true}}"#, r#"{"status":"DOWN"}"#, "oops"] {
+            for body in [
+                r#"{"status":"UP","db":{"ok":true}}"#,
+                r#"{"status":"DOWN"}"#,
+                "oops",
+            ] {
                 let (mut s, _) = listener.accept().await.unwrap();
                 use tokio::io::{AsyncReadExt, AsyncWriteExt};
                 let mut buf = [0u8; 1024];
@@ -277,9 +285,13 @@ mod tests {
         let client = probe_client();
         let get = || client.get(format!("http://{addr}/health")).send();
         assert_eq!(json_fields_match(get().await.unwrap(), &want).await, Ok(()));
-        let e = json_fields_match(get().await.unwrap(), &want).await.unwrap_err();
+        let e = json_fields_match(get().await.unwrap(), &want)
+            .await
+            .unwrap_err();
         assert!(e.contains("db.ok") || e.contains("status"), "{e}");
-        let e = json_fields_match(get().await.unwrap(), &want).await.unwrap_err();
+        let e = json_fields_match(get().await.unwrap(), &want)
+            .await
+            .unwrap_err();
         assert_eq!(e, "the body is not JSON");
     }
 }

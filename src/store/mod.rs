@@ -2,11 +2,11 @@
 
 mod deliveries;
 mod deployments;
+mod imports;
 pub mod kinds;
 mod reconcile;
 mod routes;
 mod steps;
-mod imports;
 mod text;
 mod volumes;
 
@@ -22,11 +22,11 @@ pub use deliveries::{
 pub use deployments::{
     Deployment, DigestStatus, Enqueued, Generation, NewDeployment, TAKEOVER_CHECK,
 };
+pub use imports::Import;
 pub use kinds::{DeploymentState, ReconcileKind, Step, StepState, Trigger, UnknownValue, Verdict};
 pub use reconcile::ReconcileAction;
 pub use routes::{Quarantined, Route};
 pub use steps::{GenerationSwitch, RouteWrite, StepRecord};
-pub use imports::Import;
 pub use volumes::VolumeOwner;
 
 #[derive(Debug, thiserror::Error)]
