@@ -35,6 +35,9 @@ pub struct Cli {
         default_value = "text"
     )]
     pub log_format: crate::serve::LogFormat,
+    /// `serve`/`worker` write their process id here; `reload` reads it.
+    #[arg(long, global = true, env = "PIER_PID_FILE")]
+    pub pid_file: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -61,6 +64,31 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Make a running `pier serve` read its configuration again (SIGHUP): checked here
+    /// first, and again there; an invalid file changes nothing.
+    Reload {
+        /// The process to signal; default: the one in --pid-file.
+        #[arg(long)]
+        pid: Option<u32>,
+    },
+    /// Deploy an app from an OCI or docker-save archive (air-gapped hosts), through the
+    /// same journaled pipeline: loaded, checked against the image id and platform, then
+    /// created like any deployment.
+    Import {
+        app: String,
+        archive: PathBuf,
+        /// The image id (`sha256:…`, the config digest) the archive must hold.
+        #[arg(long)]
+        digest: String,
+        /// The platform it must be for (`linux/amd64`); default: the engine's.
+        #[arg(long)]
+        platform: Option<String>,
+    },
+    /// List named volumes and the app that owns each; `rm NAME` deletes one.
+    Volumes {
+        #[command(subcommand)]
+        action: Option<crate::contain::VolumesCommand>,
+    },
 }
 
 /// Worker threads for the command's runtime, when the config sets them: `pier proxy` may be
@@ -78,8 +106,23 @@ pub fn threads(cli: &Cli) -> Option<usize> {
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let config = Config::load(&cli.config)?;
     match cli.command {
-        Command::Serve => crate::serve::run(config, true).await,
-        Command::Worker => crate::serve::run(config, false).await,
+        Command::Serve | Command::Worker => {
+            let _pid = cli
+                .pid_file
+                .as_deref()
+                .map(crate::contain::PidFile::write)
+                .transpose()?;
+            let http = matches!(cli.command, Command::Serve);
+            crate::serve::run(config, Some(cli.config.clone()), http).await
+        }
+        Command::Import {
+            app,
+            archive,
+            digest,
+            platform,
+        } => crate::contain::import(&config, &app, &archive, digest, platform).await,
+        Command::Reload { pid } => crate::contain::reload(pid, cli.pid_file.as_deref()),
+        Command::Volumes { action } => crate::contain::volumes(&config, action).await,
         Command::Proxy => crate::proxy::run(config).await,
         Command::Migrate => {
             let store = store(&config)?;

@@ -4,6 +4,8 @@
 pub mod backoff;
 pub mod cli;
 pub mod config;
+/// Issue 10: `pier volumes`, `pier reload`, `pier import`.
+pub mod contain;
 pub mod engine;
 pub mod faults;
 pub mod intake;

@@ -1,6 +1,7 @@
 //! Start-up: connect, migrate, then the HTTP server and the workers side by side under one
 //! shutdown signal.
 
+use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -97,7 +98,7 @@ pub async fn connect(config: Config, migrate: bool) -> anyhow::Result<Parts> {
 
 /// `pier serve` (HTTP and workers) or `pier worker` (workers only), until SIGTERM or
 /// Ctrl-C.
-pub async fn run(config: Config, http: bool) -> anyhow::Result<()> {
+pub async fn run(config: Config, path: Option<PathBuf>, http: bool) -> anyhow::Result<()> {
     let listener = match http {
         true => Some(
             tokio::net::TcpListener::bind(config.server.listen)
@@ -115,13 +116,23 @@ pub async fn run(config: Config, http: bool) -> anyhow::Result<()> {
         );
         on_signal.cancel();
     });
-    run_until(config, listener, shutdown).await
+    run_until_with(config, path, listener, shutdown).await
 }
 
 /// The whole of Pier in this process: the HTTP app on `http` (when given) and the workers,
 /// until `shutdown` fires. Tests start it in-process on a port-0 listener.
 pub async fn run_until(
     config: Config,
+    http: Option<tokio::net::TcpListener>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    run_until_with(config, None, http, shutdown).await
+}
+
+/// [`run_until`], reloading the config from `path` on SIGHUP (when given).
+pub async fn run_until_with(
+    config: Config,
+    path: Option<PathBuf>,
     http: Option<tokio::net::TcpListener>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
@@ -140,6 +151,10 @@ pub async fn run_until(
         .await
         .context("read the installation key")?;
     let poll_platform = platform.clone();
+    let live = crate::config::LiveConfig::new(config.clone(), path.clone());
+    if path.is_some() {
+        tokio::spawn(reload_on_sighup(live.clone(), shutdown.clone()));
+    }
     let ctx = Arc::new(Context {
         store: store.clone(),
         engine: engine.clone(),
@@ -150,6 +165,7 @@ pub async fn run_until(
         retry_budget: config.server.retry_budget,
         env_key,
         proxy_admin: config.proxy.admin,
+        live: live.clone(),
     });
     let (wake_tx, wake_rx) = watch::channel(0u64);
     let (alive_tx, alive_rx) = watch::channel(false);
@@ -221,6 +237,7 @@ pub async fn run_until(
             engine: EngineView::new(engine),
             metrics,
             guard: Arc::new(web::guard::Guard::new(config.server.webhook_buffer_bytes)),
+            live: Some(live.clone()),
         });
         let limits = web::server::Limits {
             header_timeout: config.server.header_timeout,
@@ -292,5 +309,26 @@ pub(crate) async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
+    }
+}
+
+/// `SIGHUP` (sent by `pier reload`): the file is read and checked whole; an invalid one
+/// changes nothing, and its error is logged and kept for the status page.
+async fn reload_on_sighup(live: crate::config::LiveConfig, stop: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        tracing::warn!("cannot install a SIGHUP handler; `pier reload` will not work");
+        return;
+    };
+    loop {
+        tokio::select! {
+            got = hup.recv() => if got.is_none() { return },
+            _ = stop.cancelled() => return,
+        }
+        match live.reload() {
+            Ok(()) => tracing::info!(reloads = live.reloads(), "configuration reloaded"),
+            Err(e) => tracing::error!(error = %error_chain(&e),
+                "configuration reload refused; the previous configuration stays in force"),
+        }
     }
 }

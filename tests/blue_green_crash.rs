@@ -63,8 +63,8 @@ async fn dies_at(point: &str) {
     assert_eq!(
         names,
         [
-            "resolve", "pull", "verify", "create", "start", "health", "switch", "applied", "drain",
-            "soak", "retire"
+            "resolve", "pull", "verify", "network", "create", "start", "health", "switch",
+            "applied", "drain", "soak", "retire"
         ],
         "{done:#}"
     );

@@ -90,8 +90,8 @@ async fn dies_at(point: &str, death: Death) {
     assert_eq!(
         names,
         [
-            "resolve", "pull", "verify", "create", "stop_old", "start", "health", "switch",
-            "retire"
+            "resolve", "pull", "verify", "network", "create", "stop_old", "start", "health",
+            "switch", "retire"
         ],
         "{done:#}"
     );

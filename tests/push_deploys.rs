@@ -121,8 +121,8 @@ async fn push_of_v1_then_v2_runs_exactly_the_pushed_digest_in_one_container() {
     assert_eq!(
         steps,
         [
-            "resolve", "pull", "verify", "create", "stop_old", "start", "health", "switch",
-            "retire"
+            "resolve", "pull", "verify", "network", "create", "stop_old", "start", "health",
+            "switch", "retire"
         ]
     );
     assert!(

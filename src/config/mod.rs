@@ -95,6 +95,8 @@ pub struct Config {
     pub registries: Vec<RegistryConfig>,
     pub sources: Vec<SourceConfig>,
     pub apps: Vec<AppConfig>,
+    /// `[policy]`: the host paths each app may use (issue 10).
+    pub policy: Policy,
 }
 
 #[derive(Debug, Clone)]
@@ -201,6 +203,8 @@ impl RestartPolicy {
 pub struct HealthConfig {
     pub path: String,
     pub timeout: Duration,
+    /// Fields (dotted paths) the JSON body must have, with these values.
+    pub json: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone)]
@@ -233,6 +237,8 @@ pub struct AppConfig {
     pub pids_limit: Option<i64>,
     /// Blue-green apps: how the proxy reaches them.
     pub route: Option<RouteConfig>,
+    /// Network, volumes, secrets, host mounts, hardening (issue 10).
+    pub contained: Contained,
 }
 
 impl AppConfig {
@@ -301,6 +307,10 @@ pub fn parse_bytes(text: &str) -> Result<i64, String> {
         .ok_or_else(|| format!("`{text}` is not a size such as 512m or 1g"))
 }
 
+mod contained;
+mod live;
+pub use contained::{Contained, DEFAULT_CAP_KEEP, HostMount, Policy, Refused, VolumeMount};
+pub use live::LiveConfig;
 mod proxy;
 mod raw;
 mod retention;
@@ -472,6 +482,7 @@ mod example {
             "PIER_NEXUS_SECRET",
             "PIER_ACR_TOKEN",
             "WEB_SESSION_KEY",
+            "BILLING_DB_PASSWORD",
         ] {
             // SAFETY: these names are only read by config tests.
             unsafe { std::env::set_var(name, "an-example-secret-of-32-bytes-or-more") };

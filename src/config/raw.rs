@@ -63,6 +63,9 @@ pub struct Config {
     /// Issue 12: how long history is kept.
     #[serde(default)]
     retention: super::retention::RawRetention,
+    /// Issue 10: which host paths each app may mount.
+    #[serde(default)]
+    policy: super::contained::RawPolicy,
 }
 
 #[derive(Deserialize)]
@@ -233,6 +236,9 @@ struct Health {
     path: String,
     #[serde(default = "default_health_timeout", with = "humantime_serde")]
     timeout: Duration,
+    /// Fields the JSON body must have, e.g. `{ status = "UP" }`.
+    #[serde(default)]
+    json: BTreeMap<String, String>,
 }
 
 #[derive(Deserialize)]
@@ -264,6 +270,27 @@ struct App {
     #[serde(default = "default_pids_limit")]
     pids_limit: i64,
     route: Option<super::proxy::RawRoute>,
+    // Issue 10 (contained apps): see `contained.rs`.
+    service: Option<String>,
+    #[serde(default)]
+    networks: Vec<String>,
+    #[serde(default)]
+    volumes: Vec<super::contained::RawVolume>,
+    #[serde(default)]
+    secrets: BTreeMap<String, String>,
+    #[serde(default)]
+    files: Vec<super::contained::RawHostMount>,
+    #[serde(default)]
+    binds: Vec<super::contained::RawHostMount>,
+    #[serde(default)]
+    devices: Vec<String>,
+    cap_keep: Option<Vec<String>>,
+    #[serde(default)]
+    read_only: bool,
+    #[serde(default)]
+    tmpfs: Vec<String>,
+    user: Option<String>,
+    port_env: Option<String>,
 }
 
 /// Apps may share a proxy address only when their `Host` names tell them apart: at most one
@@ -316,7 +343,7 @@ fn invalid(msg: impl Into<String>) -> ConfigError {
     ConfigError::Invalid(msg.into())
 }
 
-fn valid_name(name: &str) -> bool {
+pub(super) fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 48
         && name
@@ -473,6 +500,21 @@ impl Config {
                 let what = format!("apps.{}.env.{k}", a.name);
                 env.insert(k, Secret::resolve(&what, &v, base)?);
             }
+            let contained = super::contained::RawContained {
+                service: a.service,
+                networks: a.networks,
+                volumes: a.volumes,
+                secrets: a.secrets,
+                files: a.files,
+                binds: a.binds,
+                devices: a.devices,
+                cap_keep: a.cap_keep,
+                read_only: a.read_only,
+                tmpfs: a.tmpfs,
+                user: a.user,
+                port_env: a.port_env,
+            }
+            .resolve(&a.name, &env, base)?;
             let rule = match (&a.tag, &a.versions) {
                 (Some(_), Some(_)) => {
                     return Err(invalid(format!(
@@ -503,6 +545,7 @@ impl Config {
                 health: a.health.map(|h| HealthConfig {
                     path: h.path,
                     timeout: h.timeout,
+                    json: h.json,
                 }),
                 env,
                 memory_bytes,
@@ -513,6 +556,7 @@ impl Config {
                 no_new_privileges: a.no_new_privileges,
                 pids_limit: (a.pids_limit > 0).then_some(a.pids_limit),
                 route,
+                contained,
             });
         }
         let app_hosts: Vec<&str> = apps.iter().map(|a| a.registry_host()).collect();
@@ -573,6 +617,7 @@ impl Config {
             registries,
             sources,
             apps,
+            policy: self.policy.resolve()?,
         })
     }
 }

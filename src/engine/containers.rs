@@ -3,8 +3,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bollard::models::{
-    ContainerCreateBody, HostConfig, PortBinding, RestartPolicy as EngineRestartPolicy,
-    RestartPolicyNameEnum,
+    ContainerCreateBody, DeviceMapping, EndpointSettings, HostConfig, Mount, MountType,
+    NetworkingConfig, PortBinding, RestartPolicy as EngineRestartPolicy, RestartPolicyNameEnum,
 };
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, ListContainersOptionsBuilder, LogsOptionsBuilder,
@@ -31,6 +31,25 @@ pub struct ContainerSpec {
     pub no_new_privileges: bool,
     pub pids_limit: Option<i64>,
     pub restart: RestartPolicy,
+    /// Network, mounts and hardening (issue 10).
+    pub contained: ContainedSpec,
+}
+
+/// What a container is attached to, mounts, and may do.
+#[derive(Debug, Clone, Default)]
+pub struct ContainedSpec {
+    /// The app's private network and the container's aliases on it.
+    pub network: Option<(String, Vec<String>)>,
+    /// Engine volume name, container path, read-only.
+    pub volumes: Vec<(String, String, bool)>,
+    /// Host path, container path, read-only. Host paths never reach an error message.
+    pub host_mounts: Vec<(std::path::PathBuf, String, bool)>,
+    pub devices: Vec<std::path::PathBuf>,
+    /// `None`: the engine's default capabilities; `Some(keep)`: all dropped but these.
+    pub cap_keep: Option<Vec<String>>,
+    pub read_only_root: bool,
+    pub tmpfs: Vec<String>,
+    pub user: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -97,8 +116,47 @@ impl Engine {
             RestartPolicy::OnFailure => RestartPolicyNameEnum::ON_FAILURE,
             RestartPolicy::UnlessStopped => RestartPolicyNameEnum::UNLESS_STOPPED,
         };
+        let c = &spec.contained;
+        let mut mounts: Vec<Mount> = c
+            .volumes
+            .iter()
+            .map(|(name, target, ro)| Mount {
+                target: Some(target.clone()),
+                source: Some(name.clone()),
+                typ: Some(MountType::VOLUME),
+                read_only: Some(*ro),
+                ..Default::default()
+            })
+            .collect();
+        mounts.extend(c.host_mounts.iter().map(|(source, target, ro)| Mount {
+            target: Some(target.clone()),
+            source: Some(source.to_string_lossy().into_owned()),
+            typ: Some(MountType::BIND),
+            read_only: Some(*ro),
+            ..Default::default()
+        }));
+        let devices: Vec<DeviceMapping> = c
+            .devices
+            .iter()
+            .map(|d| DeviceMapping {
+                path_on_host: Some(d.to_string_lossy().into_owned()),
+                path_in_container: Some(d.to_string_lossy().into_owned()),
+                cgroup_permissions: Some("rwm".into()),
+            })
+            .collect();
+        let networking_config = c.network.as_ref().map(|(name, aliases)| NetworkingConfig {
+            endpoints_config: Some(HashMap::from([(
+                name.clone(),
+                EndpointSettings {
+                    aliases: Some(aliases.clone()),
+                    ..Default::default()
+                },
+            )])),
+        });
         let body = ContainerCreateBody {
             image: Some(spec.image.clone()),
+            user: c.user.clone(),
+            networking_config,
             env: Some(spec.env.clone()),
             labels: Some(spec.labels.clone()),
             exposed_ports: Some(vec![port_key]),
@@ -114,6 +172,18 @@ impl Engine {
                 security_opt: spec
                     .no_new_privileges
                     .then(|| vec!["no-new-privileges:true".to_owned()]),
+                network_mode: c.network.as_ref().map(|(n, _)| n.clone()),
+                mounts: (!mounts.is_empty()).then_some(mounts),
+                devices: (!devices.is_empty()).then_some(devices),
+                cap_drop: c.cap_keep.as_ref().map(|_| vec!["ALL".to_owned()]),
+                cap_add: c.cap_keep.clone().filter(|k| !k.is_empty()),
+                readonly_rootfs: c.read_only_root.then_some(true),
+                tmpfs: (!c.tmpfs.is_empty()).then(|| {
+                    c.tmpfs
+                        .iter()
+                        .map(|t| (t.clone(), "rw,nosuid,nodev,size=64m".to_owned()))
+                        .collect()
+                }),
                 ..Default::default()
             }),
             ..Default::default()
@@ -121,11 +191,17 @@ impl Engine {
         let options = CreateContainerOptionsBuilder::default()
             .name(&spec.name)
             .build();
+        let redact = !(c.host_mounts.is_empty() && c.devices.is_empty());
         let created = self
             .docker
             .create_container(Some(options), body)
             .await
-            .map_err(|e| err(format!("create container {}", spec.name), e))?;
+            .map_err(|e| {
+                let e = err(format!("create container {}", spec.name), e);
+                // The engine's words may quote a host path; with host mounts or devices in
+                // the request only the kind of failure leaves this function.
+                if redact { e.redacted() } else { e }
+            })?;
         Ok(created.id)
     }
 

@@ -1,7 +1,9 @@
 //! The Docker calls Pier makes, and nothing else. Every answer is reduced to the facts the
 //! pipeline needs; "not found" is a value, not an error, because replays depend on it.
 
+mod archive;
 mod containers;
+mod resources;
 mod view;
 
 use std::collections::HashMap;
@@ -13,7 +15,8 @@ use bollard::query_parameters::CreateImageOptionsBuilder;
 use futures_util::StreamExt;
 
 use crate::registry::Platform;
-pub use containers::{ContainerFacts, ContainerSpec, Health, Removed, Stopped};
+pub use containers::{ContainedSpec, ContainerFacts, ContainerSpec, Health, Removed, Stopped};
+pub use resources::{LABEL_INCARNATION, LABEL_SERVICE, Labelled, VolumeRemoved};
 pub use view::EngineView;
 
 pub const LABEL_MANAGED: &str = "pier.managed";
@@ -37,6 +40,22 @@ pub enum EngineError {
 impl EngineError {
     pub fn is_transient(&self) -> bool {
         matches!(self, EngineError::Unavailable { .. })
+    }
+
+    /// The same failure without the engine's message, which may quote host paths.
+    pub fn redacted(self) -> Self {
+        const WITHHELD: &str =
+            "details withheld: the request carries host mounts or devices (see the engine's log)";
+        match self {
+            EngineError::Unavailable { action, .. } => EngineError::Unavailable {
+                action,
+                message: WITHHELD.into(),
+            },
+            EngineError::Refused { action, .. } => EngineError::Refused {
+                action,
+                message: WITHHELD.into(),
+            },
+        }
     }
 }
 

@@ -178,7 +178,11 @@ impl Run<'_> {
         let intent = serde_json::json!({ "container": candidate.id, "publish": "127.0.0.1:0" });
         let started: Started = self
             .step(Step::Start, &intent, || async {
-                self.ctx.engine.start_container(&candidate.id).await?;
+                self.ctx
+                    .engine
+                    .start_container(&candidate.id)
+                    .await
+                    .map_err(|e| self.hide_paths(e))?;
                 let bound = self
                     .ctx
                     .engine
@@ -518,7 +522,11 @@ impl Run<'_> {
         };
         let reverted: Reverted = self
             .switching_step(Step::Revert, &intent, back_to, || async {
-                self.ctx.engine.start_container(&prev.container).await?;
+                self.ctx
+                    .engine
+                    .start_container(&prev.container)
+                    .await
+                    .map_err(|e| self.hide_paths(e))?;
                 let bound = self
                     .ctx
                     .engine
@@ -531,6 +539,7 @@ impl Run<'_> {
                     let probe = Probe::Http {
                         url: format!("http://{bound}{path}"),
                         timeout_ms: 30_000,
+                        json: Default::default(),
                     };
                     self.wait_healthy(&probe, &prev.container).await?;
                 }

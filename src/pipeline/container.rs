@@ -9,9 +9,10 @@ use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
 use super::{PipelineError, Run, Step, error_chain};
-use crate::config::{Origin, Strategy};
+use crate::config::{Contained, Origin, Strategy};
 use crate::engine::{
-    ContainerSpec, LABEL_APP, LABEL_DEPLOYMENT, LABEL_DIGEST, LABEL_MANAGED, Removed, Stopped,
+    ContainedSpec, ContainerSpec, LABEL_APP, LABEL_DEPLOYMENT, LABEL_DIGEST, LABEL_MANAGED,
+    Removed, Stopped,
 };
 use crate::registry::Resolved;
 use crate::store::StepState;
@@ -32,6 +33,18 @@ struct CreateIntent<'a> {
     no_new_privileges: bool,
     pids_limit: Option<i64>,
     restart: &'static str,
+    /// Issue 10: secret keys (values only inside `env_hmac`), network, mounts, hardening.
+    secret_names: Vec<&'a str>,
+    network: Option<&'a str>,
+    aliases: Vec<&'a str>,
+    volumes: Vec<String>,
+    /// Host mounts and devices by container path, each with a keyed hash of its host path:
+    /// a changed path shows as a change, and no host path is written to the journal.
+    host_mounts: Vec<String>,
+    cap_keep: Option<Vec<String>>,
+    read_only_root: bool,
+    tmpfs: Vec<String>,
+    user: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -119,6 +132,7 @@ impl Run<'_> {
             .env
             .values()
             .filter(|v| v.origin() == Origin::Reference)
+            .chain(self.app.contained.secrets.values())
             .map(|v| v.expose());
         super::redact::storable(&super::redact::redact(text, secrets))
     }
@@ -133,12 +147,7 @@ impl Run<'_> {
         ContainerSpec {
             name: format!("pier-{}-{}", self.app.name, self.dep.short_id()),
             image: self.reference(r),
-            env: self
-                .app
-                .env
-                .iter()
-                .map(|(k, v)| format!("{k}={}", v.expose()))
-                .collect(),
+            env: self.env(),
             labels,
             port: self.app.port,
             // A blue-green generation gets an ephemeral loopback port; clients reach it
@@ -152,17 +161,76 @@ impl Run<'_> {
             no_new_privileges: self.app.no_new_privileges,
             pids_limit: self.app.pids_limit,
             restart: self.app.restart,
+            contained: self.contained_spec(),
         }
+    }
+
+    /// Plain env, then secrets (never both for one key: refused at load), then the port.
+    fn env(&self) -> Vec<String> {
+        let c = &self.app.contained;
+        let mut env: Vec<String> = self
+            .app
+            .env
+            .iter()
+            .chain(c.secrets.iter())
+            .map(|(k, v)| format!("{k}={}", v.expose()))
+            .collect();
+        if let Some(p) = &c.port_env {
+            env.push(format!("{p}={}", self.app.port));
+        }
+        env
+    }
+
+    fn contained_spec(&self) -> ContainedSpec {
+        let c = &self.app.contained;
+        let app = &self.app.name;
+        ContainedSpec {
+            network: Some((Contained::network(app), vec![c.service.clone()])),
+            volumes: c
+                .volumes
+                .iter()
+                .map(|v| (v.engine_name(app), v.target.clone(), v.read_only))
+                .collect(),
+            host_mounts: c
+                .files
+                .iter()
+                .chain(&c.binds)
+                .map(|m| (m.source.clone(), m.target.clone(), m.read_only))
+                .collect(),
+            devices: c.devices.clone(),
+            cap_keep: Some(c.cap_keep.clone()),
+            read_only_root: c.read_only_root,
+            tmpfs: c.tmpfs.clone(),
+            user: c.user.clone(),
+        }
+    }
+
+    fn keyed_hash(&self, text: &str) -> String {
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.ctx.env_key)
+            .expect("HMAC takes a key of any length");
+        mac.update(text.as_bytes());
+        hex::encode(mac.finalize().into_bytes())
     }
 
     /// Journaled in its own committed write before anything starts it, so a crash cannot
     /// leave an untracked container; a replay adopts the container its label names.
     pub(super) async fn create(&self, r: &Resolved) -> Result<Candidate, PipelineError> {
         let spec = self.spec(r);
-        let mut mac = Hmac::<Sha256>::new_from_slice(&self.ctx.env_key)
-            .expect("HMAC takes a key of any length");
-        mac.update(spec.env.join("\n").as_bytes());
-        let env_hmac = hex::encode(mac.finalize().into_bytes());
+        let env_hmac = self.keyed_hash(&spec.env.join("\n"));
+        let c = &spec.contained;
+        let host_mounts = c
+            .host_mounts
+            .iter()
+            .map(|(src, target, ro)| {
+                let mode = if *ro { "ro" } else { "rw" };
+                let h = self.keyed_hash(&src.to_string_lossy());
+                format!("{target}:{mode}:{}", &h[..16])
+            })
+            .chain(c.devices.iter().enumerate().map(|(i, d)| {
+                let h = self.keyed_hash(&d.to_string_lossy());
+                format!("device#{}:{}", i + 1, &h[..16])
+            }))
+            .collect();
         let intent = CreateIntent {
             name: &spec.name,
             image: &spec.image,
@@ -175,6 +243,29 @@ impl Run<'_> {
             no_new_privileges: spec.no_new_privileges,
             pids_limit: spec.pids_limit,
             restart: spec.restart.as_str(),
+            secret_names: self
+                .app
+                .contained
+                .secrets
+                .keys()
+                .map(String::as_str)
+                .collect(),
+            network: c.network.as_ref().map(|(n, _)| n.as_str()),
+            aliases: c
+                .network
+                .iter()
+                .flat_map(|(_, a)| a.iter().map(String::as_str))
+                .collect(),
+            volumes: c
+                .volumes
+                .iter()
+                .map(|(n, t, ro)| format!("{n}:{t}{}", if *ro { ":ro" } else { "" }))
+                .collect(),
+            host_mounts,
+            cap_keep: c.cap_keep.clone(),
+            read_only_root: c.read_only_root,
+            tmpfs: c.tmpfs.clone(),
+            user: c.user.clone(),
         };
         self.step(Step::Create, &intent, || async {
             let dep = self.dep.id.to_string();
@@ -190,6 +281,9 @@ impl Run<'_> {
                     adopted: true,
                 });
             }
+            // The policy as reloaded, right before the engine is asked: a host path revoked
+            // since the deployment was queued makes nothing.
+            self.policy_check()?;
             let id = self.ctx.engine.create_container(&spec).await?;
             Ok(Candidate {
                 id,
@@ -258,7 +352,12 @@ impl Run<'_> {
     pub(super) async fn start(&self, candidate: &Candidate) -> Result<(), PipelineError> {
         let intent = serde_json::json!({ "container": candidate.id });
         self.step(Step::Start, &intent, || async {
-            Ok(self.ctx.engine.start_container(&candidate.id).await?)
+            Ok(self
+                .ctx
+                .engine
+                .start_container(&candidate.id)
+                .await
+                .map_err(|e| self.hide_paths(e))?)
         })
         .await
     }
@@ -378,7 +477,13 @@ impl Run<'_> {
                 }
             }
             for id in &plan.restore {
-                match self.ctx.engine.start_container(id).await {
+                match self
+                    .ctx
+                    .engine
+                    .start_container(id)
+                    .await
+                    .map_err(|e| self.hide_paths(e))
+                {
                     Ok(()) => out.restarted.push(id.clone()),
                     Err(e) => out.warnings.push(format!(
                         "restart previous generation {id}: {}",

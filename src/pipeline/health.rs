@@ -1,5 +1,6 @@
 //! health and switch: the candidate proves itself, then becomes the serving generation.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -18,8 +19,14 @@ use crate::store::GenerationSwitch;
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "mode", rename_all = "snake_case")]
 pub(super) enum Probe {
-    /// HTTP GET on the published port until a 2xx.
-    Http { url: String, timeout_ms: u64 },
+    /// HTTP GET on the published port until a 2xx (whose JSON body has `json`'s fields,
+    /// when some are required).
+    Http {
+        url: String,
+        timeout_ms: u64,
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        json: BTreeMap<String, String>,
+    },
     /// The image's own HEALTHCHECK, as the engine reports it.
     Healthcheck { timeout_ms: u64 },
     /// Nothing to probe: running is all that can be checked.
@@ -68,6 +75,7 @@ impl Run<'_> {
             (Some(h), Some(addr)) => Probe::Http {
                 url: format!("http://{addr}{}", h.path),
                 timeout_ms: h.timeout.as_millis() as u64,
+                json: h.json.clone(),
             },
             _ => Probe::Running,
         }
@@ -117,8 +125,20 @@ impl Run<'_> {
                 )));
             }
             let done = match probe {
-                Probe::Http { url, .. } => {
+                Probe::Http { url, json, .. } => {
                     match client.get(url).timeout(PROBE_TIMEOUT).send().await {
+                        Ok(r) if r.status().is_success() && !json.is_empty() => {
+                            let status = r.status().as_u16();
+                            match json_fields_match(r, json).await {
+                                Ok(()) => Some(format!(
+                                    "GET {url} answered {status} with the required JSON fields"
+                                )),
+                                Err(why) => {
+                                    last = format!("GET {url} answered {status} but {why}");
+                                    None
+                                }
+                            }
+                        }
                         Ok(r) if r.status().is_success() => {
                             Some(format!("GET {url} answered {}", r.status().as_u16()))
                         }
@@ -193,5 +213,85 @@ impl Run<'_> {
             )
             .await?;
         Ok(())
+    }
+}
+
+/// The largest health body read for its JSON fields.
+const MAX_HEALTH_BODY: usize = 64 << 10;
+
+/// Every `path = value` of `want` holds in the body: `path` is dotted (`status`,
+/// `components.db.status`); a string compares as is, any other JSON value by its text.
+async fn json_fields_match(
+    mut r: reqwest::Response,
+    want: &BTreeMap<String, String>,
+) -> Result<(), String> {
+    let mut body = Vec::new();
+    while let Some(chunk) = r
+        .chunk()
+        .await
+        .map_err(|_| "the body broke off".to_owned())?
+    {
+        if body.len() + chunk.len() > MAX_HEALTH_BODY {
+            return Err(format!("the body is over {MAX_HEALTH_BODY} bytes"));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    let doc: serde_json::Value =
+        serde_json::from_slice(&body).map_err(|_| "the body is not JSON".to_owned())?;
+    for (path, value) in want {
+        let found = path.split('.').try_fold(&doc, |v, key| v.get(key));
+        let text = match found {
+            Some(serde_json::Value::String(s)) => s.clone(),
+            Some(other) => other.to_string(),
+            None => return Err(format!("the JSON has no `{path}`")),
+        };
+        if &text != value {
+            // The app's own words are not echoed: only which field disagreed.
+            return Err(format!("`{path}` is not \"{value}\""));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_json_health_body_must_have_every_required_field() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            for body in [
+                r#"{"status":"UP","db":{"ok":true}}"#,
+                r#"{"status":"DOWN"}"#,
+                "oops",
+            ] {
+                let (mut s, _) = listener.accept().await.unwrap();
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut buf = [0u8; 1024];
+                let _ = s.read(&mut buf).await;
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                s.write_all(answer.as_bytes()).await.unwrap();
+            }
+        });
+        let want = BTreeMap::from([
+            ("status".to_owned(), "UP".to_owned()),
+            ("db.ok".to_owned(), "true".to_owned()),
+        ]);
+        let client = probe_client();
+        let get = || client.get(format!("http://{addr}/health")).send();
+        assert_eq!(json_fields_match(get().await.unwrap(), &want).await, Ok(()));
+        let e = json_fields_match(get().await.unwrap(), &want)
+            .await
+            .unwrap_err();
+        assert!(e.contains("db.ok") || e.contains("status"), "{e}");
+        let e = json_fields_match(get().await.unwrap(), &want)
+            .await
+            .unwrap_err();
+        assert_eq!(e, "the body is not JSON");
     }
 }

@@ -34,7 +34,11 @@ pub struct VerifiedImage {
 
 impl Run<'_> {
     pub(super) fn reference(&self, r: &Resolved) -> String {
-        format!("{}@{}", self.app.image, r.digest)
+        match self.import {
+            // A loaded archive's image is known by its id only.
+            Some(_) => r.digest.clone(),
+            None => format!("{}@{}", self.app.image, r.digest),
+        }
     }
 
     /// Resolved once and journaled: a replay uses the recorded digest even if the tag

@@ -7,7 +7,9 @@
 //! the result or the failure journaled. A step is the intent it computes and the side
 //! effect it does; nothing else.
 
+mod archive;
 mod blue_green;
+mod contained;
 mod container;
 mod health;
 mod image;
@@ -69,6 +71,9 @@ pub enum StepError {
     Registry(#[from] RegistryError),
     #[error(transparent)]
     Engine(#[from] EngineError),
+    /// A record a step keeps beside the journal (a volume's owner).
+    #[error(transparent)]
+    Store(#[from] StoreError),
     #[error("{0}")]
     Check(String),
     /// A failure journaled by an earlier run, replayed as it was recorded.
@@ -81,6 +86,7 @@ impl StepError {
         match self {
             StepError::Registry(e) => e.is_transient(),
             StepError::Engine(e) => e.is_transient(),
+            StepError::Store(e) => e.is_unavailable(),
             StepError::Check(_) | StepError::Recorded(_) => false,
         }
     }
@@ -127,6 +133,8 @@ pub struct Context {
     pub env_key: Vec<u8>,
     /// `pier proxy`'s admin endpoint, which blue-green deploys wait on.
     pub proxy_admin: std::net::SocketAddr,
+    /// The config as reloaded: its `[policy]` is read again before every engine change.
+    pub live: crate::config::LiveConfig,
 }
 
 pub struct Run<'a> {
@@ -135,6 +143,8 @@ pub struct Run<'a> {
     owner: &'a str,
     dep: &'a Deployment,
     app: &'a AppConfig,
+    /// `pier import`: the archive loaded instead of a pull.
+    import: Option<crate::store::Import>,
 }
 
 /// How a run ended.
@@ -150,12 +160,19 @@ pub const MAX_ATTEMPTS: i32 = 5;
 
 /// Runs (or resumes) one claimed deployment to a final state.
 pub async fn run(ctx: &Context, owner: &str, dep: &Deployment, app: &AppConfig) -> Outcome {
-    let run = Run {
+    let mut run = Run {
         ctx,
         owner,
         dep,
         app,
+        import: None,
     };
+    match run.store_retry(|| ctx.store.import_of(dep.id)).await {
+        Ok(import) => run.import = import,
+        Err(PipelineError::Store(e)) => return Outcome::Abandoned(error_chain(&e)),
+        Err(e) => return Outcome::Abandoned(error_chain(&e)),
+    }
+    let run = run;
     if dep.attempt > MAX_ATTEMPTS {
         return run.fail(PipelineError::GaveUp(dep.attempt - 1)).await;
     }
@@ -169,6 +186,16 @@ pub async fn run(ctx: &Context, owner: &str, dep: &Deployment, app: &AppConfig) 
                     "conflict: queued for {} but the app now follows {}",
                     dep.image, app.image
                 )),
+            })
+            .await;
+    }
+    // Host paths the policy (as reloaded) no longer allows, or a config file that is not a
+    // regular file: the deployment fails before it pulls or makes anything.
+    if let Err(e) = run.policy_check() {
+        return run
+            .fail(PipelineError::Failed {
+                step: Step::Resolve,
+                source: e,
             })
             .await;
     }
@@ -206,6 +233,11 @@ impl Run<'_> {
     /// resolve, then (unless the digest is quarantined or already serves) pull, verify and
     /// create: the same for every strategy.
     async fn prepare(&self) -> Result<Prepared, PipelineError> {
+        if let Some(import) = &self.import {
+            // Loaded and checked (id, platform, labels) in `resolve`: no pull, no verify.
+            let (resolved, image) = self.load_archive(import).await?;
+            return self.contain_and_create(resolved, image).await;
+        }
         let resolved = self.resolve().await?;
         if let Some(note) = self.skip_quarantined(&resolved.digest).await? {
             return Ok(Prepared::Skip(note));
@@ -217,7 +249,19 @@ impl Run<'_> {
         }
         self.pull(&resolved).await?;
         let image = self.verify(&resolved).await?;
+        self.contain_and_create(resolved, image).await
+    }
+
+    async fn contain_and_create(
+        &self,
+        resolved: crate::registry::Resolved,
+        image: image::VerifiedImage,
+    ) -> Result<Prepared, PipelineError> {
+        // Before any container of the app exists: its network and its owned volumes.
+        self.network().await?;
+        self.volumes().await?;
         let candidate = self.create(&resolved).await?;
+        self.connect(&candidate).await?;
         Ok(Prepared::Candidate {
             resolved,
             image,

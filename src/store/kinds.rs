@@ -159,7 +159,13 @@ db_enum! {
         Resolve = "resolve",
         Pull = "pull",
         Verify = "verify",
+        /// The app's private network exists (issue 10).
+        Network = "network",
+        /// The app's named volumes are owned (recorded) and exist.
+        Volumes = "volumes",
         Create = "create",
+        /// The journaled candidate joins the app's shared networks.
+        Connect = "connect",
         StopOld = "stop_old",
         Start = "start",
         Health = "health",

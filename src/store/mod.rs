@@ -3,12 +3,14 @@
 mod batch;
 mod deliveries;
 mod deployments;
+mod imports;
 pub mod kinds;
 mod reconcile;
 mod retention;
 mod routes;
 mod steps;
 mod text;
+mod volumes;
 
 use std::time::Duration;
 
@@ -22,11 +24,13 @@ pub use deliveries::{
 pub use deployments::{
     Deployment, DigestStatus, Enqueued, Generation, NewDeployment, TAKEOVER_CHECK,
 };
+pub use imports::Import;
 pub use kinds::{DeploymentState, ReconcileKind, Step, StepState, Trigger, UnknownValue, Verdict};
 pub use reconcile::ReconcileAction;
 pub use retention::Pruned;
 pub use routes::{Quarantined, Route};
 pub use steps::{GenerationSwitch, RouteWrite, StepRecord};
+pub use volumes::VolumeOwner;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

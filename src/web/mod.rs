@@ -38,6 +38,9 @@ pub struct AppState {
     pub engine: EngineView,
     pub metrics: Option<PrometheusHandle>,
     pub guard: Arc<guard::Guard>,
+    /// The config as reloaded (issue 10), beside `config` (the one at start): the status
+    /// page shows a refused reload's error from here.
+    pub live: Option<crate::config::LiveConfig>,
 }
 
 pub fn router(state: AppState) -> Router {

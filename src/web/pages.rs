@@ -42,6 +42,8 @@ pub(super) struct IndexPage {
     recent: Vec<Deployment>,
     engine_error: Option<String>,
     live: bool,
+    /// A refused config reload's error (the previous config stays in force).
+    reload_error: Option<String>,
 }
 impl Fmt for IndexPage {}
 
@@ -114,6 +116,7 @@ pub(super) async fn index(State(s): State<AppState>) -> Result<IndexPage, PageEr
         recent,
         engine_error,
         live,
+        reload_error: s.live.as_ref().and_then(|l| l.reload_error()),
     })
 }
 

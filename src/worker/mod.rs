@@ -189,7 +189,9 @@ impl Worker {
         if dep.attempt > 1 {
             metrics::counter!("pier_lease_takeovers_total").increment(1);
         }
-        let Some(app) = self.config.app(&dep.app) else {
+        // The config as reloaded now, not as it was at start: a removed app is not deployed.
+        let live = self.ctx.live.load();
+        let Some(app) = live.app(&dep.app) else {
             let res = self
                 .ctx
                 .store

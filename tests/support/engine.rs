@@ -234,6 +234,7 @@ impl AppGuard {
         if !self.done {
             let docker = docker().await;
             remove_app_containers_with(&docker, &self.app).await;
+            remove_app_resources(&self.app);
             self.done = true;
         }
     }
@@ -251,10 +252,41 @@ impl Drop for AppGuard {
                             Docker::connect_with_defaults().expect("docker client")
                         });
                         remove_app_containers_with(&d, &app).await;
+                        remove_app_resources(&app);
                     }
                     Err(e) => eprintln!("test harness: cannot clean up app {app}: {e}"),
                 }
             });
         }
+    }
+}
+
+/// The app's private network and the volumes labelled for it (after its containers).
+fn remove_app_resources(app: &str) {
+    let _ = docker_cli(&["network", "rm", &format!("pier-{app}")]);
+    let (_, out) = docker_cli(&[
+        "volume",
+        "ls",
+        "-q",
+        "--filter",
+        &format!("label=pier.app={app}"),
+    ]);
+    for v in out.lines().filter(|l| !l.is_empty()) {
+        let _ = docker_cli(&["volume", "rm", v]);
+    }
+}
+
+/// `docker <args>` to completion: (success, stdout and stderr).
+pub fn docker_cli(args: &[&str]) -> (bool, String) {
+    match std::process::Command::new("docker").args(args).output() {
+        Ok(o) => (
+            o.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            ),
+        ),
+        Err(e) => (false, format!("run docker: {e}")),
     }
 }

@@ -1,0 +1,501 @@
+//! What an app's containers may touch and what they are given: the app's private network and
+//! the shared ones it joins, its named volumes, its secrets, host files, binds and devices
+//! (only where the admin's `[policy]` allows them), and its hardening. Checked whole at
+//! load; host paths are checked again against the live policy before every engine change.
+
+use std::path::{Component, Path};
+
+use super::*;
+
+/// Capabilities kept by default: what common images need to start as root and drop to
+/// their own user (chown their files, switch user, bind a port below 1024). Everything
+/// else (NET_RAW, MKNOD, SYS_CHROOT, SETFCAP, AUDIT_WRITE, ...) is dropped.
+pub const DEFAULT_CAP_KEEP: [&str; 8] = [
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "SETGID",
+    "SETUID",
+    "NET_BIND_SERVICE",
+];
+
+/// One named volume of an app, mounted at `target`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeMount {
+    /// The name in the config; the engine's volume is [`VolumeMount::engine_name`].
+    pub name: String,
+    pub target: String,
+    pub read_only: bool,
+}
+
+impl VolumeMount {
+    /// `pier-<app>-<name>`. Only a name: who owns it is what Postgres records.
+    pub fn engine_name(&self, app: &str) -> String {
+        format!("pier-{app}-{}", self.name)
+    }
+}
+
+/// A host path mounted into the container: a read-only config file or a bind.
+#[derive(Clone, PartialEq, Eq)]
+pub struct HostMount {
+    pub source: PathBuf,
+    pub target: String,
+    pub read_only: bool,
+}
+
+impl fmt::Debug for HostMount {
+    /// Host paths stay out of debug output (logs): the target says which mount it is.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "HostMount(-> {}, ro={})", self.target, self.read_only)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Contained {
+    /// The service's name: its alias on the app's network.
+    pub service: String,
+    /// Shared networks (created by the admin) that the app's containers join.
+    pub networks: Vec<String>,
+    pub volumes: Vec<VolumeMount>,
+    /// Env values from `env:`/`file:` references: in memory only.
+    pub secrets: BTreeMap<String, Secret>,
+    /// Host files mounted read-only; each must be a regular file.
+    pub files: Vec<HostMount>,
+    pub binds: Vec<HostMount>,
+    pub devices: Vec<PathBuf>,
+    /// Capabilities kept; all others are dropped.
+    pub cap_keep: Vec<String>,
+    pub read_only_root: bool,
+    pub tmpfs: Vec<String>,
+    pub user: Option<String>,
+    /// The env variable that is given the container port.
+    pub port_env: Option<String>,
+}
+
+impl Contained {
+    /// The app's private network.
+    pub fn network(app: &str) -> String {
+        format!("pier-{app}")
+    }
+
+    /// Whether any host path reaches the container: engine errors are then redacted.
+    pub fn has_host_paths(&self) -> bool {
+        !(self.files.is_empty() && self.binds.is_empty() && self.devices.is_empty())
+    }
+}
+
+/// `[policy]`: which host paths (and everything under them) each app may mount or use as a
+/// device. Without an entry an app may use none.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Policy {
+    pub host_paths: BTreeMap<String, Vec<PathBuf>>,
+}
+
+/// Why a host path is refused. Says which mount (by container path or index), never the
+/// host path: the reason is journaled and shown on pages.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Refused(pub String);
+
+impl Policy {
+    /// Whether `path` (absolute, normalised) is one of the app's allowed paths or under one.
+    pub fn allows(&self, app: &str, path: &Path) -> bool {
+        self.host_paths
+            .get(app)
+            .is_some_and(|allowed| allowed.iter().any(|a| path.starts_with(a)))
+    }
+
+    /// Every host path of `app` checked against this policy, as the files are now: a file
+    /// must be a regular file; symlinks are followed and the real path is what must be
+    /// allowed, so a link cannot lead out of an allowed directory.
+    pub fn check(&self, app: &str, c: &Contained) -> Result<(), Refused> {
+        let real = |p: &Path| std::fs::canonicalize(p).ok();
+        for f in &c.files {
+            let Some(path) = real(&f.source) else {
+                return Err(Refused(format!(
+                    "file for {} does not exist or cannot be read",
+                    f.target
+                )));
+            };
+            if !self.allows(app, &path) || !self.allows(app, &f.source) {
+                return Err(Refused(format!(
+                    "file for {} is not allowed by the policy for app `{app}`",
+                    f.target
+                )));
+            }
+            if !std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
+                return Err(Refused(format!(
+                    "file for {} is not a regular file",
+                    f.target
+                )));
+            }
+        }
+        for b in &c.binds {
+            let allowed = real(&b.source).is_some_and(|p| self.allows(app, &p))
+                && self.allows(app, &b.source);
+            if !allowed {
+                return Err(Refused(format!(
+                    "bind for {} is not allowed by the policy for app `{app}` (or its host path is missing)",
+                    b.target
+                )));
+            }
+        }
+        for (i, d) in c.devices.iter().enumerate() {
+            let allowed = real(d).is_some_and(|p| self.allows(app, &p)) && self.allows(app, d);
+            if !allowed {
+                return Err(Refused(format!(
+                    "device #{} is not allowed by the policy for app `{app}` (or is missing)",
+                    i + 1
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPolicy {
+    #[serde(default)]
+    host_paths: BTreeMap<String, Vec<String>>,
+}
+
+impl RawPolicy {
+    pub(super) fn resolve(self) -> Result<Policy, ConfigError> {
+        let mut host_paths = BTreeMap::new();
+        for (app, paths) in self.host_paths {
+            let mut out = Vec::new();
+            for p in paths {
+                out.push(absolute(&format!("policy.host_paths.{app}"), &p)?);
+            }
+            host_paths.insert(app, out);
+        }
+        Ok(Policy { host_paths })
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawVolume {
+    name: String,
+    target: String,
+    #[serde(default)]
+    read_only: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHostMount {
+    source: String,
+    target: String,
+    #[serde(default)]
+    read_only: bool,
+}
+
+/// The app's fields this module reads, gathered by `raw.rs`.
+pub(super) struct RawContained {
+    pub service: Option<String>,
+    pub networks: Vec<String>,
+    pub volumes: Vec<RawVolume>,
+    pub secrets: BTreeMap<String, String>,
+    pub files: Vec<RawHostMount>,
+    pub binds: Vec<RawHostMount>,
+    pub devices: Vec<String>,
+    pub cap_keep: Option<Vec<String>>,
+    pub read_only: bool,
+    pub tmpfs: Vec<String>,
+    pub user: Option<String>,
+    pub port_env: Option<String>,
+}
+
+fn invalid(app: &str, msg: impl fmt::Display) -> ConfigError {
+    ConfigError::Invalid(format!("app `{app}`: {msg}"))
+}
+
+/// An absolute path with no `..` or `.` parts: what the policy compares is what is mounted.
+fn absolute(what: &str, p: &str) -> Result<PathBuf, ConfigError> {
+    let path = PathBuf::from(p);
+    let plain = path
+        .components()
+        .all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
+    if !path.is_absolute() || !plain {
+        return Err(ConfigError::Invalid(format!(
+            "{what}: host paths must be absolute, without . or .. parts"
+        )));
+    }
+    Ok(path)
+}
+
+fn container_path(app: &str, what: &str, p: &str) -> Result<String, ConfigError> {
+    let path = Path::new(p);
+    let plain = path
+        .components()
+        .all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
+    if !path.is_absolute() || !plain || p.contains(':') || p == "/" {
+        return Err(invalid(
+            app,
+            format!("{what} `{p}` must be an absolute container path below /, without . .. or :"),
+        ));
+    }
+    Ok(p.to_owned())
+}
+
+fn env_name(n: &str) -> bool {
+    !n.is_empty()
+        && !n.starts_with(|c: char| c.is_ascii_digit())
+        && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+fn network_name(n: &str) -> bool {
+    n.len() <= 64
+        && n.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && n.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
+impl RawContained {
+    pub(super) fn resolve(
+        self,
+        app: &str,
+        env: &BTreeMap<String, Secret>,
+        base: &Path,
+    ) -> Result<Contained, ConfigError> {
+        let service = self.service.unwrap_or_else(|| app.to_owned());
+        if !super::raw::valid_name(&service) {
+            return Err(invalid(
+                app,
+                "service: use lower-case letters, digits, - and _",
+            ));
+        }
+        for n in &self.networks {
+            // `pier-*` are apps' private networks: joining one would share another app's.
+            if !network_name(n) || n.starts_with("pier-") {
+                return Err(invalid(
+                    app,
+                    format!("network `{n}`: a shared network's name, not `pier-…`"),
+                ));
+            }
+        }
+        let mut volumes = Vec::new();
+        let mut targets: Vec<String> = Vec::new();
+        let mut target = |t: &str, what: &str| -> Result<String, ConfigError> {
+            let t = container_path(app, what, t)?;
+            if targets.contains(&t) {
+                return Err(invalid(app, format!("two mounts at {t}")));
+            }
+            targets.push(t.clone());
+            Ok(t)
+        };
+        for v in self.volumes {
+            if !super::raw::valid_name(&v.name) {
+                return Err(invalid(
+                    app,
+                    format!(
+                        "volume `{}`: use lower-case letters, digits, - and _",
+                        v.name
+                    ),
+                ));
+            }
+            if volumes.iter().any(|o: &VolumeMount| o.name == v.name) {
+                return Err(invalid(app, format!("volume `{}` is listed twice", v.name)));
+            }
+            volumes.push(VolumeMount {
+                target: target(&v.target, "volume target")?,
+                name: v.name,
+                read_only: v.read_only,
+            });
+        }
+        let mut files = Vec::new();
+        for f in self.files {
+            files.push(HostMount {
+                source: absolute(&format!("app `{app}`: files"), &f.source)?,
+                target: target(&f.target, "file target")?,
+                read_only: true,
+            });
+        }
+        let mut binds = Vec::new();
+        for b in self.binds {
+            binds.push(HostMount {
+                source: absolute(&format!("app `{app}`: binds"), &b.source)?,
+                target: target(&b.target, "bind target")?,
+                read_only: b.read_only,
+            });
+        }
+        let mut devices = Vec::new();
+        for d in self.devices {
+            devices.push(absolute(&format!("app `{app}`: devices"), &d)?);
+        }
+        let mut tmpfs = Vec::new();
+        for t in self.tmpfs {
+            tmpfs.push(target(&t, "tmpfs")?);
+        }
+        let mut secrets = BTreeMap::new();
+        for (k, spec) in self.secrets {
+            if !env_name(&k) {
+                return Err(invalid(app, format!("secret `{k}` is not an env name")));
+            }
+            // A key in both would let a plain value silently stand for the secret (or the
+            // reverse): which one the app gets must never depend on merge order.
+            if env.contains_key(&k) {
+                return Err(invalid(
+                    app,
+                    format!("`{k}` is both a plain env value and a secret; keep one"),
+                ));
+            }
+            if !(spec.starts_with("env:") || spec.starts_with("file:")) {
+                return Err(invalid(
+                    app,
+                    format!("secret `{k}` must be an env: or file: reference, never a value"),
+                ));
+            }
+            let what = format!("apps.{app}.secrets.{k}");
+            secrets.insert(k, Secret::resolve(&what, &spec, base)?);
+        }
+        let cap_keep = match self.cap_keep {
+            None => DEFAULT_CAP_KEEP.iter().map(|c| (*c).to_owned()).collect(),
+            Some(list) => {
+                let mut out = Vec::new();
+                for c in list {
+                    let c = c.to_ascii_uppercase();
+                    let c = c.strip_prefix("CAP_").unwrap_or(&c).to_owned();
+                    if c.is_empty() || !c.bytes().all(|b| b.is_ascii_uppercase() || b == b'_') {
+                        return Err(invalid(app, format!("cap_keep: `{c}` is no capability")));
+                    }
+                    if c == "ALL" || c == "SYS_ADMIN" {
+                        return Err(invalid(
+                            app,
+                            format!("cap_keep: `{c}` would undo the hardening"),
+                        ));
+                    }
+                    out.push(c);
+                }
+                out
+            }
+        };
+        if let Some(u) = &self.user
+            && (u.is_empty() || u.contains(char::is_whitespace))
+        {
+            return Err(invalid(app, "user: a name, uid or uid:gid"));
+        }
+        if let Some(p) = &self.port_env
+            && (!env_name(p) || env.contains_key(p) || secrets.contains_key(p))
+        {
+            return Err(invalid(
+                app,
+                format!("port_env `{p}` must be an env name not set in env or secrets"),
+            ));
+        }
+        Ok(Contained {
+            service,
+            networks: self.networks,
+            volumes,
+            secrets,
+            files,
+            binds,
+            devices,
+            cap_keep,
+            read_only_root: self.read_only,
+            tmpfs,
+            user: self.user,
+            port_env: self.port_env,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw() -> RawContained {
+        RawContained {
+            service: None,
+            networks: vec![],
+            volumes: vec![],
+            secrets: BTreeMap::new(),
+            files: vec![],
+            binds: vec![],
+            devices: vec![],
+            cap_keep: None,
+            read_only: false,
+            tmpfs: vec![],
+            user: None,
+            port_env: None,
+        }
+    }
+
+    #[test]
+    fn a_key_that_is_both_env_and_secret_is_refused() {
+        // SAFETY: only this test reads this variable.
+        unsafe { std::env::set_var("PIER_TEST_CONTAINED_SECRET", "v") };
+        let mut r = raw();
+        r.secrets
+            .insert("TOKEN".into(), "env:PIER_TEST_CONTAINED_SECRET".into());
+        let env = BTreeMap::from([("TOKEN".to_owned(), Secret::new("plain"))]);
+        let e = r.resolve("web", &env, Path::new(".")).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("both a plain env value and a secret"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_secret_given_as_a_value_is_refused() {
+        let mut r = raw();
+        r.secrets.insert("TOKEN".into(), "hunter2".into());
+        let e = r
+            .resolve("web", &BTreeMap::new(), Path::new("."))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("env: or file: reference"), "{e}");
+        assert!(!e.contains("hunter2"), "{e}");
+    }
+
+    #[test]
+    fn another_apps_private_network_cannot_be_joined() {
+        let mut r = raw();
+        r.networks = vec!["pier-db".into()];
+        assert!(r.resolve("web", &BTreeMap::new(), Path::new(".")).is_err());
+    }
+
+    #[test]
+    fn the_policy_allows_paths_under_an_allowed_one_only_and_never_names_them() {
+        let dir = tempfile_dir();
+        let file = dir.join("app.yml");
+        std::fs::write(&file, "a: 1").unwrap();
+        let mut c = raw()
+            .resolve("web", &BTreeMap::new(), Path::new("."))
+            .unwrap();
+        c.files.push(HostMount {
+            source: file.clone(),
+            target: "/app.yml".into(),
+            read_only: true,
+        });
+        let mut p = Policy::default();
+        let e = p.check("web", &c).unwrap_err().0;
+        assert!(!e.contains(dir.to_str().unwrap()), "{e}");
+        p.host_paths.insert(
+            "web".into(),
+            vec![std::fs::canonicalize(&dir).unwrap(), dir.clone()],
+        );
+        p.check("web", &c).unwrap();
+        assert!(p.check("other", &c).is_err());
+        // A directory is not a config file.
+        c.files[0].source = dir.clone();
+        assert!(
+            p.check("web", &c)
+                .unwrap_err()
+                .0
+                .contains("not a regular file")
+        );
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    fn tempfile_dir() -> PathBuf {
+        let d = std::env::temp_dir().join(format!("pier-policy-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+}

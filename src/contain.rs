@@ -1,0 +1,151 @@
+//! Commands for contained apps: `pier volumes` (owners, explicit removal) and `pier reload`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, bail};
+use clap::Subcommand;
+
+use crate::config::Config;
+use crate::engine::{Engine, VolumeRemoved};
+use crate::store::Store;
+
+#[derive(Subcommand, Debug)]
+pub enum VolumesCommand {
+    /// Delete one volume and its ownership record. Removing an app from the config never
+    /// does this: data goes only when someone names it.
+    Rm { name: String },
+}
+
+/// The pid of a running `pier serve`, removed when it stops.
+pub struct PidFile(PathBuf);
+
+impl PidFile {
+    pub fn write(path: &Path) -> anyhow::Result<Self> {
+        std::fs::write(path, format!("{}\n", std::process::id()))
+            .with_context(|| format!("write pid file {}", path.display()))?;
+        Ok(Self(path.to_owned()))
+    }
+}
+
+impl Drop for PidFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// The file was loaded (and so checked whole) before this runs: only a valid file is ever
+/// signalled; the server checks it again, since it may change in between.
+pub fn reload(pid: Option<u32>, pid_file: Option<&Path>) -> anyhow::Result<()> {
+    let pid = match (pid, pid_file) {
+        (Some(p), _) => p,
+        (None, Some(f)) => std::fs::read_to_string(f)
+            .with_context(|| format!("read pid file {}", f.display()))?
+            .trim()
+            .parse()
+            .context("the pid file holds no process id")?,
+        (None, None) => bail!("give --pid, or --pid-file (PIER_PID_FILE) as `pier serve` had"),
+    };
+    let status = std::process::Command::new("kill")
+        .args(["-HUP", &pid.to_string()])
+        .status()
+        .context("run kill")?;
+    if !status.success() {
+        bail!("could not signal process {pid}");
+    }
+    println!("configuration valid; asked process {pid} to reload it");
+    Ok(())
+}
+
+pub async fn volumes(config: &Config, action: Option<VolumesCommand>) -> anyhow::Result<()> {
+    let store = Store::connect_lazy(config.server.database_url.expose())?;
+    let engine = Engine::connect(config.server.docker_host.as_deref())
+        .await
+        .context("connect to the Docker engine")?;
+    match action {
+        None => {
+            let owners = store.volume_owners().await.context("read volume owners")?;
+            if owners.is_empty() {
+                println!("no volumes");
+            }
+            for o in owners {
+                let on_engine = match engine.volume(&o.name).await {
+                    Ok(Some(_)) => "exists",
+                    Ok(None) => "not created",
+                    Err(_) => "unknown",
+                };
+                let configured = if config.app(&o.app).is_some() {
+                    ""
+                } else {
+                    " (app not in config)"
+                };
+                println!(
+                    "{:<40} app {}{configured}  service {}  incarnation {}  {on_engine}",
+                    o.name, o.app, o.service, o.incarnation
+                );
+            }
+            Ok(())
+        }
+        Some(VolumesCommand::Rm { name }) => {
+            let Some(owner) = store.volume_owner(&name).await? else {
+                bail!("volume {name} is not recorded as Pier's; remove it with docker if you must");
+            };
+            match engine.remove_volume(&name).await? {
+                VolumeRemoved::InUse => {
+                    bail!("volume {name} is in use by a container; nothing was removed")
+                }
+                VolumeRemoved::Removed | VolumeRemoved::AlreadyGone => {}
+            }
+            store.forget_volume(&name).await?;
+            println!("removed volume {name} (owned by app {})", owner.app);
+            Ok(())
+        }
+    }
+}
+
+/// `pier import`: queues a deployment that loads `archive` instead of pulling. The path is
+/// made absolute here, since the worker that runs it may have another working directory.
+pub async fn import(
+    config: &Config,
+    app: &str,
+    archive: &Path,
+    digest: String,
+    platform: Option<String>,
+) -> anyhow::Result<()> {
+    let Some(a) = config.app(app) else {
+        bail!("no app `{app}` in the configuration");
+    };
+    if !crate::intake::generic::is_digest(&digest) {
+        bail!("`{digest}` is not a sha256 digest");
+    }
+    let archive =
+        std::fs::canonicalize(archive).with_context(|| format!("archive {}", archive.display()))?;
+    if !std::fs::metadata(&archive).is_ok_and(|m| m.is_file()) {
+        bail!("{} is not a regular file", archive.display());
+    }
+    let store = Store::connect_lazy(config.server.database_url.expose())?;
+    let enqueued = store
+        .enqueue_import(
+            crate::store::NewDeployment {
+                app: a.name.clone(),
+                trigger: crate::store::Trigger::Manual,
+                delivery_id: None,
+                image: a.image.clone(),
+                requested_tag: None,
+                pinned: true,
+                claimed_digest: Some(digest),
+            },
+            &crate::store::Import {
+                archive: archive.to_string_lossy().into_owned(),
+                platform,
+            },
+        )
+        .await
+        .context("queue the import")?;
+    match enqueued {
+        crate::store::Enqueued::Queued { id, .. } => println!("queued deployment {id}"),
+        crate::store::Enqueued::AlreadyPending { id, .. } => {
+            bail!("that image id is already queued or running for `{app}`: {id}")
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,151 @@
+//! Networks and volumes: made by Pier only after it has recorded why (the journal, the
+//! volume's owner in Postgres), labelled so that a reader can tell whose they are, and never
+//! taken over on the strength of a name alone.
+
+use std::collections::HashMap;
+
+use bollard::models::{
+    EndpointSettings, NetworkConnectRequest, NetworkCreateRequest, VolumeCreateRequest,
+};
+use bollard::query_parameters::RemoveVolumeOptionsBuilder;
+
+use super::{Engine, LABEL_APP, LABEL_MANAGED, Result, err, status_of};
+
+/// Labels Pier puts on what it makes for an app's volume, beside managed and app.
+pub const LABEL_INCARNATION: &str = "pier.incarnation";
+pub const LABEL_SERVICE: &str = "pier.service";
+
+/// A network or volume as found on the engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Labelled {
+    pub name: String,
+    pub labels: HashMap<String, String>,
+}
+
+impl Labelled {
+    /// Made by Pier for `app`, by its labels.
+    pub fn is_apps(&self, app: &str) -> bool {
+        self.labels.get(LABEL_MANAGED).map(String::as_str) == Some("true")
+            && self.labels.get(LABEL_APP).map(String::as_str) == Some(app)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VolumeRemoved {
+    Removed,
+    AlreadyGone,
+    /// A container still uses it: nothing was removed.
+    InUse,
+}
+
+impl Engine {
+    pub async fn network(&self, name: &str) -> Result<Option<Labelled>> {
+        match self.docker.inspect_network(name, None).await {
+            Ok(n) => Ok(Some(Labelled {
+                name: n.name.unwrap_or_default(),
+                labels: n.labels.unwrap_or_default(),
+            })),
+            Err(e) if status_of(&e) == Some(404) => Ok(None),
+            Err(e) => Err(err(format!("inspect network {name}"), e)),
+        }
+    }
+
+    /// A bridge network; 409 (made meanwhile, by a replay) is not an error.
+    pub async fn create_network(&self, name: &str, labels: HashMap<String, String>) -> Result<()> {
+        let req = NetworkCreateRequest {
+            name: name.to_owned(),
+            driver: Some("bridge".into()),
+            labels: Some(labels),
+            ..Default::default()
+        };
+        match self.docker.create_network(req).await {
+            Ok(_) => Ok(()),
+            Err(e) if status_of(&e) == Some(409) => Ok(()),
+            Err(e) => Err(err(format!("create network {name}"), e)),
+        }
+    }
+
+    /// Joins `container` to `network` under `aliases`; joining twice is not an error.
+    pub async fn join_network(
+        &self,
+        network: &str,
+        container: &str,
+        aliases: &[String],
+    ) -> Result<()> {
+        let req = NetworkConnectRequest {
+            container: container.to_owned(),
+            endpoint_config: Some(EndpointSettings {
+                aliases: Some(aliases.to_vec()),
+                ..Default::default()
+            }),
+        };
+        match self.docker.connect_network(network, req).await {
+            Ok(()) => Ok(()),
+            Err(e) if already_connected(&e) => Ok(()),
+            Err(e) => Err(err(format!("connect a container to network {network}"), e)),
+        }
+    }
+
+    /// The networks a container is on, by name.
+    pub async fn container_networks(&self, id: &str) -> Result<Vec<String>> {
+        match self.docker.inspect_container(id, None).await {
+            Ok(c) => Ok(c
+                .network_settings
+                .and_then(|n| n.networks)
+                .map(|n| n.into_keys().collect())
+                .unwrap_or_default()),
+            Err(e) if status_of(&e) == Some(404) => Ok(vec![]),
+            Err(e) => Err(err(format!("inspect container {id}"), e)),
+        }
+    }
+
+    pub async fn volume(&self, name: &str) -> Result<Option<Labelled>> {
+        match self.docker.inspect_volume(name).await {
+            Ok(v) => Ok(Some(Labelled {
+                name: v.name,
+                labels: v.labels,
+            })),
+            Err(e) if status_of(&e) == Some(404) => Ok(None),
+            Err(e) => Err(err(format!("inspect volume {name}"), e)),
+        }
+    }
+
+    /// Creating an existing volume returns it unchanged: callers check its labels first.
+    pub async fn create_volume(&self, name: &str, labels: HashMap<String, String>) -> Result<()> {
+        let req = VolumeCreateRequest {
+            name: Some(name.to_owned()),
+            driver: Some("local".into()),
+            labels: Some(labels),
+            ..Default::default()
+        };
+        self.docker
+            .create_volume(req)
+            .await
+            .map(|_| ())
+            .map_err(|e| err(format!("create volume {name}"), e))
+    }
+
+    pub async fn remove_volume(&self, name: &str) -> Result<VolumeRemoved> {
+        let options = RemoveVolumeOptionsBuilder::default().force(false).build();
+        match self.docker.remove_volume(name, Some(options)).await {
+            Ok(()) => Ok(VolumeRemoved::Removed),
+            Err(e) if status_of(&e) == Some(404) => Ok(VolumeRemoved::AlreadyGone),
+            Err(e) if status_of(&e) == Some(409) => Ok(VolumeRemoved::InUse),
+            Err(e) => Err(err(format!("remove volume {name}"), e)),
+        }
+    }
+}
+
+fn already_connected(e: &bollard::errors::Error) -> bool {
+    match e {
+        bollard::errors::Error::DockerResponseServerError {
+            status_code,
+            message,
+        } => {
+            *status_code == 403 && message.contains("already exists")
+                || message.contains("already attached")
+                || message.contains("already exists in network")
+        }
+        _ => false,
+    }
+}

@@ -1,0 +1,101 @@
+//! `pier import`: the `resolve` step of an imported deployment loads its archive into the
+//! engine and checks what it holds (the expected image id, the platform, no Pier labels)
+//! before anything is created; `pull` and `verify` have nothing left to do. A mismatch
+//! fails the deployment with nothing made: the loaded image is only an image.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::image::VerifiedImage;
+use super::{PipelineError, Run, Step, StepError};
+use crate::engine::RESERVED_LABELS;
+use crate::registry::Resolved;
+use crate::store::Import;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Loaded {
+    resolved: Resolved,
+    image: VerifiedImage,
+}
+
+impl Run<'_> {
+    pub(super) async fn load_archive(
+        &self,
+        import: &Import,
+    ) -> Result<(Resolved, VerifiedImage), PipelineError> {
+        let Some(digest) = self.dep.claimed_digest.clone() else {
+            return Err(PipelineError::Failed {
+                step: Step::Resolve,
+                source: StepError::Check("an import names the image id it expects".into()),
+            });
+        };
+        let platform = import
+            .platform
+            .clone()
+            .unwrap_or_else(|| self.ctx.platform.to_string());
+        let intent = serde_json::json!({
+            "archive": import.archive,
+            "image_id": digest,
+            "platform": platform,
+        });
+        let loaded: Loaded = self
+            .step(Step::Resolve, &intent, || async {
+                let path = Path::new(&import.archive);
+                if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+                    return Err(StepError::Check(
+                        "the archive is missing or not a regular file".into(),
+                    ));
+                }
+                let said = self.ctx.engine.load_archive(path).await?;
+                let Some(image) = self.ctx.engine.image(&digest).await? else {
+                    return Err(StepError::Check(format!(
+                        "digest mismatch: the archive holds [{}], not image {digest}",
+                        said.join(", ")
+                    )));
+                };
+                if image.id != digest {
+                    return Err(StepError::Check(format!(
+                        "digest mismatch: image {} is not {digest}",
+                        image.id
+                    )));
+                }
+                let found = image.platform.to_string();
+                let wanted_os_arch = |p: &str| p.split('/').take(2).collect::<Vec<_>>().join("/");
+                if wanted_os_arch(&found) != wanted_os_arch(&platform) {
+                    return Err(StepError::Check(format!(
+                        "platform mismatch: the archive's image is {found}, expected {platform}"
+                    )));
+                }
+                if RESERVED_LABELS
+                    .iter()
+                    .any(|k| image.labels.contains_key(*k))
+                {
+                    return Err(StepError::Check(
+                        "the image carries labels reserved for Pier".into(),
+                    ));
+                }
+                Ok(Loaded {
+                    resolved: Resolved {
+                        digest: digest.clone(),
+                        index_digest: None,
+                        media_type: "archive".into(),
+                        platform: found,
+                    },
+                    image: VerifiedImage {
+                        image_id: image.id,
+                        has_healthcheck: image.has_healthcheck,
+                    },
+                })
+            })
+            .await?;
+        let r = loaded.resolved.clone();
+        self.store_retry(|| {
+            self.ctx
+                .store
+                .set_resolved(self.dep.id, self.owner, &r.digest, &r.platform)
+        })
+        .await?;
+        Ok((loaded.resolved, loaded.image))
+    }
+}

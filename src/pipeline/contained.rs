@@ -1,0 +1,192 @@
+//! network, volumes and connect: what an app's containers stand in, made before (network,
+//! volumes) or right after (connect) the candidate is journaled, each through the journal's
+//! runner with its crash points. Every effect re-checks the admin policy from the live
+//! config immediately before it touches the engine: a reload may have revoked a host path
+//! since the deployment was queued, and then nothing is made (fail closed).
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::container::Candidate;
+use super::{PipelineError, Run, Step, StepError};
+use crate::config::Contained;
+use crate::engine::{LABEL_APP, LABEL_INCARNATION, LABEL_MANAGED, LABEL_SERVICE};
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+struct VolumeIntent {
+    /// The engine's name (`pier-<app>-<name>`).
+    name: String,
+    target: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Volumes {
+    /// Volumes this step created; the others existed already and are the app's.
+    pub created: Vec<String>,
+    pub reused: Vec<String>,
+}
+
+impl Run<'_> {
+    fn contained(&self) -> &Contained {
+        &self.app.contained
+    }
+
+    /// The engine's words about a container with host mounts or devices may quote a host
+    /// path (a failed mount at start, say): only the kind of failure is kept.
+    pub(super) fn hide_paths(&self, e: crate::engine::EngineError) -> crate::engine::EngineError {
+        if self.contained().has_host_paths() {
+            e.redacted()
+        } else {
+            e
+        }
+    }
+
+    /// The admin policy as the live config says now, applied to this app's host paths.
+    /// Called at the start of a run and inside every effect that mutates the engine.
+    pub(super) fn policy_check(&self) -> Result<(), StepError> {
+        let live = self.ctx.live.load();
+        if live.app(&self.app.name).is_none() {
+            return Err(StepError::Check(format!(
+                "app `{}` is no longer in the configuration",
+                self.app.name
+            )));
+        }
+        live.policy
+            .check(&self.app.name, self.contained())
+            .map_err(|r| StepError::Check(format!("refused by policy: {r}")))
+    }
+
+    /// Before any container of the app exists: its private network `pier-<app>`, made by
+    /// Pier and labelled for the app. A network of that name that Pier did not make for
+    /// this app is never joined: another app's containers could be on it.
+    pub(super) async fn network(&self) -> Result<String, PipelineError> {
+        let name = Contained::network(&self.app.name);
+        let intent = serde_json::json!({ "network": name });
+        self.step(Step::Network, &intent, || async {
+            self.policy_check()?;
+            match self.ctx.engine.network(&name).await? {
+                Some(n) if n.is_apps(&self.app.name) => return Ok(name.clone()),
+                Some(_) => {
+                    return Err(StepError::Check(format!(
+                        "network {name} exists but Pier did not make it for this app; \
+                         remove or rename it"
+                    )));
+                }
+                None => {}
+            }
+            let labels = HashMap::from([
+                (LABEL_MANAGED.to_owned(), "true".to_owned()),
+                (LABEL_APP.to_owned(), self.app.name.clone()),
+            ]);
+            self.ctx.engine.create_network(&name, labels).await?;
+            // Made meanwhile by someone else under the same name (a 409 is not an error):
+            // only one with our labels is ours.
+            match self.ctx.engine.network(&name).await? {
+                Some(n) if n.is_apps(&self.app.name) => Ok(name.clone()),
+                _ => Err(StepError::Check(format!(
+                    "network {name} is not labelled for this app after creating it"
+                ))),
+            }
+        })
+        .await
+    }
+
+    /// The app's named volumes: each is recorded as the app's in Postgres (committed)
+    /// before it is created, labelled with app, incarnation and service. A name recorded
+    /// for another app is refused before anything is made; a volume on the engine that no
+    /// record gives to this app is never adopted, whatever its name says.
+    pub(super) async fn volumes(&self) -> Result<Option<Volumes>, PipelineError> {
+        let c = self.contained();
+        if c.volumes.is_empty() {
+            return Ok(None);
+        }
+        let intent: Vec<VolumeIntent> = c
+            .volumes
+            .iter()
+            .map(|v| VolumeIntent {
+                name: v.engine_name(&self.app.name),
+                target: v.target.clone(),
+            })
+            .collect();
+        let done = self
+            .step(Step::Volumes, &intent, || async {
+                self.policy_check()?;
+                let mut out = Volumes {
+                    created: vec![],
+                    reused: vec![],
+                };
+                for v in &intent {
+                    let owner = self
+                        .ctx
+                        .store
+                        .claim_volume(&v.name, &self.app.name, &c.service, self.dep.id)
+                        .await?;
+                    if owner.app != self.app.name {
+                        return Err(StepError::Check(format!(
+                            "volume {} is owned by app `{}`; an app never mounts another's",
+                            v.name, owner.app
+                        )));
+                    }
+                    crate::faults::crash_point("volume_owner", "after");
+                    let incarnation = owner.incarnation.to_string();
+                    match self.ctx.engine.volume(&v.name).await? {
+                        Some(found)
+                            if found.is_apps(&self.app.name)
+                                && found.labels.get(LABEL_INCARNATION) == Some(&incarnation) =>
+                        {
+                            out.reused.push(v.name.clone());
+                            continue;
+                        }
+                        Some(_) => {
+                            return Err(StepError::Check(format!(
+                                "volume {} exists on the engine but was not made by Pier for \
+                                 this app; it is not mounted",
+                                v.name
+                            )));
+                        }
+                        None => {}
+                    }
+                    let labels = HashMap::from([
+                        (LABEL_MANAGED.to_owned(), "true".to_owned()),
+                        (LABEL_APP.to_owned(), self.app.name.clone()),
+                        (LABEL_INCARNATION.to_owned(), incarnation),
+                        (LABEL_SERVICE.to_owned(), owner.service.clone()),
+                    ]);
+                    self.ctx.engine.create_volume(&v.name, labels).await?;
+                    out.created.push(v.name.clone());
+                }
+                Ok(out)
+            })
+            .await?;
+        Ok(Some(done))
+    }
+
+    /// Shared networks, joined only once the candidate is journaled (so a crash cannot
+    /// leave an untracked container on them); retiring or removing it leaves them.
+    pub(super) async fn connect(&self, candidate: &Candidate) -> Result<(), PipelineError> {
+        let c = self.contained();
+        if c.networks.is_empty() {
+            return Ok(());
+        }
+        let intent = serde_json::json!({ "container": candidate.id, "networks": c.networks });
+        self.step(Step::Connect, &intent, || async {
+            self.policy_check()?;
+            let aliases = vec![c.service.clone()];
+            for n in &c.networks {
+                if self.ctx.engine.network(n).await?.is_none() {
+                    return Err(StepError::Check(format!(
+                        "shared network {n} does not exist; create it first"
+                    )));
+                }
+                self.ctx
+                    .engine
+                    .join_network(n, &candidate.id, &aliases)
+                    .await?;
+            }
+            Ok(serde_json::json!({ "joined": c.networks }))
+        })
+        .await
+        .map(|_: serde_json::Value| ())
+    }
+}

@@ -1,0 +1,94 @@
+//! Volume ownership: which app (and which incarnation of it) owns each engine volume Pier
+//! made. Ownership is this record, never a name or a label.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use uuid::Uuid;
+
+use super::{Result, Store};
+
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, Serialize)]
+pub struct VolumeOwner {
+    pub name: String,
+    pub app: String,
+    pub incarnation: Uuid,
+    pub service: String,
+    pub deployment_id: Option<Uuid>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl Store {
+    /// The app's incarnation, made on first use; two callers at once agree on one.
+    pub async fn incarnation(&self, app: &str) -> Result<Uuid> {
+        sqlx::query(
+            "INSERT INTO app_incarnations (app, incarnation) VALUES ($1, $2)
+             ON CONFLICT (app) DO NOTHING",
+        )
+        .bind(app)
+        .bind(Uuid::new_v4())
+        .execute(&self.pool)
+        .await?;
+        Ok(
+            sqlx::query_scalar("SELECT incarnation FROM app_incarnations WHERE app = $1")
+                .bind(app)
+                .fetch_one(&self.pool)
+                .await?,
+        )
+    }
+
+    /// Records `app` as the owner of volume `name` unless someone already is, and returns
+    /// the owner on record: the caller compares it with itself and refuses another's.
+    pub async fn claim_volume(
+        &self,
+        name: &str,
+        app: &str,
+        service: &str,
+        deployment: Uuid,
+    ) -> Result<VolumeOwner> {
+        let incarnation = self.incarnation(app).await?;
+        sqlx::query(
+            "INSERT INTO volumes (name, app, incarnation, service, deployment_id)
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (name) DO NOTHING",
+        )
+        .bind(name)
+        .bind(app)
+        .bind(incarnation)
+        .bind(service)
+        .bind(deployment)
+        .execute(&self.pool)
+        .await?;
+        Ok(self
+            .volume_owner(name)
+            .await?
+            .expect("a volume row just inserted or already present"))
+    }
+
+    pub async fn volume_owner(&self, name: &str) -> Result<Option<VolumeOwner>> {
+        Ok(sqlx::query_as(
+            "SELECT name, app, incarnation, service, deployment_id, created_at
+             FROM volumes WHERE name = $1",
+        )
+        .bind(name)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    pub async fn volume_owners(&self) -> Result<Vec<VolumeOwner>> {
+        Ok(sqlx::query_as(
+            "SELECT name, app, incarnation, service, deployment_id, created_at
+             FROM volumes ORDER BY app, name LIMIT 10000",
+        )
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// `pier volumes rm`: the record goes only after the volume itself is gone.
+    pub async fn forget_volume(&self, name: &str) -> Result<bool> {
+        Ok(sqlx::query("DELETE FROM volumes WHERE name = $1")
+            .bind(name)
+            .execute(&self.pool)
+            .await?
+            .rows_affected()
+            > 0)
+    }
+}
