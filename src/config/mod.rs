@@ -120,6 +120,8 @@ pub struct ServerConfig {
     /// Transient registry and engine errors in a step are retried until this much time has
     /// passed; a step then fails instead of holding its app.
     pub retry_budget: Duration,
+    /// Sign-in to the status page: sessions, the admin password, cross-site checks.
+    pub sign_in: SignInConfig,
 }
 
 #[derive(Debug, Clone)]
@@ -159,6 +161,7 @@ impl Default for RegistryLimits {
 }
 
 pub use proxy::{ProxyConfig, RouteConfig, TlsFiles};
+pub use signin::SignInConfig;
 pub use source::{HmacKey, SourceConfig, SourceKind, SourceMode};
 pub use tags::{TagRule, glob_match, tag_version};
 
@@ -302,6 +305,7 @@ pub fn parse_bytes(text: &str) -> Result<i64, String> {
 
 mod proxy;
 mod raw;
+mod signin;
 mod source;
 mod tags;
 pub use raw::DEFAULT_POLL;

@@ -316,6 +316,26 @@ impl Store {
         .await?)
     }
 
+    /// A page of the app's history older than `before` (keyset on `(created_at, id)`, read
+    /// through `deployments_app_recent`).
+    pub async fn app_deployments_before(
+        &self,
+        app: &str,
+        before: (DateTime<Utc>, Uuid),
+        limit: i64,
+    ) -> Result<Vec<Deployment>> {
+        Ok(sqlx::query_as(
+            "SELECT * FROM deployments WHERE app = $1 AND (created_at, id) < ($2, $3)
+             ORDER BY created_at DESC, id DESC LIMIT $4",
+        )
+        .bind(app)
+        .bind(before.0)
+        .bind(before.1)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
     pub async fn generation(&self, app: &str) -> Result<Option<Generation>> {
         Ok(
             sqlx::query_as("SELECT * FROM app_generations WHERE app = $1")

@@ -5,6 +5,7 @@ mod deployments;
 pub mod kinds;
 mod reconcile;
 mod routes;
+mod sessions;
 mod steps;
 mod text;
 
@@ -23,6 +24,7 @@ pub use deployments::{
 pub use kinds::{DeploymentState, ReconcileKind, Step, StepState, Trigger, UnknownValue, Verdict};
 pub use reconcile::ReconcileAction;
 pub use routes::{Quarantined, Route};
+pub use sessions::{Session, SignInMethod};
 pub use steps::{GenerationSwitch, RouteWrite, StepRecord};
 
 #[derive(Debug, thiserror::Error)]

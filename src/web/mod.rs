@@ -12,6 +12,12 @@ mod hooks;
 mod pages;
 pub mod server;
 mod views;
+// The browser side (issue 11): sign-in, live pages.
+mod live;
+mod timeline;
+mod session;
+mod streams;
+pub mod ui;
 
 use std::sync::Arc;
 
@@ -38,6 +44,8 @@ pub struct AppState {
     pub engine: EngineView,
     pub metrics: Option<PrometheusHandle>,
     pub guard: Arc<guard::Guard>,
+    /// Sign-in brake and live-page streams.
+    pub pages: Arc<ui::PageState>,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -51,13 +59,7 @@ pub fn router(state: AppState) -> Router {
             "/hooks/{source}/{token}",
             post(hooks::receive_with_token).layer(DefaultBodyLimit::max(max_body)),
         )
-        .route("/", get(pages::index))
-        .route("/apps/{app}", get(pages::app))
-        .route("/apps/{app}/redeploy", post(pages::redeploy))
-        .route("/deployments/{id}", get(pages::deployment))
-        .route("/deliveries", get(pages::deliveries))
-        .route("/deliveries/{id}/redeliver", post(pages::redeliver))
-        .route("/static/pier.css", get(pages::stylesheet))
+        .merge(ui::routes(&state))
         .route("/api/apps", get(api::apps))
         .route("/api/apps/{app}", get(api::app))
         .route("/api/apps/{app}/deploy", post(api::deploy))
@@ -70,9 +72,11 @@ pub fn router(state: AppState) -> Router {
         .layer(fixed_header(header::X_FRAME_OPTIONS, "DENY"))
         .layer(fixed_header(header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
         .layer(fixed_header(header::REFERRER_POLICY, "same-origin"))
+        // Scripts only from Pier itself (escaping is the first defence, this the second).
         .layer(fixed_header(
             header::CONTENT_SECURITY_POLICY,
-            "frame-ancestors 'none'",
+            "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; \
+             form-action 'self'; frame-ancestors 'none'",
         ))
         // A request, body included, gets `request_timeout` in all: a body trickled a byte at
         // a time is cut off with 408 instead of holding a connection and a handler.
