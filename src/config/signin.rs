@@ -43,7 +43,11 @@ const MAX_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 const DEFAULT_TTL: Duration = Duration::from_secs(12 * 3600);
 
 impl RawSignIn {
-    pub(super) fn resolve(self, listen: SocketAddr, base: &Path) -> Result<SignInConfig, ConfigError> {
+    pub(super) fn resolve(
+        self,
+        listen: SocketAddr,
+        base: &Path,
+    ) -> Result<SignInConfig, ConfigError> {
         let invalid = |m: String| ConfigError::Invalid(m);
         let public_url = match self.public_url {
             None => format!("http://{listen}"),
@@ -53,7 +57,9 @@ impl RawSignIn {
                     .strip_prefix("https://")
                     .or_else(|| u.strip_prefix("http://"))
                     .ok_or_else(|| {
-                        invalid(format!("server.public_url `{u}` must start with https:// or http://"))
+                        invalid(format!(
+                            "server.public_url `{u}` must start with https:// or http://"
+                        ))
                     })?;
                 if rest.is_empty() || rest.contains(['/', '?', '#', '@', ' ']) {
                     return Err(invalid(format!(
@@ -79,7 +85,9 @@ impl RawSignIn {
         }
         let session_ttl = self.session_ttl.unwrap_or(DEFAULT_TTL);
         if !(MIN_TTL..=MAX_TTL).contains(&session_ttl) {
-            return Err(invalid("server.session_ttl must be between 1m and 30d".into()));
+            return Err(invalid(
+                "server.session_ttl must be between 1m and 30d".into(),
+            ));
         }
         let pages_need_sign_in = self
             .pages_need_sign_in

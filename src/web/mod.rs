@@ -14,9 +14,9 @@ pub mod server;
 mod views;
 // The browser side (issue 11): sign-in, live pages.
 mod live;
-mod timeline;
 mod session;
 mod streams;
+mod timeline;
 pub mod ui;
 
 use std::sync::Arc;

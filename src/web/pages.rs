@@ -2,8 +2,8 @@
 
 use askama::Template;
 use askama_web::WebTemplate;
-use axum::body::Bytes;
 use axum::Extension;
+use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -30,7 +30,9 @@ pub(super) trait Fmt {
         views::digest_html(d)
     }
     fn opt_digest(&self, d: &Option<String>) -> String {
-        d.as_deref().map(views::digest_html).unwrap_or_else(|| "—".into())
+        d.as_deref()
+            .map(views::digest_html)
+            .unwrap_or_else(|| "—".into())
     }
     fn at(&self, t: &chrono::DateTime<chrono::Utc>) -> String {
         when(t)

@@ -64,7 +64,9 @@ fn cookie_name(s: &AppState) -> &'static str {
 }
 
 fn form_token_of(session_id: &str) -> String {
-    hex::encode(Sha256::digest(format!("pier-form-token:{session_id}").as_bytes()))
+    hex::encode(Sha256::digest(
+        format!("pier-form-token:{session_id}").as_bytes(),
+    ))
 }
 
 fn cookie_value(headers: &HeaderMap, name: &str) -> Option<String> {
@@ -172,7 +174,12 @@ pub(super) struct LoginQuery {
     next: Option<String>,
 }
 
-fn login_page(s: &AppState, next: Option<String>, user: String, error: Option<String>) -> LoginPage {
+fn login_page(
+    s: &AppState,
+    next: Option<String>,
+    user: String,
+    error: Option<String>,
+) -> LoginPage {
     LoginPage {
         next: next.filter(|n| safe_next(n)).unwrap_or_else(|| "/".into()),
         user,
@@ -186,7 +193,10 @@ fn login_page(s: &AppState, next: Option<String>, user: String, error: Option<St
 }
 
 /// `GET /login`: the sign-in form.
-pub(super) async fn login_form(State(s): State<AppState>, Query(q): Query<LoginQuery>) -> LoginPage {
+pub(super) async fn login_form(
+    State(s): State<AppState>,
+    Query(q): Query<LoginQuery>,
+) -> LoginPage {
     login_page(&s, q.next, String::new(), None)
 }
 
@@ -208,7 +218,11 @@ pub(super) async fn login(
 ) -> Result<Response, PageError> {
     let addr = Some(peer.ip());
     let user = f.user.trim().chars().take(MAX_USER).collect::<String>();
-    let user = if user.is_empty() { "admin".to_owned() } else { user };
+    let user = if user.is_empty() {
+        "admin".to_owned()
+    } else {
+        user
+    };
     if s.pages.sign_in_brake.throttled(addr) {
         return Err(WebError::TooManyRequests.into());
     }
@@ -233,7 +247,10 @@ pub(super) async fn login(
     if s.config.server.sign_in.secure_cookie() {
         cookie.push_str("; Secure");
     }
-    let next = f.next.filter(|n| safe_next(n)).unwrap_or_else(|| "/".into());
+    let next = f
+        .next
+        .filter(|n| safe_next(n))
+        .unwrap_or_else(|| "/".into());
     let mut resp = Redirect::to(&next).into_response();
     resp.headers_mut().insert(
         header::SET_COOKIE,
@@ -313,7 +330,13 @@ mod tests {
     #[test]
     fn only_paths_on_this_site_are_followed_after_sign_in() {
         assert!(safe_next("/apps/web?x=1"));
-        for bad in ["//evil.example", "/\\evil.example", "https://evil.example", "", "/\n"] {
+        for bad in [
+            "//evil.example",
+            "/\\evil.example",
+            "https://evil.example",
+            "",
+            "/\n",
+        ] {
             assert!(!safe_next(bad), "{bad:?}");
         }
     }
@@ -321,7 +344,10 @@ mod tests {
     #[test]
     fn the_session_cookie_is_found_among_others() {
         let mut h = HeaderMap::new();
-        h.append(header::COOKIE, HeaderValue::from_static("a=1; pier_session=abc"));
+        h.append(
+            header::COOKIE,
+            HeaderValue::from_static("a=1; pier_session=abc"),
+        );
         assert_eq!(cookie_value(&h, COOKIE).as_deref(), Some("abc"));
         assert_eq!(cookie_value(&h, SECURE_COOKIE), None);
     }

@@ -90,9 +90,11 @@ pub(super) async fn deployment_events(
             Some(Frame { html, last })
         }
     };
-    Ok(live::stream(&hub, slot, "timeline", move |c| c == id, render)
-        .await
-        .into_response())
+    Ok(
+        live::stream(&hub, slot, "timeline", move |c| c == id, render)
+            .await
+            .into_response(),
+    )
 }
 
 pub(super) async fn script() -> impl IntoResponse {

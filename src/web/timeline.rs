@@ -40,7 +40,9 @@ pub fn rows(d: &Deployment, steps: &[StepRecord], now: DateTime<Utc>) -> Vec<Tim
             let to = (s.finished_at.unwrap_or(now) - start).num_milliseconds() as f64;
             let left = (from / total * 100.0).clamp(0.0, 100.0);
             // A bar is never thinner than a hair, so a 0 ms step still shows.
-            let width = ((to - from) / total * 100.0).clamp(0.4, 100.0 - left).max(0.4);
+            let width = ((to - from) / total * 100.0)
+                .clamp(0.4, 100.0 - left)
+                .max(0.4);
             TimelineRow {
                 left: (left * 10.0).round() / 10.0,
                 width: (width * 10.0).round() / 10.0,
@@ -125,8 +127,16 @@ pub fn intent_words(step: Step, i: &Value) -> String {
             let r = list(i, "restore");
             format!(
                 "Roll back: remove {} and keep {} serving",
-                if c.is_empty() { "the candidate".into() } else { c.join(", ") },
-                if r.is_empty() { "the previous generation".into() } else { r.join(", ") }
+                if c.is_empty() {
+                    "the candidate".into()
+                } else {
+                    c.join(", ")
+                },
+                if r.is_empty() {
+                    "the previous generation".into()
+                } else {
+                    r.join(", ")
+                }
             )
         }
     }
@@ -182,9 +192,17 @@ fn scalars(v: &Value) -> String {
     };
     o.iter()
         .filter_map(|(k, v)| match v {
-            Value::String(s) => Some(format!("{} {}", k.replace('_', " "), s.chars().take(48).collect::<String>())),
+            Value::String(s) => Some(format!(
+                "{} {}",
+                k.replace('_', " "),
+                s.chars().take(48).collect::<String>()
+            )),
             Value::Number(n) => Some(format!("{} {n}", k.replace('_', " "))),
-            Value::Bool(b) => Some(format!("{} {}", k.replace('_', " "), if *b { "yes" } else { "no" })),
+            Value::Bool(b) => Some(format!(
+                "{} {}",
+                k.replace('_', " "),
+                if *b { "yes" } else { "no" }
+            )),
             _ => None,
         })
         .take(6)

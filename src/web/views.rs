@@ -207,7 +207,9 @@ pub async fn app_page(
             .deployment(before)
             .await?
             .filter(|d| d.app == name)
-            .ok_or_else(|| WebError::BadRequest("before must be a deployment of this app".into()))?;
+            .ok_or_else(|| {
+                WebError::BadRequest("before must be a deployment of this app".into())
+            })?;
         view.deployments = s
             .store
             .app_deployments_before(name, (at.created_at, at.id), limit)
@@ -295,7 +297,12 @@ pub fn trigger_html(d: &Deployment) -> String {
     use crate::store::Trigger;
     let delivery = d
         .delivery_id
-        .map(|id| format!(" <a href=\"/deliveries#{id}\">delivery {}</a>", &id.simple().to_string()[..8]))
+        .map(|id| {
+            format!(
+                " <a href=\"/deliveries#{id}\">delivery {}</a>",
+                &id.simple().to_string()[..8]
+            )
+        })
         .unwrap_or_default();
     match d.trigger {
         Trigger::Webhook => format!("push{delivery}"),
