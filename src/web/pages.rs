@@ -12,11 +12,9 @@ use uuid::Uuid;
 
 use super::error::PageError;
 use super::session::{Viewer, admin_form};
-use super::views::{self, AppView, DeploymentView, short_digest, took, when};
+use super::views::{self, AppView, DeploymentView, took, when};
 use super::{AppState, WebError, api};
-use crate::store::{
-    Delivery, DeliveryFilter, Deployment, Enqueued, MAX_PAGE, StepRecord, VerdictFilter,
-};
+use crate::store::{Delivery, DeliveryFilter, Deployment, Enqueued, MAX_PAGE, VerdictFilter};
 
 /// Template helpers, reachable from every template as methods on the page.
 pub(super) trait Fmt {

@@ -58,7 +58,17 @@ pub(super) async fn index_events(State(s): State<AppState>) -> Result<Response, 
     let render = move || {
         let s = s.clone();
         async move {
-            let html = index_live(&s).await.ok()?.render().ok()?;
+            let html = match index_live(&s).await.map(|p| p.render()) {
+                Ok(Ok(html)) => html,
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "overview fragment did not render");
+                    return None;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "overview fragment not read");
+                    return None;
+                }
+            };
             Some(Frame { html, last: false })
         }
     };

@@ -38,11 +38,9 @@ pub fn rows(d: &Deployment, steps: &[StepRecord], now: DateTime<Utc>) -> Vec<Tim
         .map(|s| {
             let from = (s.started_at - start).num_milliseconds() as f64;
             let to = (s.finished_at.unwrap_or(now) - start).num_milliseconds() as f64;
-            let left = (from / total * 100.0).clamp(0.0, 100.0);
             // A bar is never thinner than a hair, so a 0 ms step still shows.
-            let width = ((to - from) / total * 100.0)
-                .clamp(0.4, 100.0 - left)
-                .max(0.4);
+            let left = (from / total * 100.0).clamp(0.0, 99.6);
+            let width = ((to - from) / total * 100.0).max(0.4).min(100.0 - left);
             TimelineRow {
                 left: (left * 10.0).round() / 10.0,
                 width: (width * 10.0).round() / 10.0,
