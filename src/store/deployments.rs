@@ -36,6 +36,11 @@ pub struct Deployment {
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
     pub updated_at: DateTime<Utc>,
+    /// Who asked for it by hand (an operator action); `None` for pushes and the poller.
+    pub requested_by: Option<String>,
+    /// Who asked to cancel or stop it, and when.
+    pub cancel_requested_by: Option<String>,
+    pub cancel_requested_at: Option<DateTime<Utc>>,
 }
 
 impl Deployment {
@@ -109,6 +114,15 @@ pub(super) async fn enqueue_in(
     tx: &mut Transaction<'_, Postgres>,
     d: NewDeployment,
 ) -> Result<Enqueued> {
+    enqueue_as(tx, d, None).await
+}
+
+/// [`enqueue_in`], recording who asked for the deployment by hand.
+pub(super) async fn enqueue_as(
+    tx: &mut Transaction<'_, Postgres>,
+    d: NewDeployment,
+    requested_by: Option<&str>,
+) -> Result<Enqueued> {
     lock_app(tx, &d.app).await?;
     if let Some(digest) = &d.claimed_digest {
         let existing: Option<Uuid> = sqlx::query_scalar(
@@ -139,8 +153,9 @@ pub(super) async fn enqueue_in(
     .await?;
     sqlx::query(
         "INSERT INTO deployments
-           (id, app, trigger, delivery_id, image, requested_tag, claimed_digest, pinned)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+           (id, app, trigger, delivery_id, image, requested_tag, claimed_digest, pinned,
+            requested_by)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
     )
     .bind(id)
     .bind(&d.app)
@@ -150,6 +165,7 @@ pub(super) async fn enqueue_in(
     .bind(&d.requested_tag)
     .bind(&d.claimed_digest)
     .bind(d.pinned)
+    .bind(pg_opt(requested_by))
     .execute(&mut **tx)
     .await?;
     Ok(Enqueued::Queued {

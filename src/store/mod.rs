@@ -1,5 +1,6 @@
 //! All SQL lives here. Handlers and workers call these functions; none of them writes SQL.
 
+mod actions;
 mod deliveries;
 mod deployments;
 pub mod kinds;
@@ -14,9 +15,10 @@ use std::time::Duration;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{PgPool, Postgres, Transaction};
 
+pub use actions::{CancelOutcome, Pin, SucceededDigest};
 pub use deliveries::{
     Delivery, DeliveryFilter, DeliveryOutcome, DeploymentRequest, HeldBack, MAX_PAGE, NewDelivery,
-    POLLER_SOURCE, VerdictFilter, highest_above,
+    POLLER_SOURCE, VerdictFilter, highest_above, pinned_reason,
 };
 pub use deployments::{
     Deployment, DigestStatus, Enqueued, Generation, NewDeployment, TAKEOVER_CHECK,

@@ -4,11 +4,10 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use serde::Deserialize;
-use uuid::Uuid;
 
-use super::views::{self, AppView, DeploymentView};
+use super::views::{self, AppView};
 use super::{AppState, WebError, check_admin, hooks};
-use crate::intake::generic::is_digest;
+use crate::actions::Actor;
 use crate::store::{NewDeployment, Trigger};
 
 pub(super) async fn apps(State(s): State<AppState>) -> Result<Json<Vec<AppView>>, WebError> {
@@ -27,14 +26,6 @@ pub(super) async fn app(
     Ok(Json(views::one_app(&s, &name, 20).await?))
 }
 
-pub(super) async fn deployment(
-    State(s): State<AppState>,
-    Path(id): Path<String>,
-) -> Result<Json<DeploymentView>, WebError> {
-    let id = Uuid::parse_str(&id).map_err(|_| WebError::NotFound(format!("deployment {id}")))?;
-    Ok(Json(views::deployment_view(&s, id).await?))
-}
-
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct DeployRequest {
@@ -51,24 +42,15 @@ pub(super) async fn deploy(
     body: Bytes,
 ) -> Result<impl IntoResponse, WebError> {
     check_admin(&s.config, &headers, None)?;
-    let app = views::find_app(&s, &name)?;
+    views::find_app(&s, &name)?;
     let req: DeployRequest = if body.iter().all(u8::is_ascii_whitespace) {
         DeployRequest::default()
     } else {
         serde_json::from_slice(&body)
             .map_err(|e| WebError::BadRequest(format!("invalid body: {e}")))?
     };
-    if let Some(d) = &req.digest
-        && !is_digest(d)
-    {
-        return Err(WebError::BadRequest(format!(
-            "`{d}` is not a sha256 digest"
-        )));
-    }
-    let enqueued = s
-        .store
-        .enqueue(manual_for(&s, app, req.digest).await?)
-        .await?;
+    let enqueued =
+        crate::actions::deploy(&s.store, &s.config, &name, req.digest, &Actor::Token).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(serde_json::json!({ "deployment": hooks::deployment_ref(enqueued) })),

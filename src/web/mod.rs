@@ -6,6 +6,7 @@
 //! start, stop or remove anything. Only the pipeline and reconciliation change the engine.
 
 mod api;
+mod api_actions;
 mod error;
 pub mod guard;
 mod hooks;
@@ -63,7 +64,17 @@ pub fn router(state: AppState) -> Router {
         .route("/api/apps", get(api::apps))
         .route("/api/apps/{app}", get(api::app))
         .route("/api/apps/{app}/deploy", post(api::deploy))
-        .route("/api/deployments/{id}", get(api::deployment))
+        // Operator actions and the long-poll (issue 11b): api_actions.rs.
+        .route("/api/deployments/{id}", get(api_actions::deployment))
+        .route("/api/deployments/{id}/cancel", post(api_actions::cancel))
+        .route("/api/apps/{app}/rollback", post(api_actions::rollback))
+        .route(
+            "/api/apps/{app}/rollback-choices",
+            get(api_actions::rollback_choices),
+        )
+        .route("/api/apps/{app}/unpin", post(api_actions::unpin))
+        .route("/api/deliveries", get(api_actions::deliveries))
+        .route("/api/openapi.json", get(api_actions::openapi))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
