@@ -8,7 +8,6 @@ use serde::Deserialize;
 use super::views::{self, AppView};
 use super::{AppState, WebError, check_admin, hooks};
 use crate::actions::Actor;
-use crate::store::{NewDeployment, Trigger};
 
 pub(super) async fn apps(State(s): State<AppState>) -> Result<Json<Vec<AppView>>, WebError> {
     let (all, err) = views::containers_by_app(&s).await;
@@ -55,37 +54,4 @@ pub(super) async fn deploy(
         StatusCode::ACCEPTED,
         Json(serde_json::json!({ "deployment": hooks::deployment_ref(enqueued) })),
     ))
-}
-
-/// A manual deployment of the app's tag, or of `digest`. A glob or range names no
-/// manifest, so for such an app the tag that serves now is resolved again; before anything
-/// has deployed there is none, and only a digest can be deployed by hand.
-pub(super) async fn manual_for(
-    s: &AppState,
-    app: &crate::config::AppConfig,
-    digest: Option<String>,
-) -> Result<NewDeployment, WebError> {
-    let mut d = manual(app, digest);
-    if !d.pinned && app.rule.fixed().is_none() {
-        let tag = s.store.serving_tag(&app.name).await?.ok_or_else(|| {
-            WebError::BadRequest(format!(
-                "app `{}` follows {}, and no matching tag has deployed yet: deploy a digest",
-                app.name, app.rule
-            ))
-        })?;
-        d.requested_tag = Some(tag);
-    }
-    Ok(d)
-}
-
-pub(super) fn manual(app: &crate::config::AppConfig, digest: Option<String>) -> NewDeployment {
-    NewDeployment {
-        app: app.name.clone(),
-        trigger: Trigger::Manual,
-        delivery_id: None,
-        image: app.image.clone(),
-        requested_tag: digest.is_none().then(|| app.tag.clone()),
-        pinned: digest.is_some(),
-        claimed_digest: digest,
-    }
 }

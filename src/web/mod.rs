@@ -14,6 +14,7 @@ mod pages;
 pub mod server;
 mod views;
 // The browser side (issue 11): sign-in, live pages.
+mod forms;
 mod live;
 mod session;
 mod streams;

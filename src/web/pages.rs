@@ -13,8 +13,8 @@ use uuid::Uuid;
 use super::error::PageError;
 use super::session::{Viewer, admin_form};
 use super::views::{self, AppView, DeploymentView, took, when};
-use super::{AppState, WebError, api};
-use crate::store::{Delivery, DeliveryFilter, Deployment, Enqueued, MAX_PAGE, VerdictFilter};
+use super::{AppState, WebError};
+use crate::store::{Delivery, DeliveryFilter, Deployment, MAX_PAGE, VerdictFilter};
 
 /// Template helpers, reachable from every template as methods on the page.
 pub(super) trait Fmt {
@@ -26,6 +26,13 @@ pub(super) trait Fmt {
     /// A digest shortened, the full value on hover and behind a copy button (escaped).
     fn digest(&self, d: &str) -> String {
         views::digest_html(d)
+    }
+    fn opt_time(&self, t: &Option<chrono::DateTime<chrono::Utc>>) -> String {
+        t.as_ref().map(views::time_html).unwrap_or_else(|| "—".into())
+    }
+    /// Whether `digest` is what the app serves now.
+    fn serving(&self, app: &AppView, digest: &str) -> bool {
+        app.generation.as_ref().is_some_and(|g| g.digest == digest)
     }
     fn opt_digest(&self, d: &Option<String>) -> String {
         d.as_deref()
@@ -65,6 +72,9 @@ pub(super) struct AppPage {
     /// `?before=` as given, and the next page's.
     before: Option<Uuid>,
     next: Option<Uuid>,
+    /// The pin in force, and the earlier digests a rollback may choose.
+    pin: Option<crate::store::Pin>,
+    choices: Vec<crate::store::SucceededDigest>,
 }
 impl Fmt for AppPage {}
 
@@ -152,6 +162,8 @@ pub(super) async fn app(
     };
     let (app, next) = views::app_page(&s, &name, before, HISTORY_PAGE).await?;
     let live = any_active(&app.deployments);
+    let pin = s.store.pin(&app.name).await?;
+    let choices = s.store.succeeded_digests(&app.name, ROLLBACK_CHOICES).await?;
     Ok(AppPage {
         app,
         admin_enabled: s.config.server.admin_token.is_some()
@@ -160,6 +172,8 @@ pub(super) async fn app(
         viewer,
         before,
         next,
+        pin,
+        choices,
     })
 }
 
@@ -182,6 +196,8 @@ pub(super) async fn deployment(
 
 /// Deployments on one page of an app's history.
 const HISTORY_PAGE: i64 = 20;
+/// Earlier successful digests offered for a rollback, newest first.
+const ROLLBACK_CHOICES: i64 = 10;
 
 #[derive(Deserialize, Default)]
 pub(super) struct HistoryQuery {
@@ -320,31 +336,6 @@ pub(super) async fn redeliver(
         accepted.delivery_id
     ))
     .into_response())
-}
-
-/// `POST /apps/{app}/redeploy`: needs a signed-in admin (and the session's form token) or
-/// the bearer token; runs the pipeline again for the app's tag, and sends the browser to
-/// the new deployment's timeline. Credentials come first: nothing else in the request is
-/// looked at before they check out.
-pub(super) async fn redeploy(
-    State(s): State<AppState>,
-    Extension(viewer): Extension<Viewer>,
-    Path(name): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, PageError> {
-    if let Err(refused) = admin_form(&s, &viewer, &headers, &body) {
-        return Ok(refused);
-    }
-    let app = views::find_app(&s, &name)?;
-    let id = match s
-        .store
-        .enqueue(api::manual_for(&s, app, None).await?)
-        .await?
-    {
-        Enqueued::Queued { id, .. } | Enqueued::AlreadyPending { id, .. } => id,
-    };
-    Ok(Redirect::to(&format!("/deployments/{id}")).into_response())
 }
 
 /// One field of a form body, whatever else it holds (or fails to hold).

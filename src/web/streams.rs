@@ -30,6 +30,8 @@ impl Fmt for IndexLive {}
 pub(super) struct DeploymentLive {
     pub d: DeploymentView,
     pub rows: Vec<super::timeline::TimelineRow>,
+    /// Its cancel button needs the viewer's form token.
+    pub viewer: super::session::Viewer,
 }
 impl Fmt for DeploymentLive {}
 
@@ -81,6 +83,7 @@ pub(super) async fn index_events(State(s): State<AppState>) -> Result<Response, 
 /// changes; the last event (`final`) is sent once it has ended, and the stream closes.
 pub(super) async fn deployment_events(
     State(s): State<AppState>,
+    axum::Extension(viewer): axum::Extension<super::session::Viewer>,
     Path(id): Path<String>,
 ) -> Result<Response, PageError> {
     let id = Uuid::parse_str(&id).map_err(|_| WebError::NotFound(format!("deployment {id}")))?;
@@ -91,12 +94,12 @@ pub(super) async fn deployment_events(
     let slot = s.pages.live.slot().ok_or_else(busy)?;
     let hub = s.pages.live.clone();
     let render = move || {
-        let s = s.clone();
+        let (s, viewer) = (s.clone(), viewer.clone());
         async move {
             let d = views::deployment_view(&s, id).await.ok()?;
             let last = d.deployment.state.is_final();
             let rows = super::timeline::rows(&d.deployment, &d.steps, chrono::Utc::now());
-            let html = DeploymentLive { d, rows }.render().ok()?;
+            let html = DeploymentLive { d, rows, viewer }.render().ok()?;
             Some(Frame { html, last })
         }
     };

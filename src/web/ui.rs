@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tower_http::csrf::CsrfLayer;
 
 use super::guard::Guard;
-use super::{AppState, live, pages, session, streams};
+use super::{AppState, forms, live, pages, session, streams};
 use crate::store::Store;
 
 /// What the browser side keeps in memory: all bounded, none of it written to the database.
@@ -48,7 +48,10 @@ pub fn routes(state: &AppState) -> Router<AppState> {
     let forms = Router::new()
         .route("/login", post(session::login))
         .route("/logout", post(session::logout))
-        .route("/apps/{app}/redeploy", post(pages::redeploy))
+        .route("/apps/{app}/redeploy", post(forms::redeploy))
+        .route("/apps/{app}/rollback", post(forms::rollback))
+        .route("/apps/{app}/unpin", post(forms::unpin))
+        .route("/deployments/{id}/cancel", post(forms::cancel))
         .route("/deliveries/{id}/redeliver", post(pages::redeliver))
         .layer(DefaultBodyLimit::max(session::MAX_LOGIN_FORM))
         .layer(csrf);

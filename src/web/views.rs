@@ -292,7 +292,8 @@ pub fn digest_html(d: &str) -> String {
     )
 }
 
-/// What started a deployment, in words, linking the delivery it came from.
+/// What started a deployment, in words, linking the delivery it came from, naming who
+/// asked for it by hand (escaped: a user names themselves at sign-in).
 pub fn trigger_html(d: &Deployment) -> String {
     use crate::store::Trigger;
     let delivery = d
@@ -308,7 +309,13 @@ pub fn trigger_html(d: &Deployment) -> String {
         Trigger::Webhook => format!("push{delivery}"),
         Trigger::Reconcile if d.delivery_id.is_some() => format!("registry poll{delivery}"),
         Trigger::Reconcile => "reconcile".into(),
-        Trigger::Manual => "manual".into(),
-        Trigger::Rollback => "rollback".into(),
+        Trigger::Manual | Trigger::Rollback => {
+            let by = d
+                .requested_by
+                .as_deref()
+                .map(|b| format!(" by {}", super::error::html_escape(b)))
+                .unwrap_or_default();
+            format!("{}{by}", d.trigger)
+        }
     }
 }
