@@ -43,7 +43,9 @@ pub(super) async fn redeploy(
         Ok(a) => actor(a),
         Err(refused) => return Ok(refused),
     };
-    let e = actions::redeploy(&s.store, &s.config, &name, &who).await.map_err(WebError::from)?;
+    let e = actions::redeploy(&s.store, &s.config, &name, &who)
+        .await
+        .map_err(WebError::from)?;
     Ok(to_deployment(e))
 }
 
@@ -80,7 +82,9 @@ pub(super) async fn unpin(
         Ok(a) => actor(a),
         Err(refused) => return Ok(refused),
     };
-    let done = actions::unpin(&s.store, &name, &who).await.map_err(WebError::from)?;
+    let done = actions::unpin(&s.store, &name, &who)
+        .await
+        .map_err(WebError::from)?;
     Ok(Redirect::to(&format!("/apps/{}", done.app)).into_response())
 }
 
@@ -98,6 +102,8 @@ pub(super) async fn cancel(
         Err(refused) => return Ok(refused),
     };
     let id = Uuid::parse_str(&id).map_err(|_| WebError::NotFound(format!("deployment {id}")))?;
-    actions::cancel(&s.store, id, &who).await.map_err(WebError::from)?;
+    actions::cancel(&s.store, id, &who)
+        .await
+        .map_err(WebError::from)?;
     Ok(Redirect::to(&format!("/deployments/{id}")).into_response())
 }

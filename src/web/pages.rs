@@ -28,7 +28,9 @@ pub(super) trait Fmt {
         views::digest_html(d)
     }
     fn opt_time(&self, t: &Option<chrono::DateTime<chrono::Utc>>) -> String {
-        t.as_ref().map(views::time_html).unwrap_or_else(|| "—".into())
+        t.as_ref()
+            .map(views::time_html)
+            .unwrap_or_else(|| "—".into())
     }
     /// Whether `digest` is what the app serves now.
     fn serving(&self, app: &AppView, digest: &str) -> bool {
@@ -163,7 +165,10 @@ pub(super) async fn app(
     let (app, next) = views::app_page(&s, &name, before, HISTORY_PAGE).await?;
     let live = any_active(&app.deployments);
     let pin = s.store.pin(&app.name).await?;
-    let choices = s.store.succeeded_digests(&app.name, ROLLBACK_CHOICES).await?;
+    let choices = s
+        .store
+        .succeeded_digests(&app.name, ROLLBACK_CHOICES)
+        .await?;
     Ok(AppPage {
         app,
         admin_enabled: s.config.server.admin_token.is_some()

@@ -58,6 +58,9 @@ fn text<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
 }
 
 fn short_id(id: &str) -> String {
+    if id.starts_with("sha256:") {
+        return short_digest(id);
+    }
     id.chars().take(12).collect()
 }
 
