@@ -41,7 +41,7 @@ pub(super) async fn redeploy(
 ) -> Result<Response, PageError> {
     let who = match admin_form(&s, &viewer, &headers, &body) {
         Ok(a) => actor(a),
-        Err(refused) => return Ok(refused),
+        Err(refused) => return Ok(refused.into_response()),
     };
     let e = actions::redeploy(&s.store, &s.config, &name, &who)
         .await
@@ -60,7 +60,7 @@ pub(super) async fn rollback(
 ) -> Result<Response, PageError> {
     let who = match admin_form(&s, &viewer, &headers, &body) {
         Ok(a) => actor(a),
-        Err(refused) => return Ok(refused),
+        Err(refused) => return Ok(refused.into_response()),
     };
     let digest = form_field(&body, "digest")
         .ok_or_else(|| WebError::BadRequest("the form names no digest".into()))?;
@@ -80,7 +80,7 @@ pub(super) async fn unpin(
 ) -> Result<Response, PageError> {
     let who = match admin_form(&s, &viewer, &headers, &body) {
         Ok(a) => actor(a),
-        Err(refused) => return Ok(refused),
+        Err(refused) => return Ok(refused.into_response()),
     };
     let done = actions::unpin(&s.store, &name, &who)
         .await
@@ -99,7 +99,7 @@ pub(super) async fn cancel(
 ) -> Result<Response, PageError> {
     let who = match admin_form(&s, &viewer, &headers, &body) {
         Ok(a) => actor(a),
-        Err(refused) => return Ok(refused),
+        Err(refused) => return Ok(refused.into_response()),
     };
     let id = Uuid::parse_str(&id).map_err(|_| WebError::NotFound(format!("deployment {id}")))?;
     actions::cancel(&s.store, id, &who)

@@ -322,7 +322,7 @@ pub(super) async fn redeliver(
     body: Bytes,
 ) -> Result<Response, PageError> {
     if let Err(refused) = admin_form(&s, &viewer, &headers, &body) {
-        return Ok(refused);
+        return Ok(refused.into_response());
     }
     let id = Uuid::parse_str(&id).map_err(|_| WebError::NotFound(format!("delivery {id}")))?;
     let original = s

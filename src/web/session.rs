@@ -127,6 +127,23 @@ fn safe_next(next: &str) -> bool {
         && !next.chars().any(char::is_control)
 }
 
+/// Why a form was not let through.
+pub enum Refused {
+    /// No session: the browser is sent to sign in.
+    SignIn,
+    /// A wrong bearer token (401), or a missing or wrong form token (403).
+    Page(WebError),
+}
+
+impl IntoResponse for Refused {
+    fn into_response(self) -> Response {
+        match self {
+            Refused::SignIn => Redirect::to("/login").into_response(),
+            Refused::Page(e) => PageError(e).into_response(),
+        }
+    }
+}
+
 /// The admin behind a form that changes something: the API's bearer token (scripts), or a
 /// session plus its form token (`form_token` field). Without either the browser is sent
 /// to sign in; a session whose form token is missing or wrong gets 403.
@@ -135,23 +152,22 @@ pub fn admin_form(
     viewer: &Viewer,
     headers: &HeaderMap,
     body: &[u8],
-) -> Result<Admin, Response> {
+) -> Result<Admin, Refused> {
     if headers.contains_key(header::AUTHORIZATION) {
         return super::check_admin(&s.config, headers, None)
             .map(|()| Admin::Token)
-            .map_err(|e| PageError(e).into_response());
+            .map_err(Refused::Page);
     }
     let Some(user) = &viewer.user else {
-        return Err(Redirect::to("/login").into_response());
+        return Err(Refused::SignIn);
     };
     let given = super::pages::form_field(body, "form_token");
     verify::token(given.as_deref(), &viewer.form_token)
         .map_err(|_| {
-            PageError(WebError::Forbidden(
+            Refused::Page(WebError::Forbidden(
                 "this form is stale or came from another site: reload the page and try again"
                     .into(),
             ))
-            .into_response()
         })
         .map(|()| Admin::Session { user: user.clone() })
 }
@@ -303,8 +319,8 @@ pub(super) async fn logout(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Result<Response, PageError> {
-    if let Err(resp) = admin_form(&s, &viewer, &headers, &body) {
-        return Ok(resp);
+    if let Err(refused) = admin_form(&s, &viewer, &headers, &body) {
+        return Ok(refused.into_response());
     }
     if let Some(id) = &viewer.session_id {
         s.store.end_session(id).await?;

@@ -7,7 +7,7 @@ use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
 
 /// What a page or form answered: status, body, and where it redirects to.
 #[derive(Debug)]
-pub struct Answer {
+pub struct PageAnswer {
     pub status: u16,
     pub body: String,
     pub location: Option<String>,
@@ -22,14 +22,14 @@ fn client() -> reqwest::Client {
         .expect("build reqwest client")
 }
 
-async fn answer(resp: reqwest::Response) -> Answer {
+async fn answer(resp: reqwest::Response) -> PageAnswer {
     let status = resp.status().as_u16();
     let location = resp
         .headers()
         .get(LOCATION)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    Answer {
+    PageAnswer {
         status,
         body: resp.text().await.unwrap_or_default(),
         location,
@@ -37,7 +37,7 @@ async fn answer(resp: reqwest::Response) -> Answer {
 }
 
 /// `POST /login` with this name and secret: the answer and the `Set-Cookie` header, if any.
-pub async fn post_login(base: &str, user: &str, secret: &str) -> (Answer, Option<String>) {
+pub async fn post_login(base: &str, user: &str, secret: &str) -> (PageAnswer, Option<String>) {
     let resp = client()
         .post(format!("{base}/login"))
         .header("Content-Type", "application/x-www-form-urlencoded")
@@ -79,7 +79,7 @@ impl SignedIn {
         }
     }
 
-    pub async fn get(&self, path: &str) -> Answer {
+    pub async fn get(&self, path: &str) -> PageAnswer {
         let resp = client()
             .get(format!("{}{path}", self.base))
             .header(COOKIE, &self.cookie)
@@ -102,7 +102,7 @@ impl SignedIn {
         path: &str,
         fields: &[(&str, &str)],
         headers: &[(&str, &str)],
-    ) -> Answer {
+    ) -> PageAnswer {
         let mut req = client()
             .post(format!("{}{path}", self.base))
             .header(COOKIE, &self.cookie)
@@ -123,12 +123,12 @@ impl SignedIn {
 }
 
 /// `GET` without a session.
-pub async fn get_anonymous(url: &str) -> Answer {
+pub async fn get_anonymous(url: &str) -> PageAnswer {
     answer(client().get(url).send().await.expect("GET answers")).await
 }
 
 /// `POST` a form without a session.
-pub async fn post_anonymous(url: &str, body: &str, headers: &[(&str, &str)]) -> Answer {
+pub async fn post_anonymous(url: &str, body: &str, headers: &[(&str, &str)]) -> PageAnswer {
     let mut req = client()
         .post(url)
         .header("Content-Type", "application/x-www-form-urlencoded")
