@@ -210,3 +210,109 @@ fn scalars(v: &Value) -> String {
         .collect::<Vec<_>>()
         .join(", ")
 }
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+
+    use super::*;
+    use crate::store::{DeploymentState, Trigger};
+
+    fn at(ms: i64) -> DateTime<Utc> {
+        Utc.timestamp_millis_opt(1_700_000_000_000 + ms).unwrap()
+    }
+
+    fn step(step: Step, from: i64, to: Option<i64>) -> StepRecord {
+        StepRecord {
+            id: from,
+            deployment_id: uuid::Uuid::nil(),
+            step,
+            state: if to.is_some() {
+                StepState::Succeeded
+            } else {
+                StepState::Started
+            },
+            intent: serde_json::json!({ "reference": "r@sha256:abc", "container": "0123456789abcdef" }),
+            result: to.map(|_| {
+                serde_json::json!({ "digest": "sha256:0123456789abcdef0123", "platform": "linux/amd64" })
+            }),
+            error: None,
+            attempt: 1,
+            replays: 0,
+            started_at: at(from),
+            finished_at: to.map(at),
+        }
+    }
+
+    fn deployment(finished: Option<i64>) -> Deployment {
+        Deployment {
+            id: uuid::Uuid::nil(),
+            app: "web".into(),
+            trigger: Trigger::Webhook,
+            delivery_id: None,
+            image: "r".into(),
+            requested_tag: None,
+            claimed_digest: None,
+            pinned: false,
+            resolved_digest: None,
+            platform: None,
+            state: DeploymentState::Running,
+            attempt: 1,
+            lease_owner: None,
+            lease_key: None,
+            lease_expires_at: None,
+            superseded_by: None,
+            outcome: None,
+            error: None,
+            candidate_logs: None,
+            created_at: at(0),
+            started_at: Some(at(0)),
+            finished_at: finished.map(at),
+            updated_at: at(0),
+            requested_by: None,
+            cancel_requested_by: None,
+            cancel_requested_at: None,
+        }
+    }
+
+    #[test]
+    fn bars_are_drawn_to_the_scale_of_the_whole_deployment() {
+        let steps = [
+            step(Step::Resolve, 0, Some(100)),
+            step(Step::Pull, 100, Some(900)),
+            step(Step::Health, 900, Some(1000)),
+        ];
+        let rows = rows(&deployment(Some(1000)), &steps, at(5000));
+        let bars: Vec<(f64, f64)> = rows.iter().map(|r| (r.left, r.width)).collect();
+        assert_eq!(bars, vec![(0.0, 10.0), (10.0, 80.0), (90.0, 10.0)]);
+        assert_eq!(
+            rows[0].result_words.as_deref(),
+            Some("Resolved to sha256:0123456789ab (linux/amd64)")
+        );
+        assert_eq!(rows[1].intent_words, "Pull r@sha256:abc by digest");
+    }
+
+    #[test]
+    fn a_running_step_reaches_now_and_an_instant_step_still_shows() {
+        let steps = [step(Step::Resolve, 0, Some(0)), step(Step::Health, 0, None)];
+        let rows = rows(&deployment(None), &steps, at(2000));
+        assert_eq!(
+            (rows[0].left, rows[0].width),
+            (0.0, 0.4),
+            "a hair, not nothing"
+        );
+        assert_eq!((rows[1].left, rows[1].width), (0.0, 100.0));
+        assert_eq!(rows[1].result_words.as_deref(), Some("running…"));
+        assert_eq!(
+            rows[1].intent_words,
+            "Wait until container 0123456789ab answers its health check"
+        );
+        // A step at the very end keeps a visible bar inside the track.
+        let steps = [
+            step(Step::Resolve, 0, Some(1000)),
+            step(Step::Retire, 1000, Some(1000)),
+        ];
+        let end = super::rows(&deployment(Some(1000)), &steps, at(1000));
+        assert!(end[1].width >= 0.4 && end[1].left + end[1].width <= 100.0);
+    }
+}
