@@ -87,7 +87,7 @@ wait_until() {
 # --- packages -----------------------------------------------------------------------------
 
 # The Debian packages the test suite needs (the demo adds curl).
-PIER_TEST_PACKAGES=(postgresql docker-registry busybox-static)
+PIER_TEST_PACKAGES=(postgresql docker-registry busybox-static chromium chromium-driver)
 
 _pier_apt_updated=0
 

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
 
+use crate::actions::{Actor, Cancelled};
 use crate::config::Config;
-use crate::intake::generic::is_digest;
-use crate::store::{Enqueued, NewDeployment, Store, Trigger};
+use crate::store::{DeploymentState, Enqueued, Store};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -58,7 +58,28 @@ pub enum Command {
         /// Deploy exactly this digest (sha256:…) instead of resolving the tag.
         #[arg(long)]
         digest: Option<String>,
+        /// Wait until the deployment has ended; exit non-zero unless it succeeded.
+        #[arg(long)]
+        wait: bool,
+        /// With --wait: give up after this long (exit 2; the deployment goes on).
+        #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
+        timeout: std::time::Duration,
     },
+    /// Roll an app back to a digest that deployed successfully before, and pin it there:
+    /// pushes are recorded but do not move it until `pier unpin`.
+    Rollback {
+        app: String,
+        digest: String,
+        /// Wait until the rollback has ended; exit non-zero unless it succeeded.
+        #[arg(long)]
+        wait: bool,
+        #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
+        timeout: std::time::Duration,
+    },
+    /// End an app's pin: the next push deploys again.
+    Unpin { app: String },
+    /// Cancel a queued deployment, or stop a running one at its next step boundary.
+    Cancel { deployment: uuid::Uuid },
     /// Show what runs and the latest deployments.
     Status {
         #[arg(long)]
@@ -130,7 +151,44 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("migrations applied");
             Ok(())
         }
-        Command::Deploy { app, digest } => deploy(&config, &app, digest).await,
+        Command::Deploy {
+            app,
+            digest,
+            wait,
+            timeout,
+        } => {
+            let store = store(&config)?;
+            let e = crate::actions::deploy(&store, &config, &app, digest, &Actor::Cli).await?;
+            queued(&store, e, wait.then_some(timeout)).await
+        }
+        Command::Rollback {
+            app,
+            digest,
+            wait,
+            timeout,
+        } => {
+            let store = store(&config)?;
+            let e = crate::actions::rollback(&store, &config, &app, &digest, &Actor::Cli).await?;
+            println!("pinned {app} to {digest}");
+            queued(&store, e, wait.then_some(timeout)).await
+        }
+        Command::Unpin { app } => {
+            let u = crate::actions::unpin(&store(&config)?, &app, &Actor::Cli).await?;
+            println!(
+                "unpinned {} (was pinned to {} by {})",
+                u.app, u.was.digest, u.was.by
+            );
+            Ok(())
+        }
+        Command::Cancel { deployment } => {
+            match crate::actions::cancel(&store(&config)?, deployment, &Actor::Cli).await? {
+                Cancelled::Cancelled => println!("cancelled deployment {deployment}"),
+                Cancelled::StopRequested => println!(
+                    "stop requested: deployment {deployment} stops at its next step boundary"
+                ),
+            }
+            Ok(())
+        }
         Command::Status { json } => status(&config, json).await,
     }
 }
@@ -139,54 +197,55 @@ fn store(config: &Config) -> anyhow::Result<Store> {
     Ok(Store::connect_lazy(config.server.database_url.expose())?)
 }
 
-async fn deploy(config: &Config, app: &str, digest: Option<String>) -> anyhow::Result<()> {
-    let Some(a) = config.app(app) else {
-        bail!("no app `{app}` in the configuration");
-    };
-    if let Some(d) = &digest
-        && !is_digest(d)
-    {
-        bail!("`{d}` is not a sha256 digest");
-    }
-    let store = store(config)?;
-    // A glob or range names no manifest: redeploy the tag that serves now.
-    let tag = match (digest.is_none(), a.rule.fixed()) {
-        (false, _) => None,
-        (true, Some(t)) => Some(t.to_owned()),
-        (true, None) => match store
-            .serving_tag(&a.name)
-            .await
-            .context("read the serving tag")?
-        {
-            Some(t) => Some(t),
-            None => bail!(
-                "app `{app}` follows {}, and no matching tag has deployed yet: give --digest",
-                a.rule
-            ),
-        },
-    };
-    let enqueued = store
-        .enqueue(NewDeployment {
-            app: a.name.clone(),
-            trigger: Trigger::Manual,
-            delivery_id: None,
-            image: a.image.clone(),
-            requested_tag: tag,
-            pinned: digest.is_some(),
-            claimed_digest: digest,
-        })
-        .await
-        .context("queue deployment")?;
-    match enqueued {
+/// Says what was queued; with `wait`, follows the deployment to its end (woken by the
+/// queue's NOTIFY, as the API's long-poll is) and fails unless it succeeded.
+async fn queued(
+    store: &Store,
+    enqueued: Enqueued,
+    wait: Option<std::time::Duration>,
+) -> anyhow::Result<()> {
+    let id = match enqueued {
         Enqueued::Queued { id, superseded, .. } => {
             println!("queued deployment {id}");
             for s in superseded {
                 println!("superseded queued deployment {s}");
             }
+            id
         }
-        Enqueued::AlreadyPending { id, .. } => println!("already queued or running: {id}"),
+        Enqueued::AlreadyPending { id, .. } => {
+            println!("already queued or running: {id}");
+            id
+        }
+    };
+    let Some(within) = wait else { return Ok(()) };
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let d = crate::actions::wait_final(store, id, left).await?;
+        if d.state.is_final() {
+            println!(
+                "{} {}: {}",
+                d.id,
+                d.state,
+                d.outcome.as_deref().unwrap_or("")
+            );
+            if let Some(e) = &d.error {
+                println!("error: {e}");
+            }
+            return match d.state {
+                DeploymentState::Succeeded => Ok(()),
+                other => bail!("deployment {id} ended {other}"),
+            };
+        }
+        if left.is_zero() {
+            eprintln!(
+                "pier: deployment {id} is still {} after {}",
+                d.state,
+                humantime::format_duration(within)
+            );
+            std::process::exit(2);
+        }
     }
-    Ok(())
 }
 
 async fn status(config: &Config, json: bool) -> anyhow::Result<()> {

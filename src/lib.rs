@@ -1,6 +1,7 @@
 //! Pier: deploys exactly the image digest a registry push names, onto your own Docker
 //! host, with a journal of every step.
 
+pub mod actions;
 pub mod backoff;
 pub mod cli;
 pub mod config;

@@ -150,6 +150,13 @@ impl Poller {
             Err(e) => return Err(e.into()),
         };
         let digest = resolved.digest;
+        // A pinned app is not moved by the poller: nothing is queued or recorded at each
+        // interval (a delivery row per poll would grow without bound while it is pinned).
+        if let Some(pin) = self.store.pin(&app.name).await?
+            && pin.digest != digest
+        {
+            return Ok(Polled::Idle(crate::store::pinned_reason(&pin)));
+        }
         match self.store.digest_status(&app.name, &digest).await? {
             DigestStatus::Serving => return Ok(Polled::Idle(format!("{tag} ({digest}) serves"))),
             DigestStatus::Pending => {

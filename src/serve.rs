@@ -233,11 +233,12 @@ pub async fn run_until_with(
         tracing::info!(addr = %listener.local_addr()?, "listening");
         let app = web::router(AppState {
             config: config.clone(),
-            store,
+            store: store.clone(),
             engine: EngineView::new(engine),
             metrics,
             guard: Arc::new(web::guard::Guard::new(config.server.webhook_buffer_bytes)),
             live: Some(live.clone()),
+            pages: web::ui::PageState::new(store.clone(), shutdown.clone()),
         });
         let limits = web::server::Limits {
             header_timeout: config.server.header_timeout,

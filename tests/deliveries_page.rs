@@ -98,15 +98,17 @@ async fn deliveries_are_filtered_paged_counted_when_repeated_and_redelivered_by_
             .fetch_one(&env.db.pool)
             .await
             .unwrap();
-    let url = env.pier_url(&format!("/deliveries/{original}/redeliver"));
-    let form = [("Content-Type", "application/x-www-form-urlencoded")];
-    let (code, _) = http_post(&url, &form, "admin_token=wrong").await.unwrap();
-    assert_eq!(code, 401);
+    let path = format!("/deliveries/{original}/redeliver");
+    let url = env.pier_url(&path);
+    let a = post_anonymous(&url, "", &[("Authorization", "Bearer wrong")]).await;
+    assert_eq!(a.status, 401);
+    let a = post_anonymous(&url, "", &[]).await;
+    assert_eq!((a.status, a.location.as_deref()), (303, Some("/login")));
     assert_eq!(count(&env, "SELECT count(*) FROM deliveries").await, 2);
-    let (code, _) = http_post(&url, &form, format!("admin_token={}", env.admin_token))
-        .await
-        .unwrap();
-    assert_eq!(code, 200, "redirected to the deliveries page");
+    let admin = SignedIn::new(&env.pier_url(""), "admin", &env.admin_token).await;
+    let token = admin.form_token("/deliveries").await;
+    let a = admin.post(&path, &[("form_token", &token)], &[]).await;
+    assert_eq!(a.status, 303, "redirected to the deliveries page: {a:?}");
     let (of, verdict): (Option<uuid::Uuid>, String) = sqlx::query_as(
         "SELECT redelivery_of, verdict FROM deliveries ORDER BY received_at DESC LIMIT 1",
     )

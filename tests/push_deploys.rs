@@ -348,19 +348,18 @@ async fn redeploy_runs_a_new_deployment_of_the_same_digest() {
         .id
         .clone();
 
-    // Never open: without the admin token it is refused.
-    let url = env.pier_url(&format!("/apps/{}/redeploy", env.app()));
-    let form = [("Content-Type", "application/x-www-form-urlencoded")];
-    let (code, _) = http_post(&url, &form, b"admin_token=wrong".to_vec())
-        .await
-        .unwrap();
-    assert_eq!(code, 401);
-    let (code, _) = http_post(&url, &form, Vec::new()).await.unwrap();
-    assert_eq!(code, 401);
+    // Never open: without a session it sends to sign-in; a wrong bearer token is 401.
+    let path = format!("/apps/{}/redeploy", env.app());
+    let url = env.pier_url(&path);
+    let a = post_anonymous(&url, "", &[]).await;
+    assert_eq!((a.status, a.location.as_deref()), (303, Some("/login")));
+    let a = post_anonymous(&url, "", &[("Authorization", "Bearer wrong")]).await;
+    assert_eq!(a.status, 401);
 
-    let body = format!("admin_token={}", env.admin_token).into_bytes();
-    let (code, _) = http_post(&url, &form, body).await.unwrap();
-    assert!(code == 303 || code == 200, "redeploy answered {code}");
+    let admin = SignedIn::new(&env.pier_url(""), "admin", &env.admin_token).await;
+    let token = admin.form_token(&format!("/apps/{}", env.app())).await;
+    let a = admin.post(&path, &[("form_token", &token)], &[]).await;
+    assert_eq!(a.status, 303, "redeploy answered {a:?}");
     let second = latest_final(&env, &[first["id"].as_str().unwrap()]).await;
     assert_eq!(second["state"], "succeeded", "{second:#}");
     assert_eq!(second["trigger"], "manual");

@@ -123,6 +123,8 @@ pub struct ServerConfig {
     /// Transient registry and engine errors in a step are retried until this much time has
     /// passed; a step then fails instead of holding its app.
     pub retry_budget: Duration,
+    /// Sign-in to the status page: sessions, the admin password, cross-site checks.
+    pub sign_in: SignInConfig,
 }
 
 #[derive(Debug, Clone)]
@@ -162,6 +164,7 @@ impl Default for RegistryLimits {
 }
 
 pub use proxy::{ProxyConfig, RouteConfig, TlsFiles};
+pub use signin::SignInConfig;
 pub use source::{HmacKey, SourceConfig, SourceKind, SourceMode};
 pub use tags::{TagRule, glob_match, tag_version};
 
@@ -315,6 +318,7 @@ mod proxy;
 mod raw;
 mod retention;
 pub use retention::RetentionConfig;
+mod signin;
 mod source;
 mod tags;
 pub use raw::DEFAULT_POLL;

@@ -104,6 +104,12 @@ struct Server {
     max_manifest: Option<String>,
     #[serde(default = "default_retry_budget", with = "humantime_serde")]
     retry_budget: Duration,
+    // Sign-in to the status page (src/config/signin.rs).
+    public_url: Option<String>,
+    admin_password_hash: Option<String>,
+    #[serde(default, with = "humantime_serde")]
+    session_ttl: Option<Duration>,
+    pages_need_sign_in: Option<bool>,
 }
 
 /// Shortest token or HMAC secret accepted: anything shorter can be guessed or brute-forced
@@ -391,6 +397,13 @@ impl Config {
                 s.max_manifest.as_deref(),
             )?,
             retry_budget: s.retry_budget,
+            sign_in: super::signin::RawSignIn {
+                public_url: s.public_url,
+                admin_password_hash: s.admin_password_hash,
+                session_ttl: s.session_ttl,
+                pages_need_sign_in: s.pages_need_sign_in,
+            }
+            .resolve(s.listen, base)?,
         };
         if server.header_timeout.is_zero() || server.request_timeout.is_zero() {
             return Err(invalid(

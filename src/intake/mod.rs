@@ -319,10 +319,11 @@ fn supersedes_in_delivery(
     }
 }
 
-fn held_reason(held: &[HeldBack]) -> Option<String> {
-    (!held.is_empty()).then(|| {
+fn held_reason(held: &[HeldBack], pinned: &[crate::store::Pin]) -> Option<String> {
+    (!held.is_empty() || !pinned.is_empty()).then(|| {
         held.iter()
             .map(HeldBack::reason)
+            .chain(pinned.iter().map(crate::store::pinned_reason))
             .collect::<Vec<_>>()
             .join("; ")
     })
@@ -552,11 +553,12 @@ pub async fn run_intake(
             delivery_id,
             deployments,
             held_back,
+            pinned,
         } => Accepted {
             delivery_id,
             duplicate: false,
             replay: false,
-            reason: held_reason(&held_back).or(deployments.is_empty().then_some(reason)),
+            reason: held_reason(&held_back, &pinned).or(deployments.is_empty().then_some(reason)),
             deployments,
             events: verdicts,
         },

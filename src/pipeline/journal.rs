@@ -146,6 +146,16 @@ impl Run<'_> {
             .store_retry(|| self.ctx.store.step(self.dep.id, step))
             .await?;
         let Some(rec) = recorded else {
+            // A step boundary: an operator's stop is honoured here, before anything of this
+            // step is done, through the failure path (the previous generation keeps
+            // serving). The journal records the step it stopped at.
+            if step.stoppable()
+                && let Some(by) = self
+                    .store_retry(|| self.ctx.store.stop_requested(self.dep.id))
+                    .await?
+            {
+                return Err(self.stopped(step, by).await);
+            }
             self.store_retry(|| {
                 self.ctx
                     .store
@@ -202,6 +212,24 @@ impl Run<'_> {
         .await?;
         crate::faults::crash_point(step.as_str(), "after");
         Ok(())
+    }
+
+    /// Journals `step` as begun and failed because an operator asked to stop.
+    async fn stopped(&self, step: Step, by: String) -> PipelineError {
+        let intent = serde_json::json!({ "stop_requested_by": by });
+        let res = self
+            .store_retry(|| {
+                self.ctx
+                    .store
+                    .step_begin(self.dep.id, self.owner, step, &intent, self.dep.attempt)
+            })
+            .await;
+        if let Err(e) = res {
+            return e;
+        }
+        tracing::info!(%by, "stop requested; stopping before this step");
+        self.failed(step, StepError::Stopped(by.clone())).await;
+        PipelineError::Stopped { step, by }
     }
 
     /// Ties a step error to its step and journals it, with its whole chain of causes.

@@ -52,6 +52,10 @@ pub enum PipelineError {
     /// its worker must not do so forever.
     #[error("gave up after {0} attempts, each interrupted before the deployment finished")]
     GaveUp(i32),
+    /// An operator asked to stop the deployment; it stopped before `step`, which the
+    /// journal records as failed with who asked.
+    #[error("{step}: stopped before this step, as {by} asked")]
+    Stopped { step: Step, by: String },
     /// The database is gone for longer than we wait, or the lease is lost: stop here,
     /// touch nothing; the journal lets the next holder resume.
     #[error(transparent)]
@@ -79,6 +83,9 @@ pub enum StepError {
     /// A failure journaled by an earlier run, replayed as it was recorded.
     #[error("{0}")]
     Recorded(String),
+    /// An operator's stop request, journaled at the step it stopped before.
+    #[error("stopped before this step, as {0} asked")]
+    Stopped(String),
 }
 
 impl StepError {
@@ -87,7 +94,7 @@ impl StepError {
             StepError::Registry(e) => e.is_transient(),
             StepError::Engine(e) => e.is_transient(),
             StepError::Store(e) => e.is_unavailable(),
-            StepError::Check(_) | StepError::Recorded(_) => false,
+            StepError::Check(_) | StepError::Recorded(_) | StepError::Stopped(_) => false,
         }
     }
 
@@ -417,12 +424,16 @@ impl Run<'_> {
                 (None, format!("ROLLBACK FAILED ({cause}); check the app"))
             }
         };
-        let (state, outcome) = match reverted {
-            Some(_) => (
+        let (state, outcome) = match (&error, reverted) {
+            (PipelineError::Stopped { step, by }, _) => (
+                DeploymentState::Cancelled,
+                format!("stopped before {step} as {by} asked; {rollback_note}"),
+            ),
+            (_, Some(_)) => (
                 DeploymentState::RolledBack,
                 format!("rolled back to the previous generation; {rollback_note}"),
             ),
-            None => (DeploymentState::Failed, format!("failed; {rollback_note}")),
+            (_, None) => (DeploymentState::Failed, format!("failed; {rollback_note}")),
         };
         self.finish(state, &outcome, Some(&reason), logs.as_deref())
             .await

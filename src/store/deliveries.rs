@@ -2,6 +2,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use uuid::Uuid;
 
+use super::actions::{Pin, pin_in};
 use super::deployments::{Enqueued, NewDeployment, enqueue_locked};
 use super::kinds::Verdict;
 use super::text::{pg_json, pg_opt, pg_text};
@@ -124,6 +125,9 @@ pub enum DeliveryOutcome {
         /// Versions not queued because a higher one runs or waits; when nothing was
         /// queued because of them, the stored verdict is `ignored` with their reason.
         held_back: Vec<HeldBack>,
+        /// Apps not deployed because an operator pinned them; when nothing was queued
+        /// because of them, the stored verdict is `pinned`.
+        pinned: Vec<Pin>,
     },
     /// The same event was delivered before; nothing new is stored.
     Duplicate { delivery_id: Uuid },
@@ -248,12 +252,19 @@ pub(super) async fn record_in(
     };
     let mut deployments = Vec::with_capacity(req.wanted.len());
     let mut held_back = Vec::new();
+    let mut pinned = Vec::new();
     for DeploymentRequest {
         deployment,
         never_older,
     } in &req.wanted
     {
         let mut d = deployment.clone();
+        // Under the app's enqueue lock (taken for the whole batch), as the rollback that
+        // pins: a push racing a rollback either sees the pin or is superseded by it.
+        if let Some(pin) = pin_in(tx, &d.app).await? {
+            pinned.push(pin);
+            continue;
+        }
         if let (Some(rule), Some(tag)) = (never_older, d.requested_tag.clone())
             && let Some(newer) = newer_in_play(tx, &d.app, rule, &tag).await?
         {
@@ -267,8 +278,9 @@ pub(super) async fn record_in(
         d.delivery_id = Some(delivery_id);
         deployments.push(enqueue_locked(tx, d).await?);
     }
-    if !held_back.is_empty() {
+    if !held_back.is_empty() || !pinned.is_empty() {
         let mut reasons: Vec<String> = held_back.iter().map(HeldBack::reason).collect();
+        reasons.extend(pinned.iter().map(pinned_reason));
         if !deployments.is_empty() {
             let apps: Vec<&str> = deployments
                 .iter()
@@ -280,10 +292,12 @@ pub(super) async fn record_in(
                 .collect();
             reasons.insert(0, format!("deploys {}", apps.join(", ")));
         }
-        let verdict = if deployments.is_empty() {
-            Verdict::Ignored
-        } else {
+        let verdict = if !deployments.is_empty() {
             Verdict::Queued
+        } else if !pinned.is_empty() {
+            Verdict::Pinned
+        } else {
+            Verdict::Ignored
         };
         sqlx::query("UPDATE deliveries SET verdict = $2, reason = $3 WHERE id = $1")
             .bind(delivery_id)
@@ -296,6 +310,7 @@ pub(super) async fn record_in(
         delivery_id,
         deployments,
         held_back,
+        pinned,
     })
 }
 
@@ -375,6 +390,17 @@ impl Store {
             .fetch_one(&self.pool)
             .await?)
     }
+}
+
+/// Why a pinned app was not deployed, for the delivery's reason and the hook's answer.
+pub fn pinned_reason(pin: &Pin) -> String {
+    format!(
+        "{}: pinned to {} by {} at {}; not deployed until unpinned",
+        pin.app,
+        pin.digest,
+        pin.by,
+        pin.at.format("%Y-%m-%d %H:%M:%S UTC")
+    )
 }
 
 /// The highest version of `rule` running or queued for `app`, when it is higher than

@@ -36,6 +36,11 @@ pub struct Deployment {
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
     pub updated_at: DateTime<Utc>,
+    /// Who asked for it by hand (an operator action); `None` for pushes and the poller.
+    pub requested_by: Option<String>,
+    /// Who asked to cancel or stop it, and when.
+    pub cancel_requested_by: Option<String>,
+    pub cancel_requested_at: Option<DateTime<Utc>>,
 }
 
 impl Deployment {
@@ -128,6 +133,15 @@ pub(super) async fn enqueue_in(
     tx: &mut Transaction<'_, Postgres>,
     d: NewDeployment,
 ) -> Result<Enqueued> {
+    enqueue_as(tx, d, None).await
+}
+
+/// [`enqueue_in`], recording who asked for the deployment by hand.
+pub(super) async fn enqueue_as(
+    tx: &mut Transaction<'_, Postgres>,
+    d: NewDeployment,
+    requested_by: Option<&str>,
+) -> Result<Enqueued> {
     lock_app(tx, &d.app).await?;
     enqueue_locked(tx, d).await
 }
@@ -166,8 +180,9 @@ pub(super) async fn enqueue_locked(
     .await?;
     sqlx::query(
         "INSERT INTO deployments
-           (id, app, trigger, delivery_id, image, requested_tag, claimed_digest, pinned)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+           (id, app, trigger, delivery_id, image, requested_tag, claimed_digest, pinned,
+            requested_by)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
     )
     .bind(id)
     .bind(&d.app)
@@ -177,6 +192,7 @@ pub(super) async fn enqueue_locked(
     .bind(&d.requested_tag)
     .bind(&d.claimed_digest)
     .bind(d.pinned)
+    .bind(pg_opt(requested_by))
     .execute(&mut **tx)
     .await?;
     Ok(Enqueued::Queued {
@@ -338,6 +354,26 @@ impl Store {
             "SELECT * FROM deployments WHERE app = $1 ORDER BY created_at DESC LIMIT $2",
         )
         .bind(app)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// A page of the app's history older than `before` (keyset on `(created_at, id)`, read
+    /// through `deployments_app_recent`).
+    pub async fn app_deployments_before(
+        &self,
+        app: &str,
+        before: (DateTime<Utc>, Uuid),
+        limit: i64,
+    ) -> Result<Vec<Deployment>> {
+        Ok(sqlx::query_as(
+            "SELECT * FROM deployments WHERE app = $1 AND (created_at, id) < ($2, $3)
+             ORDER BY created_at DESC, id DESC LIMIT $4",
+        )
+        .bind(app)
+        .bind(before.0)
+        .bind(before.1)
         .bind(limit)
         .fetch_all(&self.pool)
         .await?)

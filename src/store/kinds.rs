@@ -183,6 +183,26 @@ db_enum! {
     }
 }
 
+impl Step {
+    /// The steps before which a stop request is honoured: everything up to the switch.
+    /// Until then a failure leaves the previous generation serving (the candidate is
+    /// removed, a stopped old generation started again); from the switch on, the
+    /// deployment finishes or rolls back on its own.
+    pub fn stoppable(self) -> bool {
+        matches!(
+            self,
+            Self::Resolve
+                | Self::Pull
+                | Self::Verify
+                | Self::Create
+                | Self::StopOld
+                | Self::Start
+                | Self::Health
+                | Self::Switch
+        )
+    }
+}
+
 db_enum! {
     /// `deployment_steps.state`: the intent is committed as `started` before the side
     /// effect; the result moves it to `succeeded` or `failed`.
@@ -198,6 +218,8 @@ db_enum! {
     pub enum Verdict ("delivery verdict") {
         Queued = "queued",
         Ignored = "ignored",
+        /// Every app it matched is pinned by an operator: recorded, not deployed.
+        Pinned = "pinned",
     }
 }
 

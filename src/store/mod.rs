@@ -1,6 +1,7 @@
 //! All SQL lives here. Handlers and workers call these functions; none of them writes SQL.
 
 mod batch;
+mod actions;
 mod deliveries;
 mod deployments;
 mod imports;
@@ -8,6 +9,7 @@ pub mod kinds;
 mod reconcile;
 mod retention;
 mod routes;
+mod sessions;
 mod steps;
 mod text;
 mod volumes;
@@ -17,9 +19,10 @@ use std::time::Duration;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{PgPool, Postgres, Transaction};
 
+pub use actions::{CancelOutcome, Pin, SucceededDigest};
 pub use deliveries::{
     Delivery, DeliveryFilter, DeliveryOutcome, DeploymentRequest, HeldBack, MAX_PAGE, NewDelivery,
-    POLLER_SOURCE, VerdictFilter, highest_above,
+    POLLER_SOURCE, VerdictFilter, highest_above, pinned_reason,
 };
 pub use deployments::{
     Deployment, DigestStatus, Enqueued, Generation, NewDeployment, TAKEOVER_CHECK,
@@ -29,6 +32,7 @@ pub use kinds::{DeploymentState, ReconcileKind, Step, StepState, Trigger, Unknow
 pub use reconcile::ReconcileAction;
 pub use retention::Pruned;
 pub use routes::{Quarantined, Route};
+pub use sessions::{Session, SignInMethod};
 pub use steps::{GenerationSwitch, RouteWrite, StepRecord};
 pub use volumes::VolumeOwner;
 

@@ -4,12 +4,10 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use serde::Deserialize;
-use uuid::Uuid;
 
-use super::views::{self, AppView, DeploymentView};
+use super::views::{self, AppView};
 use super::{AppState, WebError, check_admin, hooks};
-use crate::intake::generic::is_digest;
-use crate::store::{NewDeployment, Trigger};
+use crate::actions::Actor;
 
 pub(super) async fn apps(State(s): State<AppState>) -> Result<Json<Vec<AppView>>, WebError> {
     let (all, err) = views::containers_by_app(&s).await;
@@ -25,14 +23,6 @@ pub(super) async fn app(
     Path(name): Path<String>,
 ) -> Result<Json<AppView>, WebError> {
     Ok(Json(views::one_app(&s, &name, 20).await?))
-}
-
-pub(super) async fn deployment(
-    State(s): State<AppState>,
-    Path(id): Path<String>,
-) -> Result<Json<DeploymentView>, WebError> {
-    let id = Uuid::parse_str(&id).map_err(|_| WebError::NotFound(format!("deployment {id}")))?;
-    Ok(Json(views::deployment_view(&s, id).await?))
 }
 
 #[derive(Deserialize, Default)]
@@ -51,59 +41,17 @@ pub(super) async fn deploy(
     body: Bytes,
 ) -> Result<impl IntoResponse, WebError> {
     check_admin(&s.config, &headers, None)?;
-    let app = views::find_app(&s, &name)?;
+    views::find_app(&s, &name)?;
     let req: DeployRequest = if body.iter().all(u8::is_ascii_whitespace) {
         DeployRequest::default()
     } else {
         serde_json::from_slice(&body)
             .map_err(|e| WebError::BadRequest(format!("invalid body: {e}")))?
     };
-    if let Some(d) = &req.digest
-        && !is_digest(d)
-    {
-        return Err(WebError::BadRequest(format!(
-            "`{d}` is not a sha256 digest"
-        )));
-    }
-    let enqueued = s
-        .store
-        .enqueue(manual_for(&s, app, req.digest).await?)
-        .await?;
+    let enqueued =
+        crate::actions::deploy(&s.store, &s.config, &name, req.digest, &Actor::Token).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(serde_json::json!({ "deployment": hooks::deployment_ref(enqueued) })),
     ))
-}
-
-/// A manual deployment of the app's tag, or of `digest`. A glob or range names no
-/// manifest, so for such an app the tag that serves now is resolved again; before anything
-/// has deployed there is none, and only a digest can be deployed by hand.
-pub(super) async fn manual_for(
-    s: &AppState,
-    app: &crate::config::AppConfig,
-    digest: Option<String>,
-) -> Result<NewDeployment, WebError> {
-    let mut d = manual(app, digest);
-    if !d.pinned && app.rule.fixed().is_none() {
-        let tag = s.store.serving_tag(&app.name).await?.ok_or_else(|| {
-            WebError::BadRequest(format!(
-                "app `{}` follows {}, and no matching tag has deployed yet: deploy a digest",
-                app.name, app.rule
-            ))
-        })?;
-        d.requested_tag = Some(tag);
-    }
-    Ok(d)
-}
-
-pub(super) fn manual(app: &crate::config::AppConfig, digest: Option<String>) -> NewDeployment {
-    NewDeployment {
-        app: app.name.clone(),
-        trigger: Trigger::Manual,
-        delivery_id: None,
-        image: app.image.clone(),
-        requested_tag: digest.is_none().then(|| app.tag.clone()),
-        pinned: digest.is_some(),
-        claimed_digest: digest,
-    }
 }

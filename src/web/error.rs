@@ -18,6 +18,9 @@ pub enum WebError {
     Forbidden(String),
     #[error("{0}")]
     BadRequest(String),
+    /// The request is well-formed but contradicts the state (a finished deployment, a pin).
+    #[error("{0}")]
+    Conflict(String),
     #[error("{0}")]
     TooLarge(String),
     #[error("too many failed attempts from this address; retry later")]
@@ -66,6 +69,7 @@ impl WebError {
             WebError::Unauthorized => StatusCode::UNAUTHORIZED,
             WebError::Forbidden(_) => StatusCode::FORBIDDEN,
             WebError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            WebError::Conflict(_) => StatusCode::CONFLICT,
             WebError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             WebError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             WebError::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,

@@ -6,12 +6,20 @@
 //! start, stop or remove anything. Only the pipeline and reconciliation change the engine.
 
 mod api;
+mod api_actions;
 mod error;
 pub mod guard;
 mod hooks;
 mod pages;
 pub mod server;
 mod views;
+// The browser side (issue 11): sign-in, live pages.
+mod forms;
+mod live;
+mod session;
+mod streams;
+mod timeline;
+pub mod ui;
 
 use std::sync::Arc;
 
@@ -41,6 +49,8 @@ pub struct AppState {
     /// The config as reloaded (issue 10), beside `config` (the one at start): the status
     /// page shows a refused reload's error from here.
     pub live: Option<crate::config::LiveConfig>,
+    /// Sign-in brake and live-page streams.
+    pub pages: Arc<ui::PageState>,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -54,17 +64,21 @@ pub fn router(state: AppState) -> Router {
             "/hooks/{source}/{token}",
             post(hooks::receive_with_token).layer(DefaultBodyLimit::max(max_body)),
         )
-        .route("/", get(pages::index))
-        .route("/apps/{app}", get(pages::app))
-        .route("/apps/{app}/redeploy", post(pages::redeploy))
-        .route("/deployments/{id}", get(pages::deployment))
-        .route("/deliveries", get(pages::deliveries))
-        .route("/deliveries/{id}/redeliver", post(pages::redeliver))
-        .route("/static/pier.css", get(pages::stylesheet))
+        .merge(ui::routes(&state))
         .route("/api/apps", get(api::apps))
         .route("/api/apps/{app}", get(api::app))
         .route("/api/apps/{app}/deploy", post(api::deploy))
-        .route("/api/deployments/{id}", get(api::deployment))
+        // Operator actions and the long-poll (issue 11b): api_actions.rs.
+        .route("/api/deployments/{id}", get(api_actions::deployment))
+        .route("/api/deployments/{id}/cancel", post(api_actions::cancel))
+        .route("/api/apps/{app}/rollback", post(api_actions::rollback))
+        .route(
+            "/api/apps/{app}/rollback-choices",
+            get(api_actions::rollback_choices),
+        )
+        .route("/api/apps/{app}/unpin", post(api_actions::unpin))
+        .route("/api/deliveries", get(api_actions::deliveries))
+        .route("/api/openapi.json", get(api_actions::openapi))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -73,9 +87,11 @@ pub fn router(state: AppState) -> Router {
         .layer(fixed_header(header::X_FRAME_OPTIONS, "DENY"))
         .layer(fixed_header(header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
         .layer(fixed_header(header::REFERRER_POLICY, "same-origin"))
+        // Scripts only from Pier itself (escaping is the first defence, this the second).
         .layer(fixed_header(
             header::CONTENT_SECURITY_POLICY,
-            "frame-ancestors 'none'",
+            "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; \
+             form-action 'self'; frame-ancestors 'none'",
         ))
         // A request, body included, gets `request_timeout` in all: a body trickled a byte at
         // a time is cut off with 408 instead of holding a connection and a handler.

@@ -2,27 +2,44 @@
 
 use askama::Template;
 use askama_web::WebTemplate;
+use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, header};
-use axum::response::{IntoResponse, Redirect};
+use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 use uuid::Uuid;
 
 use super::error::PageError;
-use super::views::{self, AppView, DeploymentView, short_digest, took, when};
-use super::{AppState, WebError, api, check_admin};
-use crate::store::{
-    Delivery, DeliveryFilter, Deployment, Enqueued, MAX_PAGE, StepRecord, VerdictFilter,
-};
+use super::session::{Viewer, admin_form};
+use super::views::{self, AppView, DeploymentView, took, when};
+use super::{AppState, WebError};
+use crate::store::{Delivery, DeliveryFilter, Deployment, MAX_PAGE, VerdictFilter};
 
 /// Template helpers, reachable from every template as methods on the page.
 pub(super) trait Fmt {
-    fn short(&self, d: &str) -> String {
-        short_digest(d)
+    /// A time, relative (kept current by the page's script) and absolute: HTML made only
+    /// of digits and Pier's own words, safe to insert unescaped.
+    fn time(&self, t: &chrono::DateTime<chrono::Utc>) -> String {
+        views::time_html(t)
     }
-    fn opt_short(&self, d: &Option<String>) -> String {
-        d.as_deref().map(short_digest).unwrap_or_else(|| "—".into())
+    /// A digest shortened, the full value on hover and behind a copy button (escaped).
+    fn digest(&self, d: &str) -> String {
+        views::digest_html(d)
+    }
+    fn opt_time(&self, t: &Option<chrono::DateTime<chrono::Utc>>) -> String {
+        t.as_ref()
+            .map(views::time_html)
+            .unwrap_or_else(|| "—".into())
+    }
+    /// Whether `digest` is what the app serves now.
+    fn serving(&self, app: &AppView, digest: &str) -> bool {
+        app.generation.as_ref().is_some_and(|g| g.digest == digest)
+    }
+    fn opt_digest(&self, d: &Option<String>) -> String {
+        d.as_deref()
+            .map(views::digest_html)
+            .unwrap_or_else(|| "—".into())
     }
     fn at(&self, t: &chrono::DateTime<chrono::Utc>) -> String {
         when(t)
@@ -30,8 +47,9 @@ pub(super) trait Fmt {
     fn took(&self, d: &Deployment) -> String {
         took(d.started_at.as_ref(), d.finished_at.as_ref())
     }
-    fn step_took(&self, s: &StepRecord) -> String {
-        took(Some(&s.started_at), s.finished_at.as_ref())
+    /// What started a deployment, with a link to its delivery (HTML; the link is a UUID).
+    fn trigger(&self, d: &Deployment) -> String {
+        views::trigger_html(d)
     }
 }
 
@@ -44,6 +62,7 @@ pub(super) struct IndexPage {
     live: bool,
     /// A refused config reload's error (the previous config stays in force).
     reload_error: Option<String>,
+    viewer: Viewer,
 }
 impl Fmt for IndexPage {}
 
@@ -53,6 +72,13 @@ pub(super) struct AppPage {
     app: AppView,
     admin_enabled: bool,
     live: bool,
+    viewer: Viewer,
+    /// `?before=` as given, and the next page's.
+    before: Option<Uuid>,
+    next: Option<Uuid>,
+    /// The pin in force, and the earlier digests a rollback may choose.
+    pin: Option<crate::store::Pin>,
+    choices: Vec<crate::store::SucceededDigest>,
 }
 impl Fmt for AppPage {}
 
@@ -60,7 +86,9 @@ impl Fmt for AppPage {}
 #[template(path = "deployment.html")]
 pub(super) struct DeploymentPage {
     d: DeploymentView,
+    rows: Vec<super::timeline::TimelineRow>,
     live: bool,
+    viewer: Viewer,
 }
 impl Fmt for DeploymentPage {}
 
@@ -76,6 +104,7 @@ pub(super) struct DeliveriesPage {
     sources: Vec<String>,
     admin_enabled: bool,
     live: bool,
+    viewer: Viewer,
 }
 impl Fmt for DeliveriesPage {}
 
@@ -103,13 +132,15 @@ fn any_active(ds: &[Deployment]) -> bool {
     ds.iter().any(|d| !d.state.is_final())
 }
 
-pub(super) async fn index(State(s): State<AppState>) -> Result<IndexPage, PageError> {
-    let (all, engine_error) = views::containers_by_app(&s).await;
-    let mut apps = Vec::new();
-    for app in &s.config.apps {
-        apps.push(views::app_view(&s, app, &all, engine_error.as_deref(), 5).await?);
-    }
-    let recent = s.store.recent_deployments(25).await?;
+pub(super) async fn index(
+    State(s): State<AppState>,
+    Extension(viewer): Extension<Viewer>,
+) -> Result<IndexPage, PageError> {
+    let super::streams::IndexLive {
+        apps,
+        recent,
+        engine_error,
+    } = super::streams::index_live(&s).await?;
     let live = any_active(&recent);
     Ok(IndexPage {
         apps,
@@ -117,30 +148,68 @@ pub(super) async fn index(State(s): State<AppState>) -> Result<IndexPage, PageEr
         engine_error,
         live,
         reload_error: s.live.as_ref().and_then(|l| l.reload_error()),
+        viewer,
     })
 }
 
 pub(super) async fn app(
     State(s): State<AppState>,
+    Extension(viewer): Extension<Viewer>,
     Path(name): Path<String>,
+    Query(q): Query<HistoryQuery>,
 ) -> Result<AppPage, PageError> {
-    let app = views::one_app(&s, &name, 50).await?;
+    let before = match q.before.filter(|b| !b.is_empty()) {
+        Some(b) => Some(
+            Uuid::parse_str(&b)
+                .map_err(|_| WebError::BadRequest("before must be a deployment id".into()))?,
+        ),
+        None => None,
+    };
+    let (app, next) = views::app_page(&s, &name, before, HISTORY_PAGE).await?;
     let live = any_active(&app.deployments);
+    let pin = s.store.pin(&app.name).await?;
+    let choices = s
+        .store
+        .succeeded_digests(&app.name, ROLLBACK_CHOICES)
+        .await?;
     Ok(AppPage {
         app,
-        admin_enabled: s.config.server.admin_token.is_some(),
+        admin_enabled: s.config.server.admin_token.is_some()
+            || s.config.server.sign_in.password_hash.is_some(),
         live,
+        viewer,
+        before,
+        next,
+        pin,
+        choices,
     })
 }
 
 pub(super) async fn deployment(
     State(s): State<AppState>,
+    Extension(viewer): Extension<Viewer>,
     Path(id): Path<String>,
 ) -> Result<DeploymentPage, PageError> {
     let id = Uuid::parse_str(&id).map_err(|_| WebError::NotFound(format!("deployment {id}")))?;
     let d = views::deployment_view(&s, id).await?;
     let live = !d.deployment.state.is_final();
-    Ok(DeploymentPage { d, live })
+    let rows = super::timeline::rows(&d.deployment, &d.steps, chrono::Utc::now());
+    Ok(DeploymentPage {
+        d,
+        rows,
+        live,
+        viewer,
+    })
+}
+
+/// Deployments on one page of an app's history.
+const HISTORY_PAGE: i64 = 20;
+/// Earlier successful digests offered for a rollback, newest first.
+const ROLLBACK_CHOICES: i64 = 10;
+
+#[derive(Deserialize, Default)]
+pub(super) struct HistoryQuery {
+    before: Option<String>,
 }
 
 /// Deliveries listed on one page.
@@ -160,6 +229,7 @@ pub(super) struct DeliveriesQuery {
 /// `replay`, `redelivery`).
 pub(super) async fn deliveries(
     State(s): State<AppState>,
+    Extension(viewer): Extension<Viewer>,
     Query(q): Query<DeliveriesQuery>,
 ) -> Result<DeliveriesPage, PageError> {
     let nonempty = |v: Option<String>| v.filter(|v| !v.is_empty());
@@ -220,6 +290,7 @@ pub(super) async fn deliveries(
         sources,
         admin_enabled: s.config.server.admin_token.is_some(),
         live: false,
+        viewer,
     })
 }
 
@@ -243,16 +314,19 @@ fn rules_of(events: &serde_json::Value) -> Vec<String> {
     out
 }
 
-/// `POST /deliveries/{id}/redeliver` (admin token, as a form field or bearer header): runs
+/// `POST /deliveries/{id}/redeliver` (a signed-in admin's form, or the bearer token): runs
 /// intake again on the stored delivery's events, as a new delivery marked as a redelivery
 /// of it, and shows the deliveries page at the new row.
 pub(super) async fn redeliver(
     State(s): State<AppState>,
+    Extension(viewer): Extension<Viewer>,
     Path(id): Path<String>,
     headers: HeaderMap,
     body: Bytes,
-) -> Result<impl IntoResponse, PageError> {
-    admin_first(&s, &headers, &body)?;
+) -> Result<Response, PageError> {
+    if let Err(refused) = admin_form(&s, &viewer, &headers, &body) {
+        return Ok(refused.into_response());
+    }
     let id = Uuid::parse_str(&id).map_err(|_| WebError::NotFound(format!("delivery {id}")))?;
     let original = s
         .store
@@ -268,44 +342,12 @@ pub(super) async fn redeliver(
     Ok(Redirect::to(&format!(
         "/deliveries?verdict=redelivery#{}",
         accepted.delivery_id
-    )))
-}
-
-/// `POST /apps/{app}/redeploy`: needs the admin token; runs the pipeline again for the
-/// app's tag, and sends the browser to the new deployment's timeline. Credentials come
-/// first: a bearer header, else the form's `admin_token` field, read on its own; nothing
-/// else in the request is looked at before they check out.
-pub(super) async fn redeploy(
-    State(s): State<AppState>,
-    Path(name): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<impl IntoResponse, PageError> {
-    admin_first(&s, &headers, &body)?;
-    let app = views::find_app(&s, &name)?;
-    let id = match s
-        .store
-        .enqueue(api::manual_for(&s, app, None).await?)
-        .await?
-    {
-        Enqueued::Queued { id, .. } | Enqueued::AlreadyPending { id, .. } => id,
-    };
-    Ok(Redirect::to(&format!("/deployments/{id}")))
-}
-
-/// The admin's credentials, before anything else in the request is looked at: a bearer
-/// header, else the form's `admin_token` field, read on its own.
-fn admin_first(s: &AppState, headers: &HeaderMap, body: &[u8]) -> Result<(), WebError> {
-    let form_token = if headers.contains_key(header::AUTHORIZATION) {
-        None
-    } else {
-        form_field(body, "admin_token")
-    };
-    check_admin(&s.config, headers, form_token.as_deref())
+    ))
+    .into_response())
 }
 
 /// One field of a form body, whatever else it holds (or fails to hold).
-fn form_field(body: &[u8], name: &str) -> Option<String> {
+pub(super) fn form_field(body: &[u8], name: &str) -> Option<String> {
     body.split(|b| *b == b'&')
         .filter_map(|pair| {
             let mut it = pair.splitn(2, |b| *b == b'=');

@@ -33,6 +33,8 @@ pub struct AppView {
     pub quarantine: Vec<Quarantined>,
     /// Blue-green apps: what the proxy is told to serve.
     pub route: Option<Route>,
+    /// The step the deployment in progress is at, if one is.
+    pub current_step: Option<String>,
 }
 
 impl AppView {
@@ -58,6 +60,32 @@ impl AppView {
 
     pub fn is_healthy_view(&self) -> bool {
         self.serving().is_some_and(|c| c.running)
+    }
+
+    /// The tag the serving deployment resolved, when it is among those shown.
+    pub fn serving_tag(&self) -> Option<&str> {
+        let g = self.generation.as_ref()?;
+        self.deployments
+            .iter()
+            .find(|d| d.id == g.deployment_id)
+            .and_then(|d| d.requested_tag.as_deref())
+    }
+
+    /// The newest deployment that has ended.
+    pub fn latest_final(&self) -> Option<&Deployment> {
+        self.deployments.iter().find(|d| d.state.is_final())
+    }
+
+    /// A deployment waiting or running, the running one first.
+    pub fn in_progress(&self) -> Option<&Deployment> {
+        let mut open = self.deployments.iter().filter(|d| !d.state.is_final());
+        let first = open.next()?;
+        Some(
+            std::iter::once(first)
+                .chain(open)
+                .find(|d| d.state == crate::store::DeploymentState::Running)
+                .unwrap_or(first),
+        )
     }
 }
 
@@ -109,6 +137,18 @@ pub async fn app_view(
         .collect();
     let ids: Vec<String> = mine.iter().map(|c| c.id.clone()).collect();
     let known = s.store.known_containers(&ids).await?;
+    let running = deployments
+        .iter()
+        .find(|d| d.state == crate::store::DeploymentState::Running);
+    let current_step = match running {
+        Some(d) => s
+            .store
+            .steps(d.id)
+            .await?
+            .last()
+            .map(|st| st.step.to_string()),
+        None => None,
+    };
     Ok(AppView {
         name: app.name.clone(),
         image: app.image.clone(),
@@ -133,6 +173,7 @@ pub async fn app_view(
         reconcile_actions,
         quarantine,
         route,
+        current_step,
     })
 }
 
@@ -149,6 +190,35 @@ pub async fn one_app(s: &AppState, name: &str, history: i64) -> Result<AppView, 
         Err(e) => (vec![], Some(e.to_string())),
     };
     app_view(s, app, &all, err.as_deref(), history).await
+}
+
+/// The app's page: its view with one page of history, newest first, older than `before`
+/// when given (keyset on `(created_at, id)`).
+pub async fn app_page(
+    s: &AppState,
+    name: &str,
+    before: Option<Uuid>,
+    limit: i64,
+) -> Result<(AppView, Option<Uuid>), WebError> {
+    let mut view = one_app(s, name, limit).await?;
+    if let Some(before) = before {
+        let at = s
+            .store
+            .deployment(before)
+            .await?
+            .filter(|d| d.app == name)
+            .ok_or_else(|| {
+                WebError::BadRequest("before must be a deployment of this app".into())
+            })?;
+        view.deployments = s
+            .store
+            .app_deployments_before(name, (at.created_at, at.id), limit)
+            .await?;
+    }
+    let next = (view.deployments.len() as i64 == limit)
+        .then(|| view.deployments.last().map(|d| d.id))
+        .flatten();
+    Ok((view, next))
 }
 
 pub async fn deployment_view(s: &AppState, id: Uuid) -> Result<DeploymentView, WebError> {
@@ -182,5 +252,70 @@ pub fn took(from: Option<&DateTime<Utc>>, to: Option<&DateTime<Utc>>) -> String 
         }
         (Some(_), None) => "…".into(),
         _ => String::new(),
+    }
+}
+
+/// `<time>` with the relative age (the page's script keeps it current) and the absolute
+/// time. Only digits and fixed words: safe to insert unescaped.
+pub fn time_html(t: &DateTime<Utc>) -> String {
+    format!(
+        "<time datetime=\"{iso}\" title=\"{abs}\"><span class=\"rel\">{rel}</span> <span class=\"abs\">{abs}</span></time>",
+        iso = t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        abs = when(t),
+        rel = relative(*t, Utc::now()),
+    )
+}
+
+/// `3 min ago`, `in 5 s`, `2 days ago`.
+pub fn relative(t: DateTime<Utc>, now: DateTime<Utc>) -> String {
+    let secs = (now - t).num_seconds();
+    let (n, unit) = match secs.unsigned_abs() {
+        s if s < 60 => (s, "s"),
+        s if s < 3600 => (s / 60, "min"),
+        s if s < 86_400 => (s / 3600, "h"),
+        s => (s / 86_400, if s < 2 * 86_400 { "day" } else { "days" }),
+    };
+    if secs >= 0 {
+        format!("{n} {unit} ago")
+    } else {
+        format!("in {n} {unit}")
+    }
+}
+
+/// A digest, shortened, with the full value on hover and a copy button. The digest is
+/// escaped: a sender may name any text as its digest.
+pub fn digest_html(d: &str) -> String {
+    let full = super::error::html_escape(d);
+    let short = super::error::html_escape(&short_digest(d));
+    format!(
+        "<span class=\"digest\"><code title=\"{full}\">{short}</code><button type=\"button\" class=\"copy\" data-copy=\"{full}\" title=\"copy {full}\">copy</button></span>"
+    )
+}
+
+/// What started a deployment, in words, linking the delivery it came from, naming who
+/// asked for it by hand (escaped: a user names themselves at sign-in).
+pub fn trigger_html(d: &Deployment) -> String {
+    use crate::store::Trigger;
+    let delivery = d
+        .delivery_id
+        .map(|id| {
+            format!(
+                " <a href=\"/deliveries#{id}\">delivery {}</a>",
+                &id.simple().to_string()[..8]
+            )
+        })
+        .unwrap_or_default();
+    match d.trigger {
+        Trigger::Webhook => format!("push{delivery}"),
+        Trigger::Reconcile if d.delivery_id.is_some() => format!("registry poll{delivery}"),
+        Trigger::Reconcile => "reconcile".into(),
+        Trigger::Manual | Trigger::Rollback => {
+            let by = d
+                .requested_by
+                .as_deref()
+                .map(|b| format!(" by {}", super::error::html_escape(b)))
+                .unwrap_or_default();
+            format!("{}{by}", d.trigger)
+        }
     }
 }

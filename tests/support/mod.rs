@@ -51,6 +51,7 @@ mod load;
 mod pgproxy;
 mod pier_process;
 mod registry;
+mod signin;
 
 pub use db::*;
 pub use engine::*;
@@ -67,6 +68,8 @@ pub use load::*;
 pub use pgproxy::*;
 pub use pier_process::*;
 pub use registry::*;
+#[allow(unused_imports)] // only the page tests sign in
+pub use signin::*;
 
 // ---------------------------------------------------------------------------------------------
 // Small utilities

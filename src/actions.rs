@@ -1,0 +1,255 @@
+//! What an operator can do to an app or a deployment: redeploy, roll back (which pins),
+//! unpin, cancel or stop. The pages, the JSON API and the CLI all call these, so each
+//! action has one set of rules and is recorded with who did it.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use uuid::Uuid;
+
+use crate::config::{AppConfig, Config};
+use crate::intake::is_digest;
+use crate::store::{
+    CancelOutcome, Deployment, DeploymentState, Enqueued, NewDeployment, Pin, Store, StoreError,
+    Trigger,
+};
+
+/// Who did it, as the record shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Actor {
+    /// The admin bearer token (API, or the token form field).
+    Token,
+    /// A signed-in user of the pages.
+    Session { user: String },
+    /// `pier` on the command line, as the OS user running it.
+    Cli,
+}
+
+impl Actor {
+    /// The text stored in `requested_by`, `cancel_requested_by` and the pin's row.
+    pub fn describe(&self) -> String {
+        match self {
+            Actor::Token => "api token".to_owned(),
+            Actor::Session { user } => format!("user {}", clip(user, 64)),
+            Actor::Cli => match std::env::var("USER").or_else(|_| std::env::var("LOGNAME")) {
+                Ok(u) if !u.is_empty() => format!("cli ({})", clip(&u, 64)),
+                _ => "cli".to_owned(),
+            },
+        }
+    }
+}
+
+fn clip(s: &str, n: usize) -> String {
+    s.chars().filter(|c| !c.is_control()).take(n).collect()
+}
+
+/// Why an action was refused. The web layer maps each to its status code.
+#[derive(Debug, thiserror::Error)]
+pub enum ActionError {
+    /// 404
+    #[error("no app `{0}` in the configuration")]
+    UnknownApp(String),
+    /// 404
+    #[error("no deployment {0}")]
+    UnknownDeployment(Uuid),
+    /// 400
+    #[error("`{0}` is not a sha256 digest")]
+    NotADigest(String),
+    /// 400: a glob or range app before any tag deployed has nothing to redeploy.
+    #[error("{0}")]
+    NothingToRedeploy(String),
+    /// 409
+    #[error(
+        "{digest} never deployed successfully for app `{app}`: only such a digest can be rolled back to"
+    )]
+    NeverSucceeded { app: String, digest: String },
+    /// 409
+    #[error(
+        "app `{app}` is pinned to {digest} by {by}: roll back to choose another digest, or unpin it first"
+    )]
+    Pinned {
+        app: String,
+        digest: String,
+        by: String,
+    },
+    /// 409
+    #[error("app `{0}` is not pinned")]
+    NotPinned(String),
+    /// 409
+    #[error("deployment {id} has already ended: {state}")]
+    AlreadyFinal { id: Uuid, state: DeploymentState },
+    /// 503 when the database is unavailable, else 500.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What unpinning did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Unpinned {
+    pub app: String,
+    /// The pin that was in force.
+    pub was: Pin,
+    pub by: String,
+}
+
+/// What a cancel did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cancelled {
+    /// It was queued and is now cancelled; it never ran.
+    Cancelled,
+    /// It runs; it stops at its next step boundary before `switch` (after that it
+    /// finishes on its own).
+    StopRequested,
+}
+
+fn app<'c>(config: &'c Config, name: &str) -> Result<&'c AppConfig, ActionError> {
+    config
+        .app(name)
+        .ok_or_else(|| ActionError::UnknownApp(clip(name, 64)))
+}
+
+fn manual(app: &AppConfig, trigger: Trigger, digest: Option<String>) -> NewDeployment {
+    NewDeployment {
+        app: app.name.clone(),
+        trigger,
+        delivery_id: None,
+        image: app.image.clone(),
+        requested_tag: digest.is_none().then(|| app.tag.clone()),
+        pinned: digest.is_some(),
+        claimed_digest: digest,
+    }
+}
+
+/// Redeploy: resolve the followed tag afresh (for a glob or range, the tag that serves
+/// now) and deploy it, even when that digest already serves. A pinned app redeploys its
+/// pinned digest: a redeploy never moves an app off its pin.
+pub async fn redeploy(
+    store: &Store,
+    config: &Config,
+    app: &str,
+    actor: &Actor,
+) -> Result<Enqueued, ActionError> {
+    deploy(store, config, app, None, actor).await
+}
+
+/// Deploy exactly `digest` (`Some`) or redeploy (`None`). A digest other than the pinned
+/// one is refused while the app is pinned: roll back to it instead, which moves the pin.
+pub async fn deploy(
+    store: &Store,
+    config: &Config,
+    name: &str,
+    digest: Option<String>,
+    actor: &Actor,
+) -> Result<Enqueued, ActionError> {
+    let app = app(config, name)?;
+    if let Some(d) = &digest
+        && !is_digest(d)
+    {
+        return Err(ActionError::NotADigest(clip(d, 80)));
+    }
+    let pin = store.pin(&app.name).await?;
+    let d = match (digest, pin) {
+        (Some(d), Some(pin)) if d != pin.digest => {
+            return Err(ActionError::Pinned {
+                app: app.name.clone(),
+                digest: pin.digest,
+                by: pin.by,
+            });
+        }
+        (_, Some(pin)) => manual(app, Trigger::Manual, Some(pin.digest)),
+        (Some(d), None) => manual(app, Trigger::Manual, Some(d)),
+        (None, None) => {
+            let mut d = manual(app, Trigger::Manual, None);
+            // A glob or range names no manifest: resolve the tag that serves now again.
+            if app.rule.fixed().is_none() {
+                let tag = store.serving_tag(&app.name).await?.ok_or_else(|| {
+                    ActionError::NothingToRedeploy(format!(
+                        "app `{}` follows {}, and no matching tag has deployed yet: deploy a digest",
+                        app.name, app.rule
+                    ))
+                })?;
+                d.requested_tag = Some(tag);
+            }
+            d
+        }
+    };
+    Ok(store.enqueue_by(d, &actor.describe()).await?)
+}
+
+/// Roll back to `digest`, which must have deployed successfully for this app before, and
+/// pin the app there: pushes and the poller are recorded but do not move it until
+/// [`unpin`]. The pin and the queued deployment are one transaction.
+pub async fn rollback(
+    store: &Store,
+    config: &Config,
+    name: &str,
+    digest: &str,
+    actor: &Actor,
+) -> Result<Enqueued, ActionError> {
+    let app = app(config, name)?;
+    if !is_digest(digest) {
+        return Err(ActionError::NotADigest(clip(digest, 80)));
+    }
+    if !store.succeeded_for(&app.name, digest).await? {
+        return Err(ActionError::NeverSucceeded {
+            app: app.name.clone(),
+            digest: digest.to_owned(),
+        });
+    }
+    let d = manual(app, Trigger::Rollback, Some(digest.to_owned()));
+    let (enqueued, pin) = store.pin_and_enqueue(d, &actor.describe()).await?;
+    tracing::info!(app = %pin.app, digest = %pin.digest, by = %pin.by, "rolled back and pinned");
+    Ok(enqueued)
+}
+
+/// End the app's pin: the next push (or poll) deploys again.
+pub async fn unpin(store: &Store, app: &str, actor: &Actor) -> Result<Unpinned, ActionError> {
+    let by = actor.describe();
+    let was = store
+        .unpin(app, &by)
+        .await?
+        .ok_or_else(|| ActionError::NotPinned(clip(app, 64)))?;
+    tracing::info!(app = %was.app, digest = %was.digest, %by, "unpinned");
+    Ok(Unpinned {
+        app: was.app.clone(),
+        was,
+        by,
+    })
+}
+
+/// Cancel a queued deployment now, or ask a running one to stop at its next step boundary
+/// (before `switch`), where it ends `cancelled` through the failure path: the candidate is
+/// removed and the previous generation keeps serving.
+pub async fn cancel(
+    store: &Store,
+    deployment: Uuid,
+    actor: &Actor,
+) -> Result<Cancelled, ActionError> {
+    match store.cancel(deployment, &actor.describe()).await? {
+        CancelOutcome::Cancelled => Ok(Cancelled::Cancelled),
+        CancelOutcome::StopRequested => Ok(Cancelled::StopRequested),
+        CancelOutcome::AlreadyFinal(state) => Err(ActionError::AlreadyFinal {
+            id: deployment,
+            state,
+        }),
+        CancelOutcome::NotFound => Err(ActionError::UnknownDeployment(deployment)),
+    }
+}
+
+/// Longest a caller may wait for a deployment to end in one call.
+pub const MAX_WAIT: Duration = Duration::from_secs(120);
+
+/// The deployment once it is final, or as it is when `within` has passed. Waits on the
+/// queue's NOTIFY (sent at commit of every state change, by any Pier process), never by
+/// polling the row; see [`crate::store::Store::wait_final`].
+pub async fn wait_final(
+    store: &Store,
+    deployment: Uuid,
+    within: Duration,
+) -> Result<Deployment, ActionError> {
+    store
+        .wait_final(deployment, within.min(MAX_WAIT))
+        .await?
+        .ok_or(ActionError::UnknownDeployment(deployment))
+}

@@ -1,0 +1,261 @@
+//! The JSON API's operator actions: rollback, unpin, cancel, the deliveries list and the
+//! long-poll of a deployment. Bearer token (`server.admin_token`) on every route.
+
+use crate::actions::ActionError;
+
+use super::WebError;
+
+impl From<ActionError> for WebError {
+    fn from(e: ActionError) -> Self {
+        match e {
+            ActionError::UnknownApp(a) => WebError::NotFound(format!("app `{a}`")),
+            ActionError::UnknownDeployment(id) => WebError::NotFound(format!("deployment {id}")),
+            e @ (ActionError::NotADigest(_) | ActionError::NothingToRedeploy(_)) => {
+                WebError::BadRequest(e.to_string())
+            }
+            e @ (ActionError::NeverSucceeded { .. }
+            | ActionError::Pinned { .. }
+            | ActionError::NotPinned(_)
+            | ActionError::AlreadyFinal { .. }) => WebError::Conflict(e.to_string()),
+            ActionError::Store(s) => s.into(),
+        }
+    }
+}
+
+// Routes ------------------------------------------------------------------------------------
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
+use serde::Deserialize;
+use uuid::Uuid;
+
+use super::views::{self, DeploymentView};
+use super::{AppState, check_admin, hooks};
+use crate::actions::{self, Actor, Cancelled};
+use crate::store::{DeliveryFilter, MAX_PAGE, VerdictFilter};
+
+/// A JSON body of at most a few fields; nothing else is read.
+fn json_body<T: for<'de> Deserialize<'de> + Default>(body: &[u8]) -> Result<T, WebError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(body).map_err(|e| WebError::BadRequest(format!("invalid body: {e}")))
+}
+
+fn deployment_id(id: &str) -> Result<Uuid, WebError> {
+    Uuid::parse_str(id).map_err(|_| {
+        WebError::NotFound(format!(
+            "deployment {}",
+            id.chars().take(40).collect::<String>()
+        ))
+    })
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RollbackRequest {
+    digest: Option<String>,
+}
+
+/// `POST /api/apps/{app}/rollback {"digest": "sha256:…"}`: 202 with the deployment; the app
+/// is pinned to that digest. 409 when the digest never deployed successfully for this app.
+pub(super) async fn rollback(
+    State(s): State<AppState>,
+    Path(app): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<impl IntoResponse, WebError> {
+    check_admin(&s.config, &headers, None)?;
+    views::find_app(&s, &app)?;
+    let req: RollbackRequest = json_body(&body)?;
+    let digest = req
+        .digest
+        .ok_or_else(|| WebError::BadRequest("`digest` is required".into()))?;
+    let enqueued = actions::rollback(&s.store, &s.config, &app, &digest, &Actor::Token).await?;
+    let pin = s.store.pin(&app).await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(serde_json::json!({ "deployment": hooks::deployment_ref(enqueued), "pin": pin })),
+    ))
+}
+
+/// `POST /api/apps/{app}/unpin`: 200 with the pin that ended; 409 when it was not pinned.
+pub(super) async fn unpin(
+    State(s): State<AppState>,
+    Path(app): Path<String>,
+    headers: HeaderMap,
+) -> Result<impl IntoResponse, WebError> {
+    check_admin(&s.config, &headers, None)?;
+    views::find_app(&s, &app)?;
+    let u = actions::unpin(&s.store, &app, &Actor::Token).await?;
+    Ok(Json(
+        serde_json::json!({ "app": u.app, "unpinned": u.was, "by": u.by }),
+    ))
+}
+
+/// `GET /api/apps/{app}/rollback-choices`: the pin in force and the digests that
+/// deployed successfully, newest first.
+pub(super) async fn rollback_choices(
+    State(s): State<AppState>,
+    Path(app): Path<String>,
+    headers: HeaderMap,
+) -> Result<impl IntoResponse, WebError> {
+    check_admin(&s.config, &headers, None)?;
+    views::find_app(&s, &app)?;
+    let pin = s.store.pin(&app).await?;
+    let digests = s.store.succeeded_digests(&app, 50).await?;
+    Ok(Json(
+        serde_json::json!({ "app": app, "pin": pin, "digests": digests }),
+    ))
+}
+
+/// `POST /api/deployments/{id}/cancel`: 200 `cancelled` (it was queued) or 202
+/// `stop_requested` (it runs: it stops at its next step boundary before `switch`); 409
+/// when it has already ended.
+pub(super) async fn cancel(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<impl IntoResponse, WebError> {
+    check_admin(&s.config, &headers, None)?;
+    let id = deployment_id(&id)?;
+    let result = actions::cancel(&s.store, id, &Actor::Token).await?;
+    let status = match result {
+        Cancelled::Cancelled => StatusCode::OK,
+        Cancelled::StopRequested => StatusCode::ACCEPTED,
+    };
+    Ok((
+        status,
+        Json(serde_json::json!({
+            "id": id,
+            "result": result,
+            "status_url": format!("/api/deployments/{id}"),
+        })),
+    ))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct WaitQuery {
+    /// `60s`, `2m`: wait until the deployment is final, at most this long.
+    wait: Option<String>,
+}
+
+/// `GET /api/deployments/{id}[?wait=60s]`: the deployment with its steps; with `wait`, the
+/// answer comes once it is final or the wait is over, whichever is first. The wait is at
+/// most [`actions::MAX_WAIT`] and ends a second before `server.request_timeout`; the
+/// answer says `"final": false` when the caller should ask again.
+pub(super) async fn deployment(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    Query(q): Query<WaitQuery>,
+) -> Result<Json<serde_json::Value>, WebError> {
+    let id = deployment_id(&id)?;
+    if let Some(w) = q.wait.as_deref().filter(|w| !w.is_empty()) {
+        // Waiting holds a listening connection: only for the admin.
+        check_admin(&s.config, &headers, None)?;
+        let wait = humantime::parse_duration(w.trim()).map_err(|_| {
+            WebError::BadRequest("wait must be a duration such as 60s or 2m".into())
+        })?;
+        let cap = s
+            .config
+            .server
+            .request_timeout
+            .saturating_sub(Duration::from_secs(1))
+            .min(actions::MAX_WAIT);
+        actions::wait_final(&s.store, id, wait.min(cap)).await?;
+    }
+    let view: DeploymentView = views::deployment_view(&s, id).await?;
+    let done = view.deployment.state.is_final();
+    let mut v = serde_json::to_value(&view)
+        .map_err(|e| WebError::Internal(format!("serialize deployment: {e}")))?;
+    v["final"] = serde_json::Value::Bool(done);
+    Ok(Json(v))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct DeliveriesQuery {
+    source: Option<String>,
+    verdict: Option<String>,
+    /// The id of the last delivery of the previous page.
+    before: Option<String>,
+    limit: Option<i64>,
+}
+
+/// `GET /api/deliveries?source=&verdict=&before=&limit=`: authentic deliveries, newest
+/// first, with the deployments each created; `next` is the `before` of the next page.
+pub(super) async fn deliveries(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<DeliveriesQuery>,
+) -> Result<impl IntoResponse, WebError> {
+    check_admin(&s.config, &headers, None)?;
+    let nonempty = |v: Option<String>| v.filter(|v| !v.is_empty());
+    let source = nonempty(q.source);
+    if source.as_ref().is_some_and(|s| s.len() > 64) {
+        return Err(WebError::BadRequest(
+            "source is at most 64 characters".into(),
+        ));
+    }
+    let verdict = nonempty(q.verdict)
+        .as_deref()
+        .map(str::parse::<VerdictFilter>)
+        .transpose()
+        .map_err(WebError::BadRequest)?;
+    let before = match nonempty(q.before) {
+        None => None,
+        Some(id) => {
+            let id = Uuid::parse_str(&id)
+                .map_err(|_| WebError::BadRequest("before must be a delivery id".into()))?;
+            let d = s
+                .store
+                .delivery(id)
+                .await?
+                .ok_or_else(|| WebError::NotFound(format!("delivery {id}")))?;
+            Some((d.received_at, d.id))
+        }
+    };
+    let limit = q.limit.unwrap_or(50).clamp(1, MAX_PAGE);
+    let filter = DeliveryFilter {
+        source,
+        verdict,
+        before,
+    };
+    let page = s.store.deliveries_page(&filter, limit).await?;
+    let ids: Vec<Uuid> = page.iter().map(|d| d.id).collect();
+    let created = s.store.deployments_of_deliveries(&ids).await?;
+    let next = (page.len() as i64 == limit)
+        .then(|| page.last().map(|d| d.id))
+        .flatten();
+    let items: Vec<serde_json::Value> = page
+        .into_iter()
+        .map(|d| {
+            let made: Vec<serde_json::Value> = created
+                .iter()
+                .filter(|(delivery, _, _)| *delivery == d.id)
+                .map(|(_, id, app)| serde_json::json!({ "id": id, "app": app }))
+                .collect();
+            let mut v = serde_json::to_value(&d).unwrap_or_default();
+            v["deployments"] = serde_json::Value::Array(made);
+            v
+        })
+        .collect();
+    Ok(Json(
+        serde_json::json!({ "deliveries": items, "next": next }),
+    ))
+}
+
+/// `GET /api/openapi.json`: the API's description, embedded in the binary.
+pub(super) async fn openapi() -> impl IntoResponse {
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        include_str!("openapi.json"),
+    )
+}

@@ -1,0 +1,109 @@
+//! The page's buttons: redeploy, roll back to an earlier digest (which pins the app),
+//! unpin, cancel or stop. Each goes through the operator actions service
+//! (`crate::actions`), the same rules the API and the CLI follow, recorded with who did it:
+//! the signed-in user, or the bearer token for a script. Credentials come first: nothing
+//! else in the request is looked at before they check out.
+
+use axum::Extension;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Redirect, Response};
+use uuid::Uuid;
+
+use super::error::PageError;
+use super::pages::form_field;
+use super::session::{Admin, Viewer, admin_form};
+use super::{AppState, WebError};
+use crate::actions::{self, Actor};
+use crate::store::Enqueued;
+
+fn actor(admin: Admin) -> Actor {
+    match admin {
+        Admin::Session { user } => Actor::Session { user },
+        Admin::Token => Actor::Token,
+    }
+}
+
+fn to_deployment(e: Enqueued) -> Response {
+    let (Enqueued::Queued { id, .. } | Enqueued::AlreadyPending { id, .. }) = e;
+    Redirect::to(&format!("/deployments/{id}")).into_response()
+}
+
+/// `POST /apps/{app}/redeploy`: resolve the app's tag afresh and run every step, even
+/// when that digest already serves (a pinned app redeploys its pin).
+pub(super) async fn redeploy(
+    State(s): State<AppState>,
+    Extension(viewer): Extension<Viewer>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, PageError> {
+    let who = match admin_form(&s, &viewer, &headers, &body) {
+        Ok(a) => actor(a),
+        Err(refused) => return Ok(refused.into_response()),
+    };
+    let e = actions::redeploy(&s.store, &s.config, &name, &who)
+        .await
+        .map_err(WebError::from)?;
+    Ok(to_deployment(e))
+}
+
+/// `POST /apps/{app}/rollback` (`digest`): deploy that earlier successful digest and pin
+/// the app to it.
+pub(super) async fn rollback(
+    State(s): State<AppState>,
+    Extension(viewer): Extension<Viewer>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, PageError> {
+    let who = match admin_form(&s, &viewer, &headers, &body) {
+        Ok(a) => actor(a),
+        Err(refused) => return Ok(refused.into_response()),
+    };
+    let digest = form_field(&body, "digest")
+        .ok_or_else(|| WebError::BadRequest("the form names no digest".into()))?;
+    let e = actions::rollback(&s.store, &s.config, &name, &digest, &who)
+        .await
+        .map_err(WebError::from)?;
+    Ok(to_deployment(e))
+}
+
+/// `POST /apps/{app}/unpin`: pushes move the app again.
+pub(super) async fn unpin(
+    State(s): State<AppState>,
+    Extension(viewer): Extension<Viewer>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, PageError> {
+    let who = match admin_form(&s, &viewer, &headers, &body) {
+        Ok(a) => actor(a),
+        Err(refused) => return Ok(refused.into_response()),
+    };
+    let done = actions::unpin(&s.store, &name, &who)
+        .await
+        .map_err(WebError::from)?;
+    Ok(Redirect::to(&format!("/apps/{}", done.app)).into_response())
+}
+
+/// `POST /deployments/{id}/cancel`: cancel it while it waits, or stop it at its next step
+/// boundary while it runs (the previous generation keeps serving).
+pub(super) async fn cancel(
+    State(s): State<AppState>,
+    Extension(viewer): Extension<Viewer>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, PageError> {
+    let who = match admin_form(&s, &viewer, &headers, &body) {
+        Ok(a) => actor(a),
+        Err(refused) => return Ok(refused.into_response()),
+    };
+    let id = Uuid::parse_str(&id).map_err(|_| WebError::NotFound(format!("deployment {id}")))?;
+    actions::cancel(&s.store, id, &who)
+        .await
+        .map_err(WebError::from)?;
+    Ok(Redirect::to(&format!("/deployments/{id}")).into_response())
+}

@@ -1,0 +1,226 @@
+//! Live pages: server-sent events fed by Postgres LISTEN/NOTIFY (`pier_live`, announced by
+//! triggers on `deployments` and `deployment_steps`), so the work of every Pier process
+//! sharing the database shows up, not only this one's.
+//!
+//! One listening connection per process, and only while some page listens: the hub starts
+//! it for the first stream and closes it once the last one has gone, so an idle Pier with
+//! no page open holds no extra connection and sends nothing. Streams are bounded: at most
+//! [`MAX_STREAMS`] at once (then 503), each ends when its deployment is final, at shutdown,
+//! or after [`MAX_STREAM_LIFE`] (the browser reconnects), with keep-alive comments between.
+
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures_util::Stream;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, watch};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::backoff::Backoff;
+use crate::store::Store;
+
+pub const CHANNEL: &str = "pier_live";
+/// Event streams open at once, all pages together.
+pub const MAX_STREAMS: usize = 64;
+/// A stream (of the overview, or of a deployment that runs for long) ends after this; the
+/// browser's `EventSource` opens a new one.
+pub const MAX_STREAM_LIFE: Duration = Duration::from_secs(600);
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// Changes arriving together (a step's result and the next step's intent) are shown once.
+const SETTLE: Duration = Duration::from_millis(150);
+
+/// A change to this deployment; [`Uuid::nil`] means "anything may have changed" (the
+/// listener reconnected, or this stream fell behind).
+pub type Change = Uuid;
+
+pub struct Hub {
+    store: Store,
+    changes: broadcast::Sender<Change>,
+    /// Whether the hub's LISTEN is in place: a stream reads its first state only then, so
+    /// no change can fall between that read and the first notification.
+    ready: watch::Sender<bool>,
+    running: Mutex<bool>,
+    slots: Arc<Semaphore>,
+    shutdown: CancellationToken,
+}
+
+impl Hub {
+    pub fn new(store: Store, shutdown: CancellationToken) -> Arc<Self> {
+        Arc::new(Self {
+            store,
+            changes: broadcast::channel(256).0,
+            ready: watch::channel(false).0,
+            running: Mutex::new(false),
+            slots: Arc::new(Semaphore::new(MAX_STREAMS)),
+            shutdown,
+        })
+    }
+
+    /// A slot for one more stream, or `None` when [`MAX_STREAMS`] are open.
+    pub fn slot(&self) -> Option<OwnedSemaphorePermit> {
+        self.slots.clone().try_acquire_owned().ok()
+    }
+
+    /// Subscribes to changes, starting the listener if none runs, and waits (a few seconds
+    /// at most) until it listens.
+    pub async fn subscribe(self: &Arc<Self>) -> broadcast::Receiver<Change> {
+        let rx = {
+            let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+            let rx = self.changes.subscribe();
+            if !*running {
+                *running = true;
+                self.ready.send_replace(false);
+                tokio::spawn(self.clone().listen());
+            }
+            rx
+        };
+        let mut ready = self.ready.subscribe();
+        let _ = tokio::time::timeout(Duration::from_secs(3), ready.wait_for(|r| *r)).await;
+        rx
+    }
+
+    /// Stops when nobody subscribes any more (checked under the same lock `subscribe`
+    /// takes, so a new subscriber either sees this listener or starts the next one).
+    fn stop_if_unwatched(&self) -> bool {
+        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        if self.changes.receiver_count() == 0 || self.shutdown.is_cancelled() {
+            *running = false;
+            self.ready.send_replace(false);
+            true
+        } else {
+            false
+        }
+    }
+
+    async fn listen(self: Arc<Self>) {
+        let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+        loop {
+            match self.store.own_listener(CHANNEL).await {
+                Ok(mut listener) => {
+                    backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+                    self.ready.send_replace(true);
+                    // Whatever happened while not listening, pages read it again.
+                    let _ = self.changes.send(Uuid::nil());
+                    loop {
+                        tokio::select! {
+                            msg = listener.try_recv() => match msg {
+                                Ok(Some(n)) => {
+                                    let id = Uuid::parse_str(n.payload()).unwrap_or(Uuid::nil());
+                                    let _ = self.changes.send(id);
+                                }
+                                // The connection was lost (sqlx reconnects at the next
+                                // call): changes in between were missed.
+                                Ok(None) => { let _ = self.changes.send(Uuid::nil()); }
+                                Err(e) => {
+                                    tracing::warn!(error = %e, "live-page listener failed; reconnecting");
+                                    break;
+                                }
+                            },
+                            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+                            _ = self.shutdown.cancelled() => {}
+                        }
+                        if self.stop_if_unwatched() {
+                            return;
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "live-page listener cannot connect; retrying"),
+            }
+            self.ready.send_replace(false);
+            let _ = self.changes.send(Uuid::nil());
+            tokio::select! {
+                _ = backoff.wait() => {}
+                _ = self.shutdown.cancelled() => {}
+            }
+            if self.stop_if_unwatched() {
+                return;
+            }
+        }
+    }
+}
+
+/// What a stream renders each time something changed: the HTML fragment to show, and
+/// whether it is the last (the deployment is final).
+pub struct Frame {
+    pub html: String,
+    pub last: bool,
+}
+
+/// An event stream: `render` now, then again after every change `wanted` accepts, until a
+/// frame is the last, the stream's life ends, or Pier shuts down. A render that fails
+/// ends the stream (the browser reconnects and tries again).
+pub async fn stream<W, R, F>(
+    hub: &Arc<Hub>,
+    slot: OwnedSemaphorePermit,
+    event: &'static str,
+    wanted: W,
+    render: R,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>> + use<W, R, F>>
+where
+    W: Fn(Change) -> bool + Send + Sync + 'static,
+    R: Fn() -> F + Send + 'static,
+    F: Future<Output = Option<Frame>> + Send,
+{
+    let rx = hub.subscribe().await;
+    let state = Streaming {
+        rx,
+        first: true,
+        done: false,
+        until: tokio::time::Instant::now() + MAX_STREAM_LIFE,
+        shutdown: hub.shutdown.clone(),
+        _slot: slot,
+    };
+    let events = futures_util::stream::unfold(
+        (state, wanted, render),
+        move |(mut st, wanted, render)| async move {
+            if st.done {
+                return None;
+            }
+            if !st.first && !st.next_change(&wanted).await {
+                return None;
+            }
+            st.first = false;
+            let frame = render().await?;
+            st.done = frame.last;
+            let name = if frame.last { "final" } else { event };
+            let ev = Event::default()
+                .event(name)
+                .retry(Duration::from_secs(5))
+                .data(frame.html);
+            Some((Ok(ev), (st, wanted, render)))
+        },
+    );
+    Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
+}
+
+struct Streaming {
+    rx: broadcast::Receiver<Change>,
+    first: bool,
+    done: bool,
+    until: tokio::time::Instant,
+    shutdown: CancellationToken,
+    _slot: OwnedSemaphorePermit,
+}
+
+impl Streaming {
+    /// Waits for a change worth a new frame; `false` when the stream should end.
+    async fn next_change(&mut self, wanted: &impl Fn(Change) -> bool) -> bool {
+        loop {
+            tokio::select! {
+                r = self.rx.recv() => match r {
+                    Ok(c) if c.is_nil() || wanted(c) => break,
+                    Ok(_) => continue,
+                    Err(broadcast::error::RecvError::Lagged(_)) => break,
+                    Err(broadcast::error::RecvError::Closed) => return false,
+                },
+                _ = tokio::time::sleep_until(self.until) => return false,
+                _ = self.shutdown.cancelled() => return false,
+            }
+        }
+        tokio::time::sleep(SETTLE).await;
+        while self.rx.try_recv().is_ok() {}
+        true
+    }
+}

@@ -1,0 +1,70 @@
+//! The browser's routes: pages, their live event streams, sign-in, and the forms that change
+//! something. Every one of them goes through [`session::load_session`]; every form POST
+//! also through tower-http's CSRF layer, which answers 403 to a request another site made
+//! (`Sec-Fetch-Site: cross-site`, or an `Origin` that is neither this host nor
+//! `server.public_url`), before the handler checks the session's form token.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::middleware::from_fn_with_state;
+use axum::routing::{get, post};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tower_http::csrf::CsrfLayer;
+
+use super::guard::Guard;
+use super::{AppState, forms, live, pages, session, streams};
+use crate::store::Store;
+
+/// What the browser side keeps in memory: all bounded, none of it written to the database.
+pub struct PageState {
+    /// Failed sign-ins per client address (the webhooks' brake, a table of its own).
+    pub sign_in_brake: Guard,
+    /// Password hashes checked at once: hashing is slow on purpose, and must not take every
+    /// core.
+    pub password_slots: Semaphore,
+    pub live: Arc<live::Hub>,
+}
+
+impl PageState {
+    pub fn new(store: Store, shutdown: CancellationToken) -> Arc<Self> {
+        Arc::new(Self {
+            sign_in_brake: Guard::new(0),
+            password_slots: Semaphore::new(2),
+            live: live::Hub::new(store, shutdown),
+        })
+    }
+}
+
+pub fn routes(state: &AppState) -> Router<AppState> {
+    let csrf = CsrfLayer::new()
+        .add_trusted_origin(&state.config.server.sign_in.public_url)
+        .unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "server.public_url is not a trusted origin");
+            CsrfLayer::new()
+        });
+    let forms = Router::new()
+        .route("/login", post(session::login))
+        .route("/logout", post(session::logout))
+        .route("/apps/{app}/redeploy", post(forms::redeploy))
+        .route("/apps/{app}/rollback", post(forms::rollback))
+        .route("/apps/{app}/unpin", post(forms::unpin))
+        .route("/deployments/{id}/cancel", post(forms::cancel))
+        .route("/deliveries/{id}/redeliver", post(pages::redeliver))
+        .layer(DefaultBodyLimit::max(session::MAX_LOGIN_FORM))
+        .layer(csrf);
+    Router::new()
+        .route("/", get(pages::index))
+        .route("/events", get(streams::index_events))
+        .route("/login", get(session::login_form))
+        .route("/apps/{app}", get(pages::app))
+        .route("/deployments/{id}", get(pages::deployment))
+        .route("/deployments/{id}/events", get(streams::deployment_events))
+        .route("/deliveries", get(pages::deliveries))
+        .merge(forms)
+        .layer(from_fn_with_state(state.clone(), session::load_session))
+        .route("/static/pier.css", get(pages::stylesheet))
+        .route("/static/pier.js", get(streams::script))
+}
