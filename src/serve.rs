@@ -187,6 +187,20 @@ pub async fn run_until(
             }
         }
     });
+    // Outgoing notifications: the endpoints the outbox trigger reads, then one sender.
+    if let Err(e) = store
+        .sync_endpoints(&crate::notify::endpoints(&config))
+        .await
+    {
+        tracing::warn!(error = %error_chain(&e), "cannot record the notification endpoints; the previous ones stay in force until the next start");
+    }
+    tasks.spawn(
+        crate::notify::Sender {
+            store: store.clone(),
+            endpoints: config.notifications.clone(),
+        }
+        .run(shutdown.clone()),
+    );
     // The reconcile poller: one timer per app with `poll` on, none otherwise.
     crate::poller::spawn(
         &mut tasks,

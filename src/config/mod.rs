@@ -94,6 +94,8 @@ pub struct Config {
     pub registries: Vec<RegistryConfig>,
     pub sources: Vec<SourceConfig>,
     pub apps: Vec<AppConfig>,
+    /// Where deployment outcomes are sent (`[[notifications]]`).
+    pub notifications: Vec<NotificationConfig>,
 }
 
 #[derive(Debug, Clone)]
@@ -158,6 +160,7 @@ impl Default for RegistryLimits {
     }
 }
 
+pub use notify::{NotificationConfig, NotifyFormat, standard_webhooks_key};
 pub use proxy::{ProxyConfig, RouteConfig, TlsFiles};
 pub use source::{HmacKey, SourceConfig, SourceKind, SourceMode};
 pub use tags::{TagRule, glob_match, tag_version};
@@ -300,6 +303,7 @@ pub fn parse_bytes(text: &str) -> Result<i64, String> {
         .ok_or_else(|| format!("`{text}` is not a size such as 512m or 1g"))
 }
 
+mod notify;
 mod proxy;
 mod raw;
 mod source;

@@ -259,3 +259,48 @@ pub(super) async fn openapi() -> impl IntoResponse {
         include_str!("openapi.json"),
     )
 }
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct NotificationsQuery {
+    deployment: Option<String>,
+    limit: Option<i64>,
+}
+
+/// `GET /api/notifications[?deployment=]`: the delivery log of outgoing notifications,
+/// newest first, each with every attempt (status or error, duration).
+pub(super) async fn notifications(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<NotificationsQuery>,
+) -> Result<impl IntoResponse, WebError> {
+    check_admin(&s.config, &headers, None)?;
+    let deployment = match q.deployment.as_deref().filter(|d| !d.is_empty()) {
+        Some(d) => Some(
+            Uuid::parse_str(d)
+                .map_err(|_| WebError::BadRequest("deployment must be a deployment id".into()))?,
+        ),
+        None => None,
+    };
+    let rows = s
+        .store
+        .recent_notifications(deployment, q.limit.unwrap_or(50))
+        .await?;
+    let ids: Vec<Uuid> = rows.iter().map(|n| n.id).collect();
+    let attempts = s.store.notification_attempts(&ids).await?;
+    let items: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|n| {
+            let mut v = serde_json::to_value(n).unwrap_or_default();
+            v["log"] = serde_json::to_value(
+                attempts
+                    .iter()
+                    .filter(|a| a.notification_id == n.id)
+                    .collect::<Vec<_>>(),
+            )
+            .unwrap_or_default();
+            v
+        })
+        .collect();
+    Ok(Json(serde_json::json!({ "notifications": items })))
+}

@@ -72,6 +72,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/api/apps/{app}/unpin", post(api_actions::unpin))
         .route("/api/deliveries", get(api_actions::deliveries))
+        .route("/api/notifications", get(api_actions::notifications))
         .route("/api/openapi.json", get(api_actions::openapi))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
