@@ -252,7 +252,16 @@ fn metrics_handle() -> Option<PrometheusHandle> {
     static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
+            // Durations are histograms with buckets (not summaries), so that they can be
+            // summed across processes: a step takes milliseconds to minutes.
             metrics_exporter_prometheus::PrometheusBuilder::new()
+                .set_buckets_for_metric(
+                    metrics_exporter_prometheus::Matcher::Suffix("_seconds".into()),
+                    &[
+                        0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+                    ],
+                )
+                .ok()?
                 .install_recorder()
                 .ok()
         })

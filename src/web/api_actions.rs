@@ -304,3 +304,20 @@ pub(super) async fn notifications(
         .collect();
     Ok(Json(serde_json::json!({ "notifications": items })))
 }
+
+/// Gauges read from the database when `/metrics` is scraped, not on a timer: an idle Pier
+/// that nobody scrapes sends no query. Bounded by a deadline; on failure the gauges keep
+/// their last values and `pier_metrics_refresh_failures_total` counts it.
+pub(super) async fn refresh_gauges(s: &AppState) {
+    // Counters that must show from the first scrape, at zero, before anything happened.
+    metrics::counter!("pier_lease_takeovers_total").increment(0);
+    metrics::counter!("pier_notification_failures_total").increment(0);
+    match tokio::time::timeout(Duration::from_secs(2), s.store.queue_depth()).await {
+        Ok(Ok(depth)) => {
+            for (state, n) in depth {
+                metrics::gauge!("pier_queue_depth", "state" => state).set(n as f64);
+            }
+        }
+        _ => metrics::counter!("pier_metrics_refresh_failures_total").increment(1),
+    }
+}

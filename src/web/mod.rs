@@ -141,6 +141,7 @@ async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
 }
 
 async fn metrics(State(s): State<AppState>) -> impl IntoResponse {
+    api_actions::refresh_gauges(&s).await;
     let body = s.metrics.as_ref().map(|h| h.render()).unwrap_or_default();
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
 }
