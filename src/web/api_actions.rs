@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use serde::Deserialize;
@@ -45,6 +45,16 @@ fn json_body<T: for<'de> Deserialize<'de> + Default>(body: &[u8]) -> Result<T, W
         return Ok(T::default());
     }
     serde_json::from_slice(body).map_err(|e| WebError::BadRequest(format!("invalid body: {e}")))
+}
+
+/// The query string, refused with a JSON 400 and the reason (axum's own `Query` answers
+/// in plain text).
+fn query<T: for<'de> Deserialize<'de> + Default>(raw: Option<String>) -> Result<T, WebError> {
+    match raw.as_deref().filter(|q| !q.is_empty()) {
+        None => Ok(T::default()),
+        Some(q) => serde_urlencoded::from_str(q)
+            .map_err(|e| WebError::BadRequest(format!("invalid query: {e}"))),
+    }
 }
 
 fn deployment_id(id: &str) -> Result<Uuid, WebError> {
@@ -154,9 +164,10 @@ pub(super) async fn deployment(
     State(s): State<AppState>,
     Path(id): Path<String>,
     headers: HeaderMap,
-    Query(q): Query<WaitQuery>,
+    RawQuery(raw): RawQuery,
 ) -> Result<Json<serde_json::Value>, WebError> {
     let id = deployment_id(&id)?;
+    let q: WaitQuery = query(raw)?;
     if let Some(w) = q.wait.as_deref().filter(|w| !w.is_empty()) {
         // Waiting holds a listening connection: only for the admin.
         check_admin(&s.config, &headers, None)?;
@@ -194,9 +205,10 @@ pub(super) struct DeliveriesQuery {
 pub(super) async fn deliveries(
     State(s): State<AppState>,
     headers: HeaderMap,
-    Query(q): Query<DeliveriesQuery>,
+    RawQuery(raw): RawQuery,
 ) -> Result<impl IntoResponse, WebError> {
     check_admin(&s.config, &headers, None)?;
+    let q: DeliveriesQuery = query(raw)?;
     let nonempty = |v: Option<String>| v.filter(|v| !v.is_empty());
     let source = nonempty(q.source);
     if source.as_ref().is_some_and(|s| s.len() > 64) {
@@ -272,9 +284,10 @@ pub(super) struct NotificationsQuery {
 pub(super) async fn notifications(
     State(s): State<AppState>,
     headers: HeaderMap,
-    Query(q): Query<NotificationsQuery>,
+    RawQuery(raw): RawQuery,
 ) -> Result<impl IntoResponse, WebError> {
     check_admin(&s.config, &headers, None)?;
+    let q: NotificationsQuery = query(raw)?;
     let deployment = match q.deployment.as_deref().filter(|d| !d.is_empty()) {
         Some(d) => Some(
             Uuid::parse_str(d)
