@@ -485,6 +485,14 @@ mod example {
                 "PIER_STANDARD_WEBHOOKS_SECRET",
                 "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
             );
+            std::env::set_var(
+                "PIER_NOTIFY_SECRET",
+                "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            );
+            std::env::set_var(
+                "PIER_SLACK_WEBHOOK_URL",
+                "https://hooks.slack.com/services/T/B/X",
+            );
         }
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/pier.toml");
         let c = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
@@ -507,6 +515,9 @@ mod example {
         }
         assert!(c.apps.iter().any(|a| a.poll_explicit && a.poll.is_none()));
         assert!(c.apps.iter().any(|a| a.poll.is_some()));
+        // Both notification formats are documented.
+        assert_eq!(c.notifications.len(), 2);
+        assert_ne!(c.notifications[0].format, c.notifications[1].format);
         // Every kind is documented with a source that loads.
         for kind in [
             "distribution",
