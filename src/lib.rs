@@ -10,6 +10,7 @@ pub mod contain;
 pub mod engine;
 pub mod faults;
 pub mod intake;
+pub mod notify;
 pub mod pipeline;
 pub mod poller;
 pub mod proxy;

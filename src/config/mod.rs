@@ -97,6 +97,8 @@ pub struct Config {
     pub apps: Vec<AppConfig>,
     /// `[policy]`: the host paths each app may use (issue 10).
     pub policy: Policy,
+    /// Where deployment outcomes are sent (`[[notifications]]`).
+    pub notifications: Vec<NotificationConfig>,
 }
 
 #[derive(Debug, Clone)]
@@ -163,6 +165,7 @@ impl Default for RegistryLimits {
     }
 }
 
+pub use notify::{NotificationConfig, NotifyFormat, standard_webhooks_key};
 pub use proxy::{ProxyConfig, RouteConfig, TlsFiles};
 pub use signin::SignInConfig;
 pub use source::{HmacKey, SourceConfig, SourceKind, SourceMode};
@@ -314,6 +317,7 @@ mod contained;
 mod live;
 pub use contained::{Contained, DEFAULT_CAP_KEEP, HostMount, Policy, Refused, VolumeMount};
 pub use live::LiveConfig;
+mod notify;
 mod proxy;
 mod raw;
 mod retention;
@@ -499,6 +503,14 @@ mod example {
                 "PIER_STANDARD_WEBHOOKS_SECRET",
                 "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
             );
+            std::env::set_var(
+                "PIER_NOTIFY_SECRET",
+                "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            );
+            std::env::set_var(
+                "PIER_SLACK_WEBHOOK_URL",
+                "https://hooks.slack.com/services/T/B/X",
+            );
         }
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/pier.toml");
         let c = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
@@ -521,6 +533,9 @@ mod example {
         }
         assert!(c.apps.iter().any(|a| a.poll_explicit && a.poll.is_none()));
         assert!(c.apps.iter().any(|a| a.poll.is_some()));
+        // Both notification formats are documented.
+        assert_eq!(c.notifications.len(), 2);
+        assert_ne!(c.notifications[0].format, c.notifications[1].format);
         // Every kind is documented with a source that loads.
         for kind in [
             "distribution",

@@ -66,6 +66,8 @@ pub struct Config {
     /// Issue 10: which host paths each app may mount.
     #[serde(default)]
     policy: super::contained::RawPolicy,
+    #[serde(default)]
+    notifications: Vec<super::notify::RawNotification>,
 }
 
 #[derive(Deserialize)]
@@ -623,7 +625,19 @@ impl Config {
             check_secret_strength(server.admin_token.as_ref(), &sources)?;
         }
         check_routes(&apps)?;
+        let mut notifications: Vec<NotificationConfig> = Vec::new();
+        for n in self.notifications {
+            let n = n.resolve(base, &apps)?;
+            if notifications.iter().any(|o| o.name == n.name) {
+                return Err(invalid(format!(
+                    "notification `{}` is defined twice",
+                    n.name
+                )));
+            }
+            notifications.push(n);
+        }
         Ok(super::Config {
+            notifications,
             server,
             proxy: self.proxy.resolve(base)?,
             retention: self.retention.resolve()?,

@@ -6,6 +6,7 @@ mod deliveries;
 mod deployments;
 mod imports;
 pub mod kinds;
+mod notify;
 mod reconcile;
 mod retention;
 mod routes;
@@ -29,6 +30,7 @@ pub use deployments::{
 };
 pub use imports::Import;
 pub use kinds::{DeploymentState, ReconcileKind, Step, StepState, Trigger, UnknownValue, Verdict};
+pub use notify::{AttemptRow, DueNotification, Endpoint, NotificationRow, OUTBOX_CHANNEL};
 pub use reconcile::ReconcileAction;
 pub use retention::Pruned;
 pub use routes::{Quarantined, Route};
