@@ -276,7 +276,7 @@ pub(super) async fn record_in(
             continue;
         }
         d.delivery_id = Some(delivery_id);
-        deployments.push(enqueue_locked(tx, d).await?);
+        deployments.push(enqueue_locked(tx, d, None).await?);
     }
     if !held_back.is_empty() || !pinned.is_empty() {
         let mut reasons: Vec<String> = held_back.iter().map(HeldBack::reason).collect();

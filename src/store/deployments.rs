@@ -143,13 +143,14 @@ pub(super) async fn enqueue_as(
     requested_by: Option<&str>,
 ) -> Result<Enqueued> {
     lock_app(tx, &d.app).await?;
-    enqueue_locked(tx, d).await
+    enqueue_locked(tx, d, requested_by).await
 }
 
 /// [`enqueue_in`] for a transaction that already holds the app's lock ([`lock_apps`]).
 pub(super) async fn enqueue_locked(
     tx: &mut Transaction<'_, Postgres>,
     d: NewDeployment,
+    requested_by: Option<&str>,
 ) -> Result<Enqueued> {
     if let Some(digest) = &d.claimed_digest {
         let existing: Option<Uuid> = sqlx::query_scalar(

@@ -118,6 +118,15 @@ pub fn intent_words(step: Step, i: &Value) -> String {
         ),
         Step::Drain => "Let requests in flight on the old generation finish".into(),
         Step::Soak => "Watch the new generation before retiring the old one".into(),
+        Step::Network => format!(
+            "Make sure the app's private network {} exists",
+            text(i, "network").unwrap_or("?")
+        ),
+        Step::Volumes => "Record the app's volumes as its own, then create them".into(),
+        Step::Connect => format!(
+            "Join container {container} to the shared networks {}",
+            list(i, "networks").join(", ")
+        ),
         Step::Revert => "Switch traffic back to the previous generation".into(),
         Step::Retire => match list(i, "containers") {
             c if c.is_empty() => "Remove the previous generation".into(),
