@@ -141,7 +141,15 @@ fn pgbench(url: &str, script: &str, conc: usize, dur: Duration) -> f64 {
         .find(|l| l.starts_with("tps ="))
         .and_then(|l| l.split_whitespace().nth(2))
         .and_then(|t| t.parse().ok());
-    tps.unwrap_or_else(|| panic!("pgbench: {}{}", text, String::from_utf8_lossy(&out.stderr)))
+    // A shared server may refuse 64 more clients (max_connections): report, do not abort.
+    tps.unwrap_or_else(|| {
+        let err = String::from_utf8_lossy(&out.stderr);
+        eprintln!(
+            "  pgbench failed: {}",
+            err.lines().last().unwrap_or_default()
+        );
+        f64::NAN
+    })
 }
 
 /// The same inserts as Pier's: a delivery row (with its dedupe key and body hash).
