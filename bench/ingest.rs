@@ -141,7 +141,15 @@ fn pgbench(url: &str, script: &str, conc: usize, dur: Duration) -> f64 {
         .find(|l| l.starts_with("tps ="))
         .and_then(|l| l.split_whitespace().nth(2))
         .and_then(|t| t.parse().ok());
-    tps.unwrap_or_else(|| panic!("pgbench: {}{}", text, String::from_utf8_lossy(&out.stderr)))
+    // A shared server may refuse 64 more clients (max_connections): report, do not abort.
+    tps.unwrap_or_else(|| {
+        let err = String::from_utf8_lossy(&out.stderr);
+        eprintln!(
+            "  pgbench failed: {}",
+            err.lines().last().unwrap_or_default()
+        );
+        f64::NAN
+    })
 }
 
 /// The same inserts as Pier's: a delivery row (with its dedupe key and body hash).
@@ -157,13 +165,16 @@ VALUES (gen_random_uuid(), 'gen', 'floor-' || :n, 'ignored',
 /// the floor has no per-app rule to keep).
 const FLOOR_QUEUED: &str = "\\set n random(1, 9000000000000000000)
 BEGIN;
-INSERT INTO deliveries (id, source, event_key, verdict, reason, events, body_sha256)
-VALUES (gen_random_uuid(), 'gen', 'floor-' || :n, 'queued', 'deploys web',
-        '[{\"event\":{\"repository\":\"demo/web\",\"tag\":\"main\"},\"apps\":[\"web\"]}]'::jsonb,
-        sha256(('floor-' || :n)::bytea)) RETURNING id AS delivery \\gset
+WITH delivery AS (
+  INSERT INTO deliveries (id, source, event_key, verdict, reason, events, body_sha256)
+  VALUES (gen_random_uuid(), 'gen', 'floor-' || :n, 'queued', 'deploys web',
+          '[{\"event\":{\"repository\":\"demo/web\",\"tag\":\"main\"},\"apps\":[\"web\"]}]'::jsonb,
+          sha256(('floor-' || :n)::bytea))
+  RETURNING id)
 INSERT INTO deployments (id, app, trigger, delivery_id, image, requested_tag, claimed_digest)
-VALUES (gen_random_uuid(), 'floor-' || :n, 'webhook', :'delivery', '127.0.0.1:5000/demo/web',
-        'main', 'sha256:' || encode(sha256(('d' || :n)::bytea), 'hex'));
+SELECT gen_random_uuid(), 'floor-' || :n, 'webhook', delivery.id, '127.0.0.1:5000/demo/web',
+       'main', 'sha256:' || encode(sha256(('d' || :n)::bytea), 'hex')
+FROM delivery;
 END;
 ";
 
@@ -268,6 +279,8 @@ async fn main() {
     // Idle: CPU and transactions of a Pier with apps configured and nothing to do.
     let idle = secs("BENCH_IDLE_SECS", 30);
     let stats = env.db.pool.clone();
+    // Let start-up settle (its statistics reach pg_stat_database a second or so late).
+    tokio::time::sleep(Duration::from_secs(5)).await;
     let (t0, x0) = (cpu_ticks(pid), db_transactions(&stats, &env.db.name).await);
     tokio::time::sleep(idle).await;
     let (t1, x1) = (cpu_ticks(pid), db_transactions(&stats, &env.db.name).await);
@@ -277,8 +290,8 @@ async fn main() {
         idle.as_secs(),
         MANY_APPS + 1,
         (t1 - t0) * 10,
-        // The two reads of pg_stat_database are themselves transactions on another database.
-        x1 - x0,
+        // The second read of pg_stat_database is itself one transaction on that database.
+        x1 - x0 - 1,
         idle_rss
     );
 
@@ -366,7 +379,7 @@ async fn main() {
     // The first pass stores them; what follows is all repeats.
     drive(16, Duration::from_secs(2), &[200], cycle.clone()).await;
     let forged = {
-        let hook = hook.clone();
+        let (hook, nobody) = (hook.clone(), nobody.clone());
         Arc::new(move |n: u64| {
             let b = body(&nobody, n, nonce);
             (hook.clone(), b, format!("sha256={}", "ab".repeat(32)))
@@ -382,6 +395,7 @@ async fn main() {
         "\n| other deliveries | concurrency | pier /s | stored /s (one app, same run) | ratio |"
     );
     println!("| --- | ---: | ---: | ---: | ---: |");
+    let mut stored_at = Vec::new();
     for conc in [16usize, 64] {
         let (stored, _) = drive(conc, dur, &[202], signed(one.clone(), 0x5707 + conc as u64)).await;
         let (d, bad) = drive(conc, dur, &[200], cycle.clone()).await;
@@ -399,6 +413,17 @@ async fn main() {
             format!("{stored:.0}"),
             format!("{:.2}x", d / stored),
         ]);
+        stored_at.push((conc, stored));
+    }
+    let peak = proc_status(pid, "VmHWM:");
+    println!("\npier RSS: idle {idle_rss} KiB, peak {peak} KiB");
+    // Pickup before the forged runs: those brake this address for a minute.
+    pickup::run(&env, &hook, &secret, &nobody, nonce).await;
+    println!(
+        "\n| forged deliveries | concurrency | pier /s | stored /s (one app, earlier) | ratio |"
+    );
+    println!("| --- | ---: | ---: | ---: | ---: |");
+    for (conc, stored) in stored_at {
         // 401, then 429 once the address has failed 20 times in a minute: neither touches
         // the database.
         let before = log_len();
@@ -421,9 +446,6 @@ async fn main() {
         ]);
     }
     println!("\npier log grew {log_growth} bytes over {forged_total:.0} forged deliveries",);
-    let peak = proc_status(pid, "VmHWM:");
-    println!("\npier RSS: idle {idle_rss} KiB, peak {peak} KiB");
-    pickup::run(&env, &hook, &secret, &nobody, nonce).await;
     if let Some((mut child, _)) = webhook {
         let _ = child.kill();
     }

@@ -95,7 +95,7 @@ async fn old_journals_lose_all_but_create_and_the_serving_one_and_recent_ones_st
     let made = format!("c-{}", old[0]);
     assert!(
         store
-            .known_containers(&[made.clone()])
+            .known_containers(std::slice::from_ref(&made))
             .await
             .unwrap()
             .contains(&made)

@@ -153,11 +153,17 @@ pub(super) async fn enqueue_locked(
     requested_by: Option<&str>,
 ) -> Result<Enqueued> {
     if let Some(digest) = &d.claimed_digest {
+        // Per app at most one queued and one running row exist: each branch is one probe
+        // of its partial unique index. (Ordered by `created_at` over the app's whole
+        // history, this scanned every superseded and finished deployment of the app, and a
+        // burst of pushes for one app slowed down as it went.) The queued one is the newer.
         let existing: Option<Uuid> = sqlx::query_scalar(
-            "SELECT id FROM deployments
-             WHERE app = $1 AND state IN ('queued', 'running')
-               AND (claimed_digest = $2 OR resolved_digest = $2)
-             ORDER BY created_at DESC LIMIT 1",
+            "(SELECT id FROM deployments WHERE app = $1 AND state = 'queued'
+                AND (claimed_digest = $2 OR resolved_digest = $2))
+             UNION ALL
+             (SELECT id FROM deployments WHERE app = $1 AND state = 'running'
+                AND (claimed_digest = $2 OR resolved_digest = $2))
+             LIMIT 1",
         )
         .bind(&d.app)
         .bind(digest)
