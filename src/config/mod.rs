@@ -308,8 +308,10 @@ pub fn parse_bytes(text: &str) -> Result<i64, String> {
 
 mod contained;
 mod live;
-pub use contained::{Contained, DEFAULT_CAP_KEEP, HostMount, Policy, Refused, VolumeMount};
+mod policy;
+pub use contained::{Contained, DEFAULT_CAP_KEEP, HostMount, VolumeMount};
 pub use live::LiveConfig;
+pub use policy::{Policy, Refused};
 mod proxy;
 mod raw;
 mod source;

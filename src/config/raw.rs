@@ -62,7 +62,7 @@ pub struct Config {
     apps: Vec<App>,
     /// Issue 10: which host paths each app may mount.
     #[serde(default)]
-    policy: super::contained::RawPolicy,
+    policy: super::policy::RawPolicy,
 }
 
 #[derive(Deserialize)]
