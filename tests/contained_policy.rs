@@ -262,19 +262,29 @@ async fn a_health_check_that_requires_json_fields_fails_a_version_whose_body_lac
     );
     let env = TestEnv::builder()
         .app(|a| *a = app.clone())
-        .sources_toml(&format!("[policy.host_paths]\n{} = [\"{dir}\"]\n", app.name))
+        .sources_toml(&format!(
+            "[policy.host_paths]\n{} = [\"{dir}\"]\n",
+            app.name
+        ))
         .start()
         .await;
     env.push(&TestImage::healthy("v1"), "main").await;
     let d1 = env.latest_final_of(env.app(), &[], DEPLOY).await;
     assert_eq!(d1["state"], "succeeded", "{d1:#}");
     assert!(
-        d1["outcome"].as_str().unwrap().contains("required JSON fields"),
+        d1["outcome"]
+            .as_str()
+            .unwrap()
+            .contains("required JSON fields"),
         "{d1:#}"
     );
 
     // The app now answers 200 with "DOWN": not healthy; v1 is started again.
-    std::fs::write(host.0.join("status.json"), r#"{"status":"DOWN","db":{"ok":true}}"#).unwrap();
+    std::fs::write(
+        host.0.join("status.json"),
+        r#"{"status":"DOWN","db":{"ok":true}}"#,
+    )
+    .unwrap();
     env.push(&TestImage::healthy("v2"), "main").await;
     let d2 = env
         .latest_final_of(env.app(), &[d1["id"].as_str().unwrap()], DEPLOY)
