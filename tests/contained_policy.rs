@@ -244,3 +244,57 @@ async fn an_engine_error_for_a_container_with_host_mounts_names_no_host_path() {
     }
     env.cleanup().await;
 }
+
+#[tokio::test]
+async fn a_health_check_that_requires_json_fields_fails_a_version_whose_body_lacks_them() {
+    let host = HostDir::new();
+    let dir = host.path();
+    std::fs::write(
+        host.0.join("status.json"),
+        r#"{"status":"UP","db":{"ok":true}}"#,
+    )
+    .unwrap();
+    let mut app = AppSpec::new("json");
+    app.health_timeout = None;
+    app.extra_toml = format!(
+        "files = [{{ source = \"{dir}/status.json\", target = \"/www/status.json\" }}]\n\
+         health = {{ path = \"/status.json\", timeout = \"5s\", json = {{ status = \"UP\", \"db.ok\" = \"true\" }} }}"
+    );
+    let env = TestEnv::builder()
+        .app(|a| *a = app.clone())
+        .sources_toml(&format!(
+            "[policy.host_paths]\n{} = [\"{dir}\"]\n",
+            app.name
+        ))
+        .start()
+        .await;
+    env.push(&TestImage::healthy("v1"), "main").await;
+    let d1 = env.latest_final_of(env.app(), &[], DEPLOY).await;
+    assert_eq!(d1["state"], "succeeded", "{d1:#}");
+    assert!(
+        d1["outcome"]
+            .as_str()
+            .unwrap()
+            .contains("required JSON fields"),
+        "{d1:#}"
+    );
+
+    // The app now answers 200 with "DOWN": not healthy; v1 is started again.
+    std::fs::write(
+        host.0.join("status.json"),
+        r#"{"status":"DOWN","db":{"ok":true}}"#,
+    )
+    .unwrap();
+    env.push(&TestImage::healthy("v2"), "main").await;
+    let d2 = env
+        .latest_final_of(env.app(), &[d1["id"].as_str().unwrap()], DEPLOY)
+        .await;
+    assert_eq!(d2["state"], "failed", "{d2:#}");
+    let error = d2["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("health:") && error.contains("`status` is not \"UP\""),
+        "{error}"
+    );
+    env.wait_app_version("v1", Duration::from_secs(10)).await;
+    env.cleanup().await;
+}

@@ -315,9 +315,11 @@ pub fn parse_bytes(text: &str) -> Result<i64, String> {
 
 mod contained;
 mod live;
-pub use contained::{Contained, DEFAULT_CAP_KEEP, HostMount, Policy, Refused, VolumeMount};
+mod policy;
+pub use contained::{Contained, DEFAULT_CAP_KEEP, HostMount, VolumeMount};
 pub use live::LiveConfig;
 mod notify;
+pub use policy::{Policy, Refused};
 mod proxy;
 mod raw;
 mod retention;

@@ -65,7 +65,7 @@ pub struct Config {
     retention: super::retention::RawRetention,
     /// Issue 10: which host paths each app may mount.
     #[serde(default)]
-    policy: super::contained::RawPolicy,
+    policy: super::policy::RawPolicy,
     #[serde(default)]
     notifications: Vec<super::notify::RawNotification>,
 }

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::container::Candidate;
 use super::{PipelineError, Run, Step, StepError};
 use crate::config::Contained;
-use crate::engine::{LABEL_APP, LABEL_INCARNATION, LABEL_MANAGED, LABEL_SERVICE};
+use crate::engine::{ContainedSpec, LABEL_APP, LABEL_INCARNATION, LABEL_MANAGED, LABEL_SERVICE};
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 struct VolumeIntent {
@@ -39,6 +39,46 @@ impl Run<'_> {
             e.redacted()
         } else {
             e
+        }
+    }
+
+    /// Plain env, then secrets (never both for one key: refused at load), then the port.
+    pub(super) fn env(&self) -> Vec<String> {
+        let c = &self.app.contained;
+        let mut env: Vec<String> = self
+            .app
+            .env
+            .iter()
+            .chain(c.secrets.iter())
+            .map(|(k, v)| format!("{k}={}", v.expose()))
+            .collect();
+        if let Some(p) = &c.port_env {
+            env.push(format!("{p}={}", self.app.port));
+        }
+        env
+    }
+
+    pub(super) fn contained_spec(&self) -> ContainedSpec {
+        let c = &self.app.contained;
+        let app = &self.app.name;
+        ContainedSpec {
+            network: Some((Contained::network(app), vec![c.service.clone()])),
+            volumes: c
+                .volumes
+                .iter()
+                .map(|v| (v.engine_name(app), v.target.clone(), v.read_only))
+                .collect(),
+            host_mounts: c
+                .files
+                .iter()
+                .chain(&c.binds)
+                .map(|m| (m.source.clone(), m.target.clone(), m.read_only))
+                .collect(),
+            devices: c.devices.clone(),
+            cap_keep: Some(c.cap_keep.clone()),
+            read_only_root: c.read_only_root,
+            tmpfs: c.tmpfs.clone(),
+            user: c.user.clone(),
         }
     }
 

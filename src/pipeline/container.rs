@@ -9,10 +9,9 @@ use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
 use super::{PipelineError, Run, Step, error_chain};
-use crate::config::{Contained, Origin, Strategy};
+use crate::config::{Origin, Strategy};
 use crate::engine::{
-    ContainedSpec, ContainerSpec, LABEL_APP, LABEL_DEPLOYMENT, LABEL_DIGEST, LABEL_MANAGED,
-    Removed, Stopped,
+    ContainerSpec, LABEL_APP, LABEL_DEPLOYMENT, LABEL_DIGEST, LABEL_MANAGED, Removed, Stopped,
 };
 use crate::registry::Resolved;
 use crate::store::StepState;
@@ -165,47 +164,7 @@ impl Run<'_> {
         }
     }
 
-    /// Plain env, then secrets (never both for one key: refused at load), then the port.
-    fn env(&self) -> Vec<String> {
-        let c = &self.app.contained;
-        let mut env: Vec<String> = self
-            .app
-            .env
-            .iter()
-            .chain(c.secrets.iter())
-            .map(|(k, v)| format!("{k}={}", v.expose()))
-            .collect();
-        if let Some(p) = &c.port_env {
-            env.push(format!("{p}={}", self.app.port));
-        }
-        env
-    }
-
-    fn contained_spec(&self) -> ContainedSpec {
-        let c = &self.app.contained;
-        let app = &self.app.name;
-        ContainedSpec {
-            network: Some((Contained::network(app), vec![c.service.clone()])),
-            volumes: c
-                .volumes
-                .iter()
-                .map(|v| (v.engine_name(app), v.target.clone(), v.read_only))
-                .collect(),
-            host_mounts: c
-                .files
-                .iter()
-                .chain(&c.binds)
-                .map(|m| (m.source.clone(), m.target.clone(), m.read_only))
-                .collect(),
-            devices: c.devices.clone(),
-            cap_keep: Some(c.cap_keep.clone()),
-            read_only_root: c.read_only_root,
-            tmpfs: c.tmpfs.clone(),
-            user: c.user.clone(),
-        }
-    }
-
-    fn keyed_hash(&self, text: &str) -> String {
+    pub(super) fn keyed_hash(&self, text: &str) -> String {
         let mut mac = Hmac::<Sha256>::new_from_slice(&self.ctx.env_key)
             .expect("HMAC takes a key of any length");
         mac.update(text.as_bytes());
