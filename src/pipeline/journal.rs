@@ -184,6 +184,15 @@ impl Run<'_> {
                     .map(Begun::Done)
                     .map_err(|e| PipelineError::journal(step, "result", e))
             }
+            // A stop journaled before the process died ends as the stop it was.
+            StepState::Failed
+                if let Some(by) = rec.intent.get("stop_requested_by").and_then(Value::as_str) =>
+            {
+                Err(PipelineError::Stopped {
+                    step,
+                    by: by.to_owned(),
+                })
+            }
             StepState::Failed => Err(PipelineError::Failed {
                 step,
                 source: StepError::Recorded(rec.error.unwrap_or_else(|| "failed".into())),
