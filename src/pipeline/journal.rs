@@ -170,6 +170,16 @@ impl Run<'_> {
             crate::faults::crash_point(step.as_str(), "before");
             return Ok(Begun::Fresh);
         };
+        // A stop journaled before the process died ends as the stop it was (its record
+        // holds who asked, not the step's intent: it is no conflict).
+        if rec.state == StepState::Failed
+            && let Some(by) = rec.intent.get("stop_requested_by").and_then(Value::as_str)
+        {
+            return Err(PipelineError::Stopped {
+                step,
+                by: by.to_owned(),
+            });
+        }
         if check == IntentCheck::Strict && rec.intent != intent {
             return Err(PipelineError::Conflict {
                 step,
@@ -183,15 +193,6 @@ impl Run<'_> {
                 serde_json::from_value(result)
                     .map(Begun::Done)
                     .map_err(|e| PipelineError::journal(step, "result", e))
-            }
-            // A stop journaled before the process died ends as the stop it was.
-            StepState::Failed
-                if let Some(by) = rec.intent.get("stop_requested_by").and_then(Value::as_str) =>
-            {
-                Err(PipelineError::Stopped {
-                    step,
-                    by: by.to_owned(),
-                })
             }
             StepState::Failed => Err(PipelineError::Failed {
                 step,
