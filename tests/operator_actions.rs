@@ -59,7 +59,35 @@ async fn a_rollback_pins_the_app_so_pushes_do_not_move_it_until_it_is_unpinned()
     env.latest_final_of(&app, &[first["id"].as_str().unwrap()], DEPLOY)
         .await;
 
-    // Refusals first: each says why, and none pins or queues anything.
+    // A wrong token is 401 on every admin route, and nothing happens.
+    let some_id = first["id"].as_str().unwrap();
+    for path in [
+        format!("/apps/{app}/deploy"),
+        format!("/apps/{app}/rollback"),
+        format!("/apps/{app}/unpin"),
+        format!("/deployments/{some_id}/cancel"),
+    ] {
+        let (code, _) = api_post(&env, &path, "wrong-token", json!({ "digest": v1 })).await;
+        assert_eq!(code, 401, "POST {path}");
+    }
+    for path in [
+        format!("/apps/{app}/rollback-choices"),
+        "/deliveries".to_owned(),
+        "/notifications".to_owned(),
+        format!("/deployments/{some_id}?wait=1s"),
+    ] {
+        let url = env.pier_url(&format!("/api{path}"));
+        let resp = reqwest::Client::new()
+            .get(&url)
+            .bearer_auth("wrong-token")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 401, "GET {path}");
+    }
+    assert_eq!(env.deployment_rows(&app).await.len(), 2);
+
+    // Refusals next: each says why, and none pins or queues anything.
     let (code, _) = api_post(
         &env,
         &format!("/apps/{app}/rollback"),
