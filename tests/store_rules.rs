@@ -363,3 +363,96 @@ async fn a_store_call_cancelled_at_any_moment_never_leaves_a_connection_in_a_tra
     );
     db.cleanup().await;
 }
+
+#[tokio::test]
+async fn a_pinned_app_records_deliveries_as_pinned_and_queues_nothing_until_unpinned() {
+    let (mut db, store) = store().await;
+    let mut rollback = wanted("web", Some(&digest(1)));
+    rollback.trigger = Trigger::Rollback;
+    rollback.pinned = true;
+    rollback.requested_tag = None;
+    let (enqueued, pin) = store.pin_and_enqueue(rollback, "api token").await.unwrap();
+    let rollback_id = queued_id(enqueued);
+    assert_eq!(
+        (pin.digest.as_str(), pin.by.as_str()),
+        (digest(1).as_str(), "api token")
+    );
+
+    // A push for the pinned app, beside one for another app: only the other deploys, and
+    // the rollback stays queued (a push would otherwise supersede it).
+    let push = |key: &str| NewDelivery {
+        source: "local".into(),
+        event_key: Some(key.into()),
+        events: serde_json::json!([]),
+        reason: "deploys web, api".into(),
+    };
+    let out = store
+        .record_delivery(
+            push("e1"),
+            None,
+            vec![wanted("web", Some(&digest(2))), wanted("api", None)],
+        )
+        .await
+        .unwrap();
+    let pier::store::DeliveryOutcome::Recorded {
+        delivery_id,
+        deployments,
+        pinned,
+        ..
+    } = out
+    else {
+        panic!("recorded")
+    };
+    assert_eq!(deployments.len(), 1);
+    assert_eq!(pinned.len(), 1);
+    assert_eq!(
+        store.deployment(rollback_id).await.unwrap().unwrap().state,
+        DeploymentState::Queued
+    );
+    assert_eq!(
+        store.delivery(delivery_id).await.unwrap().unwrap().verdict,
+        Verdict::Queued
+    );
+
+    // Only the pinned app: the verdict is `pinned`, with the pin in the reason.
+    let out = store
+        .record_delivery(push("e2"), None, vec![wanted("web", Some(&digest(3)))])
+        .await
+        .unwrap();
+    let pier::store::DeliveryOutcome::Recorded {
+        delivery_id,
+        deployments,
+        ..
+    } = out
+    else {
+        panic!("recorded")
+    };
+    assert!(deployments.is_empty());
+    let d = store.delivery(delivery_id).await.unwrap().unwrap();
+    assert_eq!(d.verdict, Verdict::Pinned);
+    assert!(
+        d.reason
+            .contains(&format!("web: pinned to {} by api token", digest(1))),
+        "{}",
+        d.reason
+    );
+
+    // Unpinned: the next push queues (and supersedes the waiting rollback, as any push).
+    let was = store
+        .unpin("web", "cli")
+        .await
+        .unwrap()
+        .expect("was pinned");
+    assert_eq!(was.digest, digest(1));
+    assert!(store.pin("web").await.unwrap().is_none());
+    assert!(store.unpin("web", "cli").await.unwrap().is_none());
+    let out = store
+        .record_delivery(push("e3"), None, vec![wanted("web", Some(&digest(4)))])
+        .await
+        .unwrap();
+    let pier::store::DeliveryOutcome::Recorded { deployments, .. } = out else {
+        panic!()
+    };
+    assert_eq!(deployments.len(), 1);
+    db.cleanup().await;
+}
