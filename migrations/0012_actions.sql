@@ -77,3 +77,38 @@ $$ LANGUAGE plpgsql;
 CREATE TRIGGER notifications_notify
     AFTER INSERT ON notifications
     FOR EACH ROW EXECUTE FUNCTION pier_notify_outbox();
+
+-- The configured endpoints, written from the config at start-up, so that the database
+-- itself can fill the outbox in the transaction that ends a deployment (below): whatever
+-- process ends it, and however it dies right after, the notification is not lost.
+CREATE TABLE notification_endpoints (
+    name    text   PRIMARY KEY,
+    apps    text[],
+    events  text[] NOT NULL
+);
+
+CREATE FUNCTION pier_outbox_deployment() RETURNS trigger AS $$
+BEGIN
+    IF NEW.state IN ('succeeded', 'failed', 'rolled_back')
+       AND OLD.state IS DISTINCT FROM NEW.state THEN
+        INSERT INTO notifications (id, endpoint, event, app, deployment_id, payload)
+        SELECT gen_random_uuid(), e.name, 'deployment.' || NEW.state, NEW.app, NEW.id,
+               jsonb_build_object(
+                   'id', NEW.id, 'app', NEW.app, 'state', NEW.state,
+                   'trigger', NEW.trigger, 'image', NEW.image,
+                   'tag', NEW.requested_tag, 'digest', NEW.resolved_digest,
+                   'outcome', NEW.outcome, 'error', NEW.error,
+                   'requested_by', NEW.requested_by,
+                   'started_at', NEW.started_at, 'finished_at', NEW.finished_at)
+        FROM notification_endpoints e
+        WHERE (e.apps IS NULL OR NEW.app = ANY (e.apps))
+          AND ('deployment.' || NEW.state) = ANY (e.events)
+        ON CONFLICT DO NOTHING;
+    END IF;
+    RETURN NULL;
+END;
+$$ LANGUAGE plpgsql;
+
+CREATE TRIGGER deployments_outbox
+    AFTER UPDATE OF state ON deployments
+    FOR EACH ROW EXECUTE FUNCTION pier_outbox_deployment();

@@ -227,7 +227,11 @@ pub async fn cancel(
     actor: &Actor,
 ) -> Result<Cancelled, ActionError> {
     match store.cancel(deployment, &actor.describe()).await? {
-        CancelOutcome::Cancelled => Ok(Cancelled::Cancelled),
+        CancelOutcome::Cancelled { app } => {
+            // The pipeline counts the deployments it ends; this one never reached it.
+            metrics::counter!("pier_deployments_finished_total", "app" => app, "state" => "cancelled").increment(1);
+            Ok(Cancelled::Cancelled)
+        }
         CancelOutcome::StopRequested => Ok(Cancelled::StopRequested),
         CancelOutcome::AlreadyFinal(state) => Err(ActionError::AlreadyFinal {
             id: deployment,

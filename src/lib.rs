@@ -8,6 +8,7 @@ pub mod config;
 pub mod engine;
 pub mod faults;
 pub mod intake;
+pub mod notify;
 pub mod pipeline;
 pub mod poller;
 pub mod proxy;

@@ -187,6 +187,20 @@ pub async fn run_until(
             }
         }
     });
+    // Outgoing notifications: the endpoints the outbox trigger reads, then one sender.
+    if let Err(e) = store
+        .sync_endpoints(&crate::notify::endpoints(&config))
+        .await
+    {
+        tracing::warn!(error = %error_chain(&e), "cannot record the notification endpoints; the previous ones stay in force until the next start");
+    }
+    tasks.spawn(
+        crate::notify::Sender {
+            store: store.clone(),
+            endpoints: config.notifications.clone(),
+        }
+        .run(shutdown.clone()),
+    );
     // The reconcile poller: one timer per app with `poll` on, none otherwise.
     crate::poller::spawn(
         &mut tasks,
@@ -239,7 +253,16 @@ fn metrics_handle() -> Option<PrometheusHandle> {
     static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
+            // Durations are histograms with buckets (not summaries), so that they can be
+            // summed across processes: a step takes milliseconds to minutes.
             metrics_exporter_prometheus::PrometheusBuilder::new()
+                .set_buckets_for_metric(
+                    metrics_exporter_prometheus::Matcher::Suffix("_seconds".into()),
+                    &[
+                        0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+                    ],
+                )
+                .ok()?
                 .install_recorder()
                 .ok()
         })

@@ -340,3 +340,91 @@ async fn the_cli_rolls_back_and_waits_for_the_outcome() {
     assert_eq!(env.deployment_rows(&app).await.len(), rows.len());
     env.cleanup().await;
 }
+
+/// The value of the first sample of `name` whose labels include every one of `labels`.
+fn sample(metrics: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    metrics
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+        .find(|l| labels.iter().all(|want| l.contains(want)))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+#[tokio::test]
+async fn metrics_scraped_after_a_deployment_show_its_delivery_outcome_steps_and_the_queue() {
+    let env = TestEnv::start().await;
+    let app = env.app().to_owned();
+    env.push(&TestImage::healthy("v1"), "main").await;
+    let d = env.latest_final_of(&app, &[], DEPLOY).await;
+    assert_eq!(d["state"], "succeeded");
+
+    let (code, m) = http_get(&env.pier_url("/metrics")).await.unwrap();
+    assert_eq!(code, 200);
+    let app_label = format!("app=\"{app}\"");
+    assert!(
+        sample(
+            &m,
+            "pier_deliveries_total",
+            &["source=\"local\"", "verdict=\"queued\""]
+        ) >= Some(1.0),
+        "{m}"
+    );
+    assert!(
+        sample(&m, "pier_deliveries_total", &["verdict=\"ignored\""]) >= Some(1.0),
+        "blob events: {m}"
+    );
+    assert_eq!(
+        sample(
+            &m,
+            "pier_deployments_finished_total",
+            &[&app_label, "state=\"succeeded\""]
+        ),
+        Some(1.0),
+        "{m}"
+    );
+    for step in [
+        "resolve", "pull", "create", "start", "health", "switch", "retire",
+    ] {
+        let step = format!("step=\"{step}\"");
+        assert_eq!(
+            sample(
+                &m,
+                "pier_step_duration_seconds_count",
+                &[&step, "result=\"succeeded\""]
+            ),
+            Some(1.0),
+            "{step}: {m}"
+        );
+        assert!(
+            sample(
+                &m,
+                "pier_step_duration_seconds_bucket",
+                &[&step, "le=\"+Inf\""]
+            )
+            .is_some(),
+            "a histogram, not a summary: {m}"
+        );
+    }
+    assert_eq!(
+        sample(&m, "pier_queue_depth", &["state=\"queued\""]),
+        Some(0.0),
+        "{m}"
+    );
+    assert_eq!(
+        sample(&m, "pier_queue_depth", &["state=\"running\""]),
+        Some(0.0),
+        "{m}"
+    );
+    assert_eq!(
+        sample(&m, "pier_lease_takeovers_total", &[]),
+        Some(0.0),
+        "{m}"
+    );
+    assert_eq!(
+        sample(&m, "pier_notification_failures_total", &[]),
+        Some(0.0),
+        "{m}"
+    );
+    env.cleanup().await;
+}

@@ -94,6 +94,8 @@ pub struct Config {
     pub registries: Vec<RegistryConfig>,
     pub sources: Vec<SourceConfig>,
     pub apps: Vec<AppConfig>,
+    /// Where deployment outcomes are sent (`[[notifications]]`).
+    pub notifications: Vec<NotificationConfig>,
 }
 
 #[derive(Debug, Clone)]
@@ -160,6 +162,7 @@ impl Default for RegistryLimits {
     }
 }
 
+pub use notify::{NotificationConfig, NotifyFormat, standard_webhooks_key};
 pub use proxy::{ProxyConfig, RouteConfig, TlsFiles};
 pub use signin::SignInConfig;
 pub use source::{HmacKey, SourceConfig, SourceKind, SourceMode};
@@ -303,6 +306,7 @@ pub fn parse_bytes(text: &str) -> Result<i64, String> {
         .ok_or_else(|| format!("`{text}` is not a size such as 512m or 1g"))
 }
 
+mod notify;
 mod proxy;
 mod raw;
 mod signin;
@@ -485,6 +489,14 @@ mod example {
                 "PIER_STANDARD_WEBHOOKS_SECRET",
                 "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
             );
+            std::env::set_var(
+                "PIER_NOTIFY_SECRET",
+                "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            );
+            std::env::set_var(
+                "PIER_SLACK_WEBHOOK_URL",
+                "https://hooks.slack.com/services/T/B/X",
+            );
         }
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/pier.toml");
         let c = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
@@ -507,6 +519,9 @@ mod example {
         }
         assert!(c.apps.iter().any(|a| a.poll_explicit && a.poll.is_none()));
         assert!(c.apps.iter().any(|a| a.poll.is_some()));
+        // Both notification formats are documented.
+        assert_eq!(c.notifications.len(), 2);
+        assert_ne!(c.notifications[0].format, c.notifications[1].format);
         // Every kind is documented with a source that loads.
         for kind in [
             "distribution",

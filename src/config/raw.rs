@@ -60,6 +60,8 @@ pub struct Config {
     sources: Vec<super::source::RawSource>,
     #[serde(default)]
     apps: Vec<App>,
+    #[serde(default)]
+    notifications: Vec<super::notify::RawNotification>,
 }
 
 #[derive(Deserialize)]
@@ -319,7 +321,7 @@ fn invalid(msg: impl Into<String>) -> ConfigError {
     ConfigError::Invalid(msg.into())
 }
 
-fn valid_name(name: &str) -> bool {
+pub(super) fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 48
         && name
@@ -576,7 +578,19 @@ impl Config {
             check_secret_strength(server.admin_token.as_ref(), &sources)?;
         }
         check_routes(&apps)?;
+        let mut notifications: Vec<NotificationConfig> = Vec::new();
+        for n in self.notifications {
+            let n = n.resolve(base, &apps)?;
+            if notifications.iter().any(|o| o.name == n.name) {
+                return Err(invalid(format!(
+                    "notification `{}` is defined twice",
+                    n.name
+                )));
+            }
+            notifications.push(n);
+        }
         Ok(super::Config {
+            notifications,
             server,
             proxy: self.proxy.resolve(base)?,
             registries,

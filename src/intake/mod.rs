@@ -536,6 +536,16 @@ pub async fn run_intake(
     let outcome = store
         .record_delivery_with(delivery, body_sha256, wanted, redelivery_of)
         .await?;
+    let verdict = match &outcome {
+        DeliveryOutcome::Recorded { deployments, .. } if !deployments.is_empty() => "queued",
+        DeliveryOutcome::Recorded { pinned, .. } if !pinned.is_empty() => "pinned",
+        DeliveryOutcome::Recorded { .. } => "ignored",
+        DeliveryOutcome::Duplicate { .. } => "duplicate",
+        DeliveryOutcome::Replay { .. } => "replay",
+    };
+    // Only configured sources (and `poller`) get here: the label set stays bounded.
+    metrics::counter!("pier_deliveries_total", "source" => source.name.to_owned(), "verdict" => verdict)
+        .increment(1);
     let not_again = |delivery_id, replay: bool| Accepted {
         delivery_id,
         duplicate: !replay,

@@ -126,7 +126,12 @@ impl Run<'_> {
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, StepError>>,
     {
-        match self.retrying(effect).await {
+        let started = std::time::Instant::now();
+        let res = self.retrying(effect).await;
+        let result = if res.is_ok() { "succeeded" } else { "failed" };
+        metrics::histogram!("pier_step_duration_seconds", "step" => step.as_str(), "result" => result)
+            .record(started.elapsed().as_secs_f64());
+        match res {
             Ok(t) => {
                 self.succeed(step, &t, change(&t).as_ref()).await?;
                 Ok(t)

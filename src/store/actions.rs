@@ -34,10 +34,12 @@ pub struct SucceededDigest {
 }
 
 /// What a cancel request did to the deployment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CancelOutcome {
     /// It was queued: it is cancelled now and never runs.
-    Cancelled,
+    Cancelled {
+        app: String,
+    },
     /// It runs: the stop is recorded and honoured at its next step boundary.
     StopRequested,
     /// It had already ended in this state.
@@ -159,14 +161,14 @@ impl Store {
     /// deployment at this moment either sees it cancelled or runs with the stop recorded.
     pub async fn cancel(&self, id: Uuid, by: &str) -> Result<CancelOutcome> {
         let mut tx = self.begin().await?;
-        let state: Option<DeploymentState> =
-            sqlx::query_scalar("SELECT state FROM deployments WHERE id = $1 FOR UPDATE")
+        let row: Option<(DeploymentState, String)> =
+            sqlx::query_as("SELECT state, app FROM deployments WHERE id = $1 FOR UPDATE")
                 .bind(id)
                 .fetch_optional(&mut *tx)
                 .await?;
-        let out = match state {
+        let out = match row {
             None => CancelOutcome::NotFound,
-            Some(DeploymentState::Queued) => {
+            Some((DeploymentState::Queued, app)) => {
                 sqlx::query(
                     "UPDATE deployments
                      SET state = 'cancelled', outcome = 'cancelled by ' || $2 || ' before it started',
@@ -178,9 +180,9 @@ impl Store {
                 .bind(pg_text(by))
                 .execute(&mut *tx)
                 .await?;
-                CancelOutcome::Cancelled
+                CancelOutcome::Cancelled { app }
             }
-            Some(DeploymentState::Running) => {
+            Some((DeploymentState::Running, _)) => {
                 // The first request stands: asking again does not move its time.
                 sqlx::query(
                     "UPDATE deployments
@@ -195,7 +197,7 @@ impl Store {
                 .await?;
                 CancelOutcome::StopRequested
             }
-            Some(other) => CancelOutcome::AlreadyFinal(other),
+            Some((other, _)) => CancelOutcome::AlreadyFinal(other),
         };
         tx.commit().await?;
         Ok(out)
@@ -259,5 +261,19 @@ impl Store {
                 }
             }
         }
+    }
+}
+
+impl Store {
+    /// Deployments waiting and running now, all apps together.
+    pub async fn queue_depth(&self) -> Result<[(&'static str, i64); 2]> {
+        let (queued, running): (i64, i64) = sqlx::query_as(
+            "SELECT count(*) FILTER (WHERE state = 'queued'),
+                    count(*) FILTER (WHERE state = 'running')
+             FROM deployments WHERE state IN ('queued', 'running')",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok([("queued", queued), ("running", running)])
     }
 }

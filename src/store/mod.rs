@@ -4,6 +4,7 @@ mod actions;
 mod deliveries;
 mod deployments;
 pub mod kinds;
+mod notify;
 mod reconcile;
 mod routes;
 mod sessions;
@@ -24,6 +25,7 @@ pub use deployments::{
     Deployment, DigestStatus, Enqueued, Generation, NewDeployment, TAKEOVER_CHECK,
 };
 pub use kinds::{DeploymentState, ReconcileKind, Step, StepState, Trigger, UnknownValue, Verdict};
+pub use notify::{AttemptRow, DueNotification, Endpoint, NotificationRow, OUTBOX_CHANNEL};
 pub use reconcile::ReconcileAction;
 pub use routes::{Quarantined, Route};
 pub use sessions::{Session, SignInMethod};

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use serde::Deserialize;
@@ -45,6 +45,16 @@ fn json_body<T: for<'de> Deserialize<'de> + Default>(body: &[u8]) -> Result<T, W
         return Ok(T::default());
     }
     serde_json::from_slice(body).map_err(|e| WebError::BadRequest(format!("invalid body: {e}")))
+}
+
+/// The query string, refused with a JSON 400 and the reason (axum's own `Query` answers
+/// in plain text).
+fn query<T: for<'de> Deserialize<'de> + Default>(raw: Option<String>) -> Result<T, WebError> {
+    match raw.as_deref().filter(|q| !q.is_empty()) {
+        None => Ok(T::default()),
+        Some(q) => serde_urlencoded::from_str(q)
+            .map_err(|e| WebError::BadRequest(format!("invalid query: {e}"))),
+    }
 }
 
 fn deployment_id(id: &str) -> Result<Uuid, WebError> {
@@ -154,9 +164,10 @@ pub(super) async fn deployment(
     State(s): State<AppState>,
     Path(id): Path<String>,
     headers: HeaderMap,
-    Query(q): Query<WaitQuery>,
+    RawQuery(raw): RawQuery,
 ) -> Result<Json<serde_json::Value>, WebError> {
     let id = deployment_id(&id)?;
+    let q: WaitQuery = query(raw)?;
     if let Some(w) = q.wait.as_deref().filter(|w| !w.is_empty()) {
         // Waiting holds a listening connection: only for the admin.
         check_admin(&s.config, &headers, None)?;
@@ -194,9 +205,10 @@ pub(super) struct DeliveriesQuery {
 pub(super) async fn deliveries(
     State(s): State<AppState>,
     headers: HeaderMap,
-    Query(q): Query<DeliveriesQuery>,
+    RawQuery(raw): RawQuery,
 ) -> Result<impl IntoResponse, WebError> {
     check_admin(&s.config, &headers, None)?;
+    let q: DeliveriesQuery = query(raw)?;
     let nonempty = |v: Option<String>| v.filter(|v| !v.is_empty());
     let source = nonempty(q.source);
     if source.as_ref().is_some_and(|s| s.len() > 64) {
@@ -258,4 +270,67 @@ pub(super) async fn openapi() -> impl IntoResponse {
         [(axum::http::header::CONTENT_TYPE, "application/json")],
         include_str!("openapi.json"),
     )
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct NotificationsQuery {
+    deployment: Option<String>,
+    limit: Option<i64>,
+}
+
+/// `GET /api/notifications[?deployment=]`: the delivery log of outgoing notifications,
+/// newest first, each with every attempt (status or error, duration).
+pub(super) async fn notifications(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    RawQuery(raw): RawQuery,
+) -> Result<impl IntoResponse, WebError> {
+    check_admin(&s.config, &headers, None)?;
+    let q: NotificationsQuery = query(raw)?;
+    let deployment = match q.deployment.as_deref().filter(|d| !d.is_empty()) {
+        Some(d) => Some(
+            Uuid::parse_str(d)
+                .map_err(|_| WebError::BadRequest("deployment must be a deployment id".into()))?,
+        ),
+        None => None,
+    };
+    let rows = s
+        .store
+        .recent_notifications(deployment, q.limit.unwrap_or(50))
+        .await?;
+    let ids: Vec<Uuid> = rows.iter().map(|n| n.id).collect();
+    let attempts = s.store.notification_attempts(&ids).await?;
+    let items: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|n| {
+            let mut v = serde_json::to_value(n).unwrap_or_default();
+            v["log"] = serde_json::to_value(
+                attempts
+                    .iter()
+                    .filter(|a| a.notification_id == n.id)
+                    .collect::<Vec<_>>(),
+            )
+            .unwrap_or_default();
+            v
+        })
+        .collect();
+    Ok(Json(serde_json::json!({ "notifications": items })))
+}
+
+/// Gauges read from the database when `/metrics` is scraped, not on a timer: an idle Pier
+/// that nobody scrapes sends no query. Bounded by a deadline; on failure the gauges keep
+/// their last values and `pier_metrics_refresh_failures_total` counts it.
+pub(super) async fn refresh_gauges(s: &AppState) {
+    // Counters that must show from the first scrape, at zero, before anything happened.
+    metrics::counter!("pier_lease_takeovers_total").increment(0);
+    metrics::counter!("pier_notification_failures_total").increment(0);
+    match tokio::time::timeout(Duration::from_secs(2), s.store.queue_depth()).await {
+        Ok(Ok(depth)) => {
+            for (state, n) in depth {
+                metrics::gauge!("pier_queue_depth", "state" => state).set(n as f64);
+            }
+        }
+        _ => metrics::counter!("pier_metrics_refresh_failures_total").increment(1),
+    }
 }

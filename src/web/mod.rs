@@ -75,6 +75,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/api/apps/{app}/unpin", post(api_actions::unpin))
         .route("/api/deliveries", get(api_actions::deliveries))
+        .route("/api/notifications", get(api_actions::notifications))
         .route("/api/openapi.json", get(api_actions::openapi))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -145,6 +146,7 @@ async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
 }
 
 async fn metrics(State(s): State<AppState>) -> impl IntoResponse {
+    api_actions::refresh_gauges(&s).await;
     let body = s.metrics.as_ref().map(|h| h.render()).unwrap_or_default();
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
 }

@@ -1,0 +1,158 @@
+//! `[[notifications]]`: where Pier tells others that a deployment ended, signed (Standard
+//! Webhooks) or in Slack's incoming-webhook shape.
+
+use std::path::Path;
+use std::time::Duration;
+
+use base64::Engine as _;
+use serde::Deserialize;
+
+use super::{ConfigError, Secret};
+
+/// The events a notification endpoint can ask for.
+pub const EVENTS: &[&str] = &[
+    "deployment.succeeded",
+    "deployment.failed",
+    "deployment.rolled_back",
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NotifyFormat {
+    /// `webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64 HMAC-SHA256>`.
+    StandardWebhooks,
+    /// `{"text": "..."}` to an incoming-webhook URL (Slack, Mattermost, Rocket.Chat).
+    Slack,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawNotification {
+    name: String,
+    /// The receiver's URL; may be a secret reference (a Slack URL is a credential).
+    url: String,
+    format: NotifyFormat,
+    /// Standard Webhooks: `whsec_<base64>`.
+    secret: Option<String>,
+    /// Only these apps; default every app.
+    apps: Option<Vec<String>>,
+    /// Default: every event.
+    events: Option<Vec<String>>,
+    #[serde(default = "default_timeout", with = "humantime_serde")]
+    timeout: Duration,
+    #[serde(default = "default_attempts")]
+    max_attempts: u32,
+    /// The first retry waits this long, each next one twice as long (at most an hour).
+    #[serde(default = "default_backoff", with = "humantime_serde")]
+    backoff: Duration,
+}
+
+fn default_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_attempts() -> u32 {
+    8
+}
+fn default_backoff() -> Duration {
+    Duration::from_secs(5)
+}
+
+#[derive(Debug, Clone)]
+pub struct NotificationConfig {
+    pub name: String,
+    pub url: Secret,
+    pub format: NotifyFormat,
+    /// The decoded Standard Webhooks key.
+    pub key: Option<Secret>,
+    pub apps: Option<Vec<String>>,
+    pub events: Vec<String>,
+    pub timeout: Duration,
+    pub max_attempts: u32,
+    pub backoff: Duration,
+}
+
+/// The HMAC key of a `whsec_<base64>` secret, or why it is not one.
+pub fn standard_webhooks_key(secret: &str) -> Result<Vec<u8>, String> {
+    let b64 = secret
+        .strip_prefix("whsec_")
+        .ok_or("must start with whsec_")?;
+    let key = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .map_err(|_| "is not base64 after whsec_".to_owned())?;
+    if key.len() < 24 {
+        return Err(format!("is {} bytes; use at least 24", key.len()));
+    }
+    Ok(key)
+}
+
+impl RawNotification {
+    pub(super) fn resolve(
+        self,
+        base: &Path,
+        apps: &[super::AppConfig],
+    ) -> Result<NotificationConfig, ConfigError> {
+        let invalid =
+            |m: String| ConfigError::Invalid(format!("notification `{}`: {m}", self.name));
+        if !super::raw::valid_name(&self.name) {
+            return Err(invalid("use lower-case letters, digits, - and _".into()));
+        }
+        let url = Secret::resolve(&format!("notifications.{}.url", self.name), &self.url, base)?;
+        let u = url.expose();
+        if !(u.starts_with("http://") || u.starts_with("https://")) || u.len() > 2048 {
+            return Err(invalid("url must be an http or https URL".into()));
+        }
+        let key = match (self.format, &self.secret) {
+            (NotifyFormat::StandardWebhooks, None) => {
+                return Err(invalid(
+                    "standard-webhooks needs a `secret` (whsec_…)".into(),
+                ));
+            }
+            (NotifyFormat::StandardWebhooks, Some(s)) => {
+                let what = format!("notifications.{}.secret", self.name);
+                let secret = Secret::resolve(&what, s, base)?;
+                standard_webhooks_key(secret.expose())
+                    .map_err(|e| invalid(format!("secret {e}")))?;
+                Some(secret)
+            }
+            (NotifyFormat::Slack, Some(_)) => {
+                return Err(invalid(
+                    "slack takes no `secret`: its URL is the credential".into(),
+                ));
+            }
+            (NotifyFormat::Slack, None) => None,
+        };
+        if let Some(list) = &self.apps
+            && let Some(unknown) = list.iter().find(|a| !apps.iter().any(|c| &c.name == *a))
+        {
+            return Err(invalid(format!("unknown app `{unknown}`")));
+        }
+        let events = self
+            .events
+            .unwrap_or_else(|| EVENTS.iter().map(|e| e.to_string()).collect());
+        if let Some(e) = events.iter().find(|e| !EVENTS.contains(&e.as_str())) {
+            return Err(invalid(format!(
+                "unknown event `{e}`; known: {}",
+                EVENTS.join(", ")
+            )));
+        }
+        if self.timeout.is_zero() || self.timeout > Duration::from_secs(60) {
+            return Err(invalid("timeout must be between 1ms and 60s".into()));
+        }
+        if !(1..=50).contains(&self.max_attempts) {
+            return Err(invalid("max_attempts must be between 1 and 50".into()));
+        }
+        Ok(NotificationConfig {
+            name: self.name,
+            url,
+            format: self.format,
+            key,
+            apps: self.apps,
+            events,
+            timeout: self.timeout,
+            max_attempts: self.max_attempts,
+            backoff: self
+                .backoff
+                .clamp(Duration::from_millis(100), Duration::from_secs(3600)),
+        })
+    }
+}
