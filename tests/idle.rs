@@ -26,11 +26,17 @@ async fn statements_during(proxy: &PgProxy, window: Duration) -> u64 {
     proxy.statements() - before
 }
 
-/// A Pier with two workers whose every statement goes through a counting relay.
-async fn proxied_pier(sweep: &str) -> (TestEnv, PgProxy, PierProcess) {
+/// A Pier with two workers whose every statement goes through a counting relay, and a
+/// notification endpoint (its sender must be as idle as the workers).
+async fn proxied_pier(sweep: &str) -> (TestEnv, PgProxy, PierProcess, HookRecorder) {
+    let receiver = HookRecorder::start().await;
     let env = TestEnv::builder()
         .workers(2)
         .server_toml(&format!("sweep_interval = \"{sweep}\""))
+        .sources_toml(&format!(
+            "[[notifications]]\nname = \"idle\"\nurl = \"{}\"\nformat = \"slack\"\n",
+            receiver.url("/idle")
+        ))
         .without_pier()
         .start()
         .await;
@@ -41,12 +47,12 @@ async fn proxied_pier(sweep: &str) -> (TestEnv, PgProxy, PierProcess) {
     let pier = PierCommand::new(&config).start().await;
     pier.wait_for_log("pier running", Duration::from_secs(10))
         .await;
-    (env, proxy, pier)
+    (env, proxy, pier, receiver)
 }
 
 #[tokio::test]
 async fn an_idle_pier_with_two_workers_sends_no_statement_between_sweeps() {
-    let (env, proxy, pier) = proxied_pier("1h").await;
+    let (env, proxy, pier, mut receiver) = proxied_pier("1h").await;
     let at_start = settled(&proxy, Duration::from_millis(500)).await;
     assert!(
         at_start > 0,
@@ -61,6 +67,9 @@ async fn an_idle_pier_with_two_workers_sends_no_statement_between_sweeps() {
     env.wait_app_version("v1", DEPLOY).await;
     let final_state = env.latest_final_of(env.app(), &[], DEPLOY).await;
     assert_eq!(final_state["state"], "succeeded");
+    // The outcome was notified, then the sender went back to sleep too.
+    let sent = receiver.next(Duration::from_secs(10)).await;
+    assert!(sent.is_some_and(|h| h.path == "/idle"));
     let after = settled(&proxy, Duration::from_millis(500)).await;
     assert!(after > busy_from, "the deployment went through the relay");
     let idle = statements_during(&proxy, Duration::from_secs(5)).await;
@@ -74,7 +83,7 @@ async fn an_idle_pier_with_two_workers_sends_no_statement_between_sweeps() {
 
 #[tokio::test]
 async fn a_short_sweep_costs_a_bounded_handful_of_statements_per_sweep() {
-    let (env, proxy, pier) = proxied_pier("1s").await;
+    let (env, proxy, pier, _receiver) = proxied_pier("1s").await;
     // Five sweeps: each is a reconcile pass (a few reads) and one claim and one wake-up
     // query per worker. A polling loop would send hundreds.
     let sent = statements_during(&proxy, Duration::from_secs(5)).await;

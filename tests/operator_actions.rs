@@ -428,3 +428,67 @@ async fn metrics_scraped_after_a_deployment_show_its_delivery_outcome_steps_and_
     );
     env.cleanup().await;
 }
+
+#[tokio::test]
+async fn a_stop_interrupted_by_a_crash_during_its_rollback_still_ends_cancelled_with_the_old_one_serving()
+ {
+    let mut env = TestEnv::start().await;
+    let app = env.app().to_owned();
+    let token = env.admin_token.clone();
+    let v1 = env.push(&TestImage::healthy("v1"), "main").await;
+    env.wait_app_version("v1", DEPLOY).await;
+    let first = env.latest_final_of(&app, &[], DEPLOY).await;
+    // This Pier dies the moment the stopped deployment's rollback begins.
+    env.pier_mut()
+        .restart_with(|c| c.env("PIER_CRASH_AT", "rollback:before"))
+        .await;
+
+    env.push(&TestImage::slow_start("v2", 8), "main").await;
+    let running = wait_until("v2 is in its health step", DEPLOY, || async {
+        let (_, a) = env.api_get(&format!("/apps/{app}")).await;
+        let d = a["latest_deployment"].clone();
+        (d["id"] != first["id"] && d["state"] == "running").then_some(())?;
+        let id = d["id"].as_str()?.to_owned();
+        let (_, full) = env.api_get(&format!("/deployments/{id}")).await;
+        full["steps"]
+            .as_array()?
+            .iter()
+            .any(|s| s["step"] == "health")
+            .then_some(id)
+    })
+    .await;
+    let (code, _) = api_post(
+        &env,
+        &format!("/deployments/{running}/cancel"),
+        &token,
+        json!({}),
+    )
+    .await;
+    assert_eq!(code, 202);
+    env.pier_mut()
+        .wait_dead("pier aborts at the rollback", DEPLOY)
+        .await;
+    env.pier_mut()
+        .restart_with(|c| c.without_env("PIER_CRASH_AT"))
+        .await;
+
+    // Resumed from the journal: the recorded stop is honoured, not read as a failure.
+    let done = long_poll(&env, &running, "28s").await;
+    assert_eq!(done["state"], "cancelled", "{done:#}");
+    let steps = done["steps"].as_array().unwrap();
+    assert!(
+        steps
+            .iter()
+            .any(|s| s["step"] == "switch" && s["state"] == "failed"),
+        "{done:#}"
+    );
+    assert!(
+        steps
+            .iter()
+            .any(|s| s["step"] == "rollback" && s["state"] == "succeeded"),
+        "{done:#}"
+    );
+    env.wait_app_version("v1", Duration::from_secs(20)).await;
+    assert_eq!(env.running_digests_of(&app).await, vec![v1]);
+    env.cleanup().await;
+}

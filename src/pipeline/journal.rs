@@ -170,6 +170,16 @@ impl Run<'_> {
             crate::faults::crash_point(step.as_str(), "before");
             return Ok(Begun::Fresh);
         };
+        // A stop journaled before the process died ends as the stop it was (its record
+        // holds who asked, not the step's intent: it is no conflict).
+        if rec.state == StepState::Failed
+            && let Some(by) = rec.intent.get("stop_requested_by").and_then(Value::as_str)
+        {
+            return Err(PipelineError::Stopped {
+                step,
+                by: by.to_owned(),
+            });
+        }
         if check == IntentCheck::Strict && rec.intent != intent {
             return Err(PipelineError::Conflict {
                 step,
