@@ -82,6 +82,18 @@ async fn a_cross_site_form_post_is_refused_and_queues_nothing() {
     assert_eq!(a.status, 303, "{a:?}");
     assert!(a.location.unwrap().starts_with("/deployments/"));
     assert_eq!(deployments(&env).await, 1);
+
+    // A name with a line break cannot forge a log line: control characters are dropped.
+    SignedIn::new(&base, "eve\nINFO forged line", &env.admin_token).await;
+    let names: Vec<String> = sqlx::query_scalar("SELECT user_name FROM sessions")
+        .fetch_all(&env.db.pool)
+        .await
+        .unwrap();
+    assert!(
+        names.contains(&"eveINFO forged line".to_owned()),
+        "{names:?}"
+    );
+    assert!(!env.pier().log().contains("\nINFO forged line"));
     env.cleanup().await;
 }
 

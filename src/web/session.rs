@@ -233,7 +233,14 @@ pub(super) async fn login(
     Form(f): Form<LoginForm>,
 ) -> Result<Response, PageError> {
     let addr = Some(peer.ip());
-    let user = f.user.trim().chars().take(MAX_USER).collect::<String>();
+    // Shown on pages (escaped) and written to the log: no control characters, no forged lines.
+    let user: String = f
+        .user
+        .trim()
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(MAX_USER)
+        .collect();
     let user = if user.is_empty() {
         "admin".to_owned()
     } else {
