@@ -40,6 +40,7 @@ async fn web_only(env: &TestEnv) -> WebOnly {
         engine: pier::engine::EngineView::new(engine),
         metrics: None,
         guard: Arc::new(pier::web::guard::Guard::new(1 << 20)),
+        live: None,
         pages: pier::web::ui::PageState::new(store, stop.clone()),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -1,7 +1,7 @@
 //! All SQL lives here. Handlers and workers call these functions; none of them writes SQL.
 
-mod batch;
 mod actions;
+mod batch;
 mod deliveries;
 mod deployments;
 mod imports;
