@@ -38,7 +38,7 @@ async fn long_poll(env: &TestEnv, id: &str, wait: &str) -> Value {
     let resp = reqwest::Client::new()
         .get(&url)
         .bearer_auth(&env.admin_token)
-        .timeout(Duration::from_secs(60))
+        .timeout(Duration::from_secs(90))
         .send()
         .await
         .unwrap_or_else(|e| panic!("GET {url}: {e}"));
@@ -518,5 +518,26 @@ async fn a_stop_interrupted_by_a_crash_during_its_rollback_still_ends_cancelled_
     );
     env.wait_app_version("v1", Duration::from_secs(20)).await;
     assert_eq!(env.running_digests_of(&app).await, vec![v1]);
+    env.cleanup().await;
+}
+
+/// A CI job waits for the outcome with one `?wait=60s`, even when the deployment takes
+/// longer than the server's `request_timeout` (2 s here; v1 needs about 6 s to answer).
+#[tokio::test]
+async fn the_long_poll_waits_past_the_request_timeout_until_the_deployment_is_final() {
+    let env = TestEnv::builder()
+        .server_toml("request_timeout = \"2s\"")
+        .start()
+        .await;
+    let app = env.app().to_owned();
+    env.push(&TestImage::slow_start("v1", 6), "main").await;
+    let id = wait_until("the push queued a deployment", DEPLOY, || async {
+        let (_, a) = env.api_get(&format!("/apps/{app}")).await;
+        a["latest_deployment"]["id"].as_str().map(str::to_owned)
+    })
+    .await;
+    let done = long_poll(&env, &id, "60s").await;
+    assert_eq!(done["final"], true, "{done:#}");
+    assert_eq!(done["state"], "succeeded", "{done:#}");
     env.cleanup().await;
 }

@@ -158,8 +158,8 @@ pub(super) struct WaitQuery {
 
 /// `GET /api/deployments/{id}[?wait=60s]`: the deployment with its steps; with `wait`, the
 /// answer comes once it is final or the wait is over, whichever is first. The wait is at
-/// most [`actions::MAX_WAIT`] and ends a second before `server.request_timeout`; the
-/// answer says `"final": false` when the caller should ask again.
+/// most [`actions::MAX_WAIT`] (the route's deadline is that plus `server.request_timeout`);
+/// the answer says `"final": false` when the caller should ask again.
 pub(super) async fn deployment(
     State(s): State<AppState>,
     Path(id): Path<String>,
@@ -174,13 +174,7 @@ pub(super) async fn deployment(
         let wait = humantime::parse_duration(w.trim()).map_err(|_| {
             WebError::BadRequest("wait must be a duration such as 60s or 2m".into())
         })?;
-        let cap = s
-            .config
-            .server
-            .request_timeout
-            .saturating_sub(Duration::from_secs(1))
-            .min(actions::MAX_WAIT);
-        actions::wait_final(&s.store, id, wait.min(cap)).await?;
+        actions::wait_final(&s.store, id, wait.min(actions::MAX_WAIT)).await?;
     }
     let view: DeploymentView = views::deployment_view(&s, id).await?;
     let done = view.deployment.state.is_final();

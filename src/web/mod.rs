@@ -55,6 +55,15 @@ pub struct AppState {
 
 pub fn router(state: AppState) -> Router {
     let max_body = state.config.server.max_body_bytes;
+    let request_timeout = state.config.server.request_timeout;
+    // The long-poll waits up to `actions::MAX_WAIT` by design, so it gets that on top of
+    // the usual deadline; it reads no body, so nothing can trickle into it meanwhile.
+    let long_poll = Router::new()
+        .route("/api/deployments/{id}", get(api_actions::deployment))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            request_timeout + crate::actions::MAX_WAIT,
+        ));
     Router::new()
         .route(
             "/hooks/{source}",
@@ -69,7 +78,6 @@ pub fn router(state: AppState) -> Router {
         .route("/api/apps/{app}", get(api::app))
         .route("/api/apps/{app}/deploy", post(api::deploy))
         // Operator actions and the long-poll (issue 11b): api_actions.rs.
-        .route("/api/deployments/{id}", get(api_actions::deployment))
         .route("/api/deployments/{id}/cancel", post(api_actions::cancel))
         .route("/api/apps/{app}/rollback", post(api_actions::rollback))
         .route(
@@ -98,8 +106,9 @@ pub fn router(state: AppState) -> Router {
         // a time is cut off with 408 instead of holding a connection and a handler.
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
-            state.config.server.request_timeout,
+            request_timeout,
         ))
+        .merge(long_poll)
         .layer(axum::middleware::from_fn_with_state(
             max_body,
             server::refuse_oversize_and_close_after_errors,
