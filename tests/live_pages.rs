@@ -66,6 +66,16 @@ struct SseEvent {
 
 /// Reads server-sent events from `url` until the stream ends or `deadline` passes.
 async fn read_events(url: &str, deadline: Duration) -> (Vec<SseEvent>, bool) {
+    read_events_until(url, deadline, |_| false).await
+}
+
+/// Reads server-sent events from `url` until one satisfies `enough`, the stream ends or
+/// `deadline` passes; `true` when the stream ended or `enough` was met.
+async fn read_events_until(
+    url: &str,
+    deadline: Duration,
+    mut enough: impl FnMut(&SseEvent) -> bool,
+) -> (Vec<SseEvent>, bool) {
     let resp = reqwest::Client::builder()
         .no_proxy()
         .build()
@@ -103,10 +113,15 @@ async fn read_events(url: &str, deadline: Duration) -> (Vec<SseEvent>, bool) {
                 }
             }
             if !data.is_empty() {
-                events.push(SseEvent {
+                let event = SseEvent {
                     name,
                     data: data.join("\n"),
-                });
+                };
+                let met = enough(&event);
+                events.push(event);
+                if met {
+                    return (events, true);
+                }
             }
         }
     };
@@ -270,5 +285,75 @@ async fn every_page_escapes_tags_errors_and_log_lines() {
     )
     .await;
     assert!(!events[0].data.contains(LOG) && events[0].data.contains("&#60;script&#62;"));
+    env.cleanup().await;
+}
+
+/// An unpin queues nothing and touches no deployment, yet an open overview shows it at
+/// once: the `pins` trigger announces it on the same channel as the journal.
+#[tokio::test]
+async fn the_overview_shows_a_pin_and_its_removal_live() {
+    let env = TestEnv::start().await;
+    let app = env.app().to_owned();
+    let v1 = env.push(&TestImage::healthy("v1"), "main").await;
+    env.wait_app_version("v1", DEPLOY).await;
+    env.push(&TestImage::healthy("v2"), "main").await;
+    env.wait_app_version("v2", DEPLOY).await;
+    let client = reqwest::Client::new();
+    let api = |path: &str| {
+        client
+            .post(env.pier_url(&format!("/api/apps/{app}/{path}")))
+            .bearer_auth(&env.admin_token)
+    };
+    let resp = api("rollback")
+        .json(&serde_json::json!({ "digest": v1 }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 202);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    let id = body["deployment"]["id"].as_str().expect("deployment id");
+    // Final, so that no step of it can refresh the overview after the unpin below.
+    let done: serde_json::Value = client
+        .get(env.pier_url(&format!("/api/deployments/{id}?wait=60s")))
+        .bearer_auth(&env.admin_token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(done["state"], "succeeded", "{done:#}");
+
+    let url = env.pier_url("/events");
+    let (pinned_tx, pinned_rx) = tokio::sync::oneshot::channel();
+    let reader = tokio::spawn(async move {
+        let mut pinned_tx = Some(pinned_tx);
+        read_events_until(&url, Duration::from_secs(30), move |e| {
+            let shows_pin = e.data.contains("<dt>Pinned</dt>");
+            if shows_pin {
+                if let Some(tx) = pinned_tx.take() {
+                    let _ = tx.send(());
+                }
+            }
+            pinned_tx.is_none() && !shows_pin
+        })
+        .await
+    });
+    tokio::time::timeout(Duration::from_secs(15), pinned_rx)
+        .await
+        .expect("the overview shows the pin")
+        .unwrap();
+    let resp = api("unpin")
+        .json(&serde_json::json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let (events, met) = reader.await.unwrap();
+    assert!(
+        met,
+        "no overview event after the unpin: {:?}",
+        events.iter().map(|e| &e.name).collect::<Vec<_>>()
+    );
     env.cleanup().await;
 }

@@ -163,7 +163,10 @@ where
     R: Fn() -> F + Send + 'static,
     F: Future<Output = Option<Frame>> + Send,
 {
-    let rx = hub.subscribe().await;
+    let mut rx = hub.subscribe().await;
+    // The first frame is rendered after this, so it shows every change announced so far
+    // (the listener's own start among them): those would only repeat it.
+    while rx.try_recv().is_ok() {}
     let state = Streaming {
         rx,
         first: true,

@@ -35,6 +35,8 @@ pub struct AppView {
     pub route: Option<Route>,
     /// The step the deployment in progress is at, if one is.
     pub current_step: Option<String>,
+    /// The pin in force (a rollback's): pushes do not move the app until it is unpinned.
+    pub pin: Option<crate::store::Pin>,
 }
 
 impl AppView {
@@ -131,6 +133,7 @@ pub async fn app_view(
     let reconcile_actions = s.store.reconcile_actions(&app.name, 10).await?;
     let quarantine = s.store.quarantine_of(&app.name).await?;
     let route = s.store.route(&app.name).await?;
+    let pin = s.store.pin(&app.name).await?;
     let mine: Vec<&ContainerFacts> = all
         .iter()
         .filter(|c| c.label(LABEL_APP) == Some(app.name.as_str()))
@@ -174,6 +177,7 @@ pub async fn app_view(
         quarantine,
         route,
         current_step,
+        pin,
     })
 }
 
