@@ -6,8 +6,7 @@
 
 use axum::Extension;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
-use axum::http::HeaderMap;
+use axum::extract::{FromRequest, FromRequestParts, Path, Request, State};
 use axum::response::{IntoResponse, Redirect, Response};
 use uuid::Uuid;
 
@@ -25,6 +24,36 @@ fn actor(admin: Admin) -> Actor {
     }
 }
 
+/// A state-changing form's admin, checked before anything else of the request is read
+/// (see [`admin_form`]), with the form's body for the handler; without them the request
+/// is refused here (sign-in redirect, 401 or 403) and the handler never runs.
+pub(super) struct AdminForm {
+    pub who: Actor,
+    pub body: Bytes,
+}
+
+impl FromRequest<AppState> for AdminForm {
+    type Rejection = Response;
+
+    async fn from_request(req: Request, s: &AppState) -> Result<Self, Response> {
+        let (mut parts, body) = req.into_parts();
+        let Extension(viewer) = Extension::<Viewer>::from_request_parts(&mut parts, s)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let headers = parts.headers.clone();
+        let body = Bytes::from_request(Request::from_parts(parts, body), s)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        match admin_form(s, &viewer, &headers, &body) {
+            Ok(admin) => Ok(AdminForm {
+                who: actor(admin),
+                body,
+            }),
+            Err(refused) => Err(refused.into_response()),
+        }
+    }
+}
+
 fn to_deployment(e: Enqueued) -> Response {
     let (Enqueued::Queued { id, .. } | Enqueued::AlreadyPending { id, .. }) = e;
     Redirect::to(&format!("/deployments/{id}")).into_response()
@@ -34,16 +63,10 @@ fn to_deployment(e: Enqueued) -> Response {
 /// when that digest already serves (a pinned app redeploys its pin).
 pub(super) async fn redeploy(
     State(s): State<AppState>,
-    Extension(viewer): Extension<Viewer>,
     Path(name): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
+    form: AdminForm,
 ) -> Result<Response, PageError> {
-    let who = match admin_form(&s, &viewer, &headers, &body) {
-        Ok(a) => actor(a),
-        Err(refused) => return Ok(refused.into_response()),
-    };
-    let e = actions::redeploy(&s.store, &s.config, &name, &who)
+    let e = actions::redeploy(&s.store, &s.config, &name, &form.who)
         .await
         .map_err(WebError::from)?;
     Ok(to_deployment(e))
@@ -53,18 +76,12 @@ pub(super) async fn redeploy(
 /// the app to it.
 pub(super) async fn rollback(
     State(s): State<AppState>,
-    Extension(viewer): Extension<Viewer>,
     Path(name): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
+    form: AdminForm,
 ) -> Result<Response, PageError> {
-    let who = match admin_form(&s, &viewer, &headers, &body) {
-        Ok(a) => actor(a),
-        Err(refused) => return Ok(refused.into_response()),
-    };
-    let digest = form_field(&body, "digest")
+    let digest = form_field(&form.body, "digest")
         .ok_or_else(|| WebError::BadRequest("the form names no digest".into()))?;
-    let e = actions::rollback(&s.store, &s.config, &name, &digest, &who)
+    let e = actions::rollback(&s.store, &s.config, &name, &digest, &form.who)
         .await
         .map_err(WebError::from)?;
     Ok(to_deployment(e))
@@ -73,16 +90,10 @@ pub(super) async fn rollback(
 /// `POST /apps/{app}/unpin`: pushes move the app again.
 pub(super) async fn unpin(
     State(s): State<AppState>,
-    Extension(viewer): Extension<Viewer>,
     Path(name): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
+    form: AdminForm,
 ) -> Result<Response, PageError> {
-    let who = match admin_form(&s, &viewer, &headers, &body) {
-        Ok(a) => actor(a),
-        Err(refused) => return Ok(refused.into_response()),
-    };
-    let done = actions::unpin(&s.store, &name, &who)
+    let done = actions::unpin(&s.store, &name, &form.who)
         .await
         .map_err(WebError::from)?;
     Ok(Redirect::to(&format!("/apps/{}", done.app)).into_response())
@@ -92,17 +103,11 @@ pub(super) async fn unpin(
 /// boundary while it runs (the previous generation keeps serving).
 pub(super) async fn cancel(
     State(s): State<AppState>,
-    Extension(viewer): Extension<Viewer>,
     Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
+    form: AdminForm,
 ) -> Result<Response, PageError> {
-    let who = match admin_form(&s, &viewer, &headers, &body) {
-        Ok(a) => actor(a),
-        Err(refused) => return Ok(refused.into_response()),
-    };
     let id = Uuid::parse_str(&id).map_err(|_| WebError::NotFound(format!("deployment {id}")))?;
-    actions::cancel(&s.store, id, &who)
+    actions::cancel(&s.store, id, &form.who)
         .await
         .map_err(WebError::from)?;
     Ok(Redirect::to(&format!("/deployments/{id}")).into_response())

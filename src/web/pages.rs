@@ -3,15 +3,14 @@
 use askama::Template;
 use askama_web::WebTemplate;
 use axum::Extension;
-use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, header};
+use axum::http::header;
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 use uuid::Uuid;
 
 use super::error::PageError;
-use super::session::{Viewer, admin_form};
+use super::session::Viewer;
 use super::views::{self, AppView, DeploymentView, took, when};
 use super::{AppState, WebError};
 use crate::store::{Delivery, DeliveryFilter, Deployment, MAX_PAGE, VerdictFilter};
@@ -319,14 +318,9 @@ fn rules_of(events: &serde_json::Value) -> Vec<String> {
 /// of it, and shows the deliveries page at the new row.
 pub(super) async fn redeliver(
     State(s): State<AppState>,
-    Extension(viewer): Extension<Viewer>,
     Path(id): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
+    _admin: super::forms::AdminForm,
 ) -> Result<Response, PageError> {
-    if let Err(refused) = admin_form(&s, &viewer, &headers, &body) {
-        return Ok(refused.into_response());
-    }
     let id = Uuid::parse_str(&id).map_err(|_| WebError::NotFound(format!("delivery {id}")))?;
     let original = s
         .store
