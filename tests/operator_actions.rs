@@ -387,9 +387,16 @@ async fn metrics_scraped_after_a_deployment_show_its_delivery_outcome_steps_and_
     let d = env.latest_final_of(&app, &[], DEPLOY).await;
     assert_eq!(d["state"], "succeeded");
 
-    let (code, m) = http_get(&env.pier_url("/metrics")).await.unwrap();
-    assert_eq!(code, 200);
     let app_label = format!("app=\"{app}\"");
+    // The worker counts a deployment just after it commits it final: scrape until the
+    // count is there (it must come, within the deadline), then check everything at once.
+    let m = wait_until("the finished deployment is counted", DEPLOY, || async {
+        let (code, m) = http_get(&env.pier_url("/metrics")).await?;
+        assert_eq!(code, 200);
+        let done = &[app_label.as_str(), "state=\"succeeded\""];
+        sample(&m, "pier_deployments_finished_total", done).map(|_| m)
+    })
+    .await;
     assert!(
         sample(
             &m,
