@@ -93,7 +93,8 @@ impl Run<'_> {
     /// its notification when the manifest is stored, before the tag is moved to it, so a
     /// resolve right after a webhook can still see the previous digest: the one serving.
     /// While the tag names what serves instead of the digest the sender pushed, ask again
-    /// for a short while. Any other digest means the tag moved on: that is deployed.
+    /// for a short while (and while the tag does not exist yet). Any other digest means the
+    /// tag moved on: that is deployed.
     async fn resolve_settled(
         &self,
         wanted: Wanted<'_>,
@@ -107,11 +108,23 @@ impl Run<'_> {
         let mut settle =
             Backoff::new(Duration::from_millis(20), Duration::from_millis(500)).within(SETTLE);
         loop {
-            let r = self
+            let r = match self
                 .ctx
                 .registry
                 .resolve(self.app, wanted.clone(), &self.ctx.platform)
-                .await?;
+                .await
+            {
+                Ok(r) => r,
+                // The first push of a tag: its notification can come before the tag
+                // exists at all. Not found yet, while a sender claims a digest, is the
+                // same race as a stale answer; after the settle window it is final.
+                Err(RegistryError::ManifestUnknown { .. })
+                    if claim.is_some() && settle.wait().await =>
+                {
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             let stale = claim.is_some_and(|c| {
                 r.digest != c
                     && r.index_digest.as_deref() != Some(c)
