@@ -28,6 +28,10 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// again to the standby if the serving generation is gone; larger ones stream through.
 const RETRYABLE_BODY: u64 = 64 * 1024;
 
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+
 /// Headers that describe one hop, never forwarded (RFC 9110, 7.6.1).
 const HOP_BY_HOP: [&str; 8] = [
     "connection",
@@ -40,26 +44,48 @@ const HOP_BY_HOP: [&str; 8] = [
     "transfer-encoding",
 ];
 
+/// What every request of one client connection shares, built once per connection: the
+/// peer's address as a header value is not formatted again for each request.
+pub struct Client {
+    pub shared: Arc<Shared>,
+    pub upstreams: Upstreams,
+    pub local: SocketAddr,
+    peer_ip: HeaderValue,
+}
+
+impl Client {
+    pub fn new(
+        shared: Arc<Shared>,
+        upstreams: Upstreams,
+        local: SocketAddr,
+        peer: SocketAddr,
+    ) -> Self {
+        let peer_ip = HeaderValue::from_str(&peer.ip().to_string())
+            .expect("an IP address is a valid header value");
+        Client {
+            shared,
+            upstreams,
+            local,
+            peer_ip,
+        }
+    }
+}
+
 pub async fn handle(
-    shared: Arc<Shared>,
-    upstreams: Arc<Upstreams>,
-    local: SocketAddr,
-    peer: SocketAddr,
+    client: Arc<Client>,
     req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
-    Ok(match route(&shared, &upstreams, local, peer, req).await {
+    Ok(match route(&client, req).await {
         Ok(resp) => resp,
         Err(page) => page,
     })
 }
 
 async fn route(
-    shared: &Shared,
-    upstreams: &Upstreams,
-    local: SocketAddr,
-    peer: SocketAddr,
+    client: &Client,
     mut req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Response<ProxyBody>> {
+    let (shared, upstreams, local) = (client.shared.as_ref(), &client.upstreams, client.local);
     let host = request_host(&req);
     let entry = {
         let table = shared.table();
@@ -92,7 +118,7 @@ async fn route(
     let (mut parts, body) = req.into_parts();
     forwarded_headers(
         &mut parts.headers,
-        peer,
+        &client.peer_ip,
         host.as_deref(),
         shared.tls_on(local),
         upgrade,
@@ -132,11 +158,20 @@ async fn route(
     let standby = entry.standby.as_deref().zip(entry.counters.1.as_ref());
     let first = (upstream.as_str(), entry.counters.0.as_ref());
     let mut last_error = String::new();
-    let path = parts
-        .uri
-        .path_and_query()
-        .map_or("/", |p| p.as_str())
-        .to_owned();
+    // Origin-form (`/path?query`), as HTTP/1.1 to the app wants it; an HTTP/2 request's
+    // scheme and authority are dropped (the authority went into `Host` above). The parts
+    // share the request's bytes: nothing is parsed or copied again.
+    let uri = if parts.uri.scheme().is_none() && parts.uri.authority().is_none() {
+        std::mem::take(&mut parts.uri)
+    } else {
+        let mut u = std::mem::take(&mut parts.uri).into_parts();
+        u.scheme = None;
+        u.authority = None;
+        if u.path_and_query.is_none() {
+            u.path_and_query = Some(hyper::http::uri::PathAndQuery::from_static("/"));
+        }
+        hyper::Uri::from_parts(u).unwrap_or_else(|_| hyper::Uri::from_static("/"))
+    };
     for (target, counter) in [Some(first), standby.map(|(t, c)| (t, Some(c)))]
         .into_iter()
         .flatten()
@@ -152,7 +187,7 @@ async fn route(
         };
         let mut out = Request::builder()
             .method(parts.method.clone())
-            .uri(path.as_str())
+            .uri(uri.clone())
             .version(hyper::Version::HTTP_11)
             .body(body)
             .expect("a request from valid parts");
@@ -217,10 +252,10 @@ fn answer(resp: Response<Incoming>, guard: InFlight) -> Response<ProxyBody> {
     let (mut parts, body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     let body = Counted {
-        inner: body.map_err(|e| -> BoxError { Box::new(e) }).boxed(),
+        inner: body,
         _guard: guard,
     };
-    Response::from_parts(parts, body.boxed())
+    Response::from_parts(parts, BoxBody::new(body))
 }
 
 /// Copies bytes both ways between an upgraded client connection and its upstream.
@@ -242,13 +277,8 @@ fn request_host(req: &Request<Incoming>) -> Option<String> {
         .headers()
         .get(header::HOST)
         .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
-        .or_else(|| req.uri().authority().map(|a| a.as_str().to_owned()))?;
-    Some(
-        without_port(&raw)
-            .trim_end_matches('.')
-            .to_ascii_lowercase(),
-    )
+        .or_else(|| req.uri().authority().map(|a| a.as_str()))?;
+    Some(without_port(raw).trim_end_matches('.').to_ascii_lowercase())
 }
 
 /// `host:port`, `[v6]:port` or a bare host, without its port.
@@ -297,7 +327,7 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
 
 fn forwarded_headers(
     headers: &mut HeaderMap,
-    peer: SocketAddr,
+    peer_ip: &HeaderValue,
     host: Option<&str>,
     tls: bool,
     upgrade: bool,
@@ -308,20 +338,25 @@ fn forwarded_headers(
         headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
         headers.insert(header::UPGRADE, u);
     }
-    let ip = peer.ip().to_string();
-    let xff = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
-        Some(prior) => format!("{prior}, {ip}"),
-        None => ip,
+    let xff = match headers.get(X_FORWARDED_FOR).map(HeaderValue::as_bytes) {
+        Some(prior) => {
+            let mut v = Vec::with_capacity(prior.len() + 2 + peer_ip.len());
+            v.extend_from_slice(prior);
+            v.extend_from_slice(b", ");
+            v.extend_from_slice(peer_ip.as_bytes());
+            HeaderValue::from_maybe_shared(Bytes::from(v)).ok()
+        }
+        None => Some(peer_ip.clone()),
     };
-    if let Ok(v) = HeaderValue::from_str(&xff) {
-        headers.insert("x-forwarded-for", v);
+    if let Some(v) = xff {
+        headers.insert(X_FORWARDED_FOR, v);
     }
     headers.insert(
-        "x-forwarded-proto",
+        X_FORWARDED_PROTO,
         HeaderValue::from_static(if tls { "https" } else { "http" }),
     );
     if let Some(h) = host.and_then(|h| HeaderValue::from_str(h).ok()) {
-        headers.insert("x-forwarded-host", h);
+        headers.insert(X_FORWARDED_HOST, h);
     }
 }
 
@@ -349,9 +384,9 @@ pub fn page(status: StatusCode, text: &str) -> Response<ProxyBody> {
         .expect("a static response")
 }
 
-/// A body that keeps its request counted in flight until it ends or is dropped.
+/// The app's answer body, counted in flight until it ends or is dropped.
 struct Counted {
-    inner: ProxyBody,
+    inner: Incoming,
     _guard: InFlight,
 }
 
@@ -363,7 +398,9 @@ impl Body for Counted {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        Pin::new(&mut self.inner).poll_frame(cx)
+        Pin::new(&mut self.inner)
+            .poll_frame(cx)
+            .map_err(|e| -> BoxError { Box::new(e) })
     }
 
     fn is_end_stream(&self) -> bool {

@@ -165,10 +165,9 @@ async fn serve(
         let tls = tls.clone();
         conns.spawn(async move {
             let (upstreams, mut driver) = upstream::Upstreams::new();
-            let upstreams = Arc::new(upstreams);
-            let service = hyper::service::service_fn(move |req| {
-                forward::handle(shared.clone(), upstreams.clone(), local, peer, req)
-            });
+            let client = Arc::new(forward::Client::new(shared, upstreams, local, peer));
+            let service =
+                hyper::service::service_fn(move |req| forward::handle(client.clone(), req));
             match tls {
                 None => drive(&builder, stream, service, &mut driver, &stop).await,
                 Some(acceptor) => {
