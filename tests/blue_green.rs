@@ -41,16 +41,18 @@ fn version_of(a: &Answer) -> Option<&str> {
 #[tokio::test]
 async fn ten_deploys_under_load_drop_no_request_even_when_a_version_fails_or_dies() {
     let (env, _proxy, _) =
-        serving_v1("soak = \"6s\"\nsoak_failures = 2\ndrain_timeout = \"5s\"").await;
+        serving_v1("soak = \"13s\"\nsoak_failures = 2\ndrain_timeout = \"5s\"").await;
     let app = env.app().to_owned();
     let first = env.latest_final_of(&app, &[], DEPLOY).await;
-    let load = Load::start(&env.app_url("/version"), 200_000, Duration::from_secs(240));
+    let load = Load::start(&env.app_url("/version"), 400_000, Duration::from_secs(400));
     let mut seen: Vec<String> = vec![first["id"].as_str().unwrap().to_owned()];
     for n in 2..=11 {
         let version = format!("v{n}");
         let image = match n {
             5 => TestImage::no_health_file(&version),
-            8 => TestImage::dies_after(&version, 4),
+            // Dies 11 s after it starts: about ten seconds after its switch, well inside
+            // the 13 s soak.
+            8 => TestImage::dies_after(&version, 11),
             _ => TestImage::healthy(&version),
         };
         env.push(&image, "main").await;
@@ -63,6 +65,30 @@ async fn ten_deploys_under_load_drop_no_request_even_when_a_version_fails_or_die
             _ => "succeeded",
         };
         assert_eq!(done["state"], want, "{version}: {done:#}");
+        if n == 8 {
+            // It died during its soak, long after the switch had put it in front.
+            let (_, full) = env
+                .api_get(&format!("/deployments/{}", done["id"].as_str().unwrap()))
+                .await;
+            let soak = full["steps"]
+                .as_array()
+                .and_then(|s| s.iter().find(|s| s["step"] == "soak"))
+                .unwrap_or_else(|| panic!("v8 has a soak step: {full:#}"));
+            let at =
+                |k: &str| chrono::DateTime::parse_from_rfc3339(soak[k].as_str().unwrap()).unwrap();
+            let watched = at("finished_at") - at("started_at");
+            assert!(
+                watched >= chrono::Duration::seconds(7),
+                "v8 died {watched} into its soak: {soak:#}"
+            );
+            // The page and the API show why, in the candidate's own last words.
+            assert!(
+                full["candidate_logs"]
+                    .as_str()
+                    .is_some_and(|l| l.contains("out of memory: giving up")),
+                "v8's last log lines: {full:#}"
+            );
+        }
     }
     env.wait_app_version("v11", Duration::from_secs(10)).await;
     let answers = load.finish().await;

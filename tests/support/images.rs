@@ -117,7 +117,8 @@ impl TestImage {
             TestImage::DiesAfter { secs, .. } => {
                 slow = format!(
                     "trap 'exit 0' TERM; /bin/busybox httpd -f -p 8080 -h /www & \
-                     /bin/busybox sleep {secs}; kill $!; exit 1"
+                     /bin/busybox sleep {secs}; kill $!; \
+                     /bin/busybox echo 'out of memory: giving up after {secs} s'; exit 1"
                 );
                 vec!["/bin/busybox", "sh", "-c", &slow]
             }
