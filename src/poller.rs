@@ -5,9 +5,11 @@
 //! through intake when that digest neither serves nor is queued or running.
 //!
 //! Idle-friendly: one timer per polled app, nothing else; no task at all for an app with
-//! `poll = "off"`. A failing or rate-limiting registry is asked less and less often
+//! `poll = "off"`. A config reload starts the timers of apps that poll now and stops those
+//! of apps that no longer do; each poll reads its app's settings as they are then. A failing or rate-limiting registry is asked less and less often
 //! (`Backoff` from the interval up, at least its `Retry-After`), never more often.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,7 +17,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
-use crate::config::{AppConfig, Config};
+use crate::config::{AppConfig, LiveConfig};
 use crate::intake::{self, IntakeSource, Parsed, PushEvent};
 use crate::pipeline::error_chain;
 use crate::registry::tags::{TagLister, TagsError};
@@ -26,7 +28,8 @@ use crate::store::{DigestStatus, POLLER_SOURCE, Store};
 const MAX_BACKOFF: Duration = Duration::from_secs(3600);
 
 pub struct Poller {
-    pub config: Arc<Config>,
+    /// The config as reloaded: which apps poll, and how often, is read from here.
+    pub live: LiveConfig,
     pub store: Store,
     pub registry: Registry,
     pub tags: TagLister,
@@ -66,31 +69,70 @@ impl PollError {
     }
 }
 
-/// Starts one task per app whose `poll` is on; none when no app polls.
+/// Starts the poller: one timer per app whose `poll` is on (none when no app polls), kept
+/// in step with config reloads.
 pub fn spawn(tasks: &mut JoinSet<()>, poller: Poller, shutdown: &CancellationToken) {
-    let poller = Arc::new(poller);
-    for app in poller.config.apps.iter().filter(|a| a.poll.is_some()) {
-        let (p, name, stop) = (poller.clone(), app.name.clone(), shutdown.clone());
-        tasks.spawn(async move { p.run(&name, stop).await });
-    }
+    let stop = shutdown.clone();
+    tasks.spawn(Arc::new(poller).supervise(stop));
 }
 
 impl Poller {
+    /// Keeps one timer task per polled app of the current config: at start and after each
+    /// reload, it starts the missing ones and stops those whose app no longer polls.
+    async fn supervise(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut reloaded = self.live.subscribe();
+        let mut timers: HashMap<String, CancellationToken> = HashMap::new();
+        let mut running = JoinSet::new();
+        loop {
+            let config = self.live.load();
+            timers.retain(|name, stop| {
+                let polls = config.app(name).is_some_and(|a| a.poll.is_some());
+                if !polls {
+                    stop.cancel();
+                }
+                polls
+            });
+            for app in config.apps.iter().filter(|a| a.poll.is_some()) {
+                if !timers.contains_key(&app.name) {
+                    let stop = shutdown.child_token();
+                    timers.insert(app.name.clone(), stop.clone());
+                    let (p, name) = (self.clone(), app.name.clone());
+                    running.spawn(async move { p.run(&name, stop).await });
+                }
+            }
+            tokio::select! {
+                changed = reloaded.changed() => if changed.is_err() { break },
+                Some(_) = running.join_next(), if !running.is_empty() => {}
+                _ = shutdown.cancelled() => break,
+            }
+        }
+        while running.join_next().await.is_some() {}
+    }
+
     async fn run(&self, name: &str, shutdown: CancellationToken) {
-        let Some(app) = self.config.app(name) else {
-            return;
-        };
-        let Some(every) = app.poll else { return };
-        let mut backoff = Backoff::new(every, MAX_BACKOFF.max(every));
-        tracing::info!(app = %app.name, every = %humantime::format_duration(every), rule = %app.rule, "polling the registry");
         // The first poll runs at once: a push lost while Pier was down is found at start.
         let mut delay = Duration::ZERO;
         let mut last_idle = String::new();
+        let mut paced: Option<(Duration, Backoff)> = None;
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(delay) => {}
                 _ = shutdown.cancelled() => return,
             }
+            // Read at each poll: a reload may have changed the app, or removed it.
+            let config = self.live.load();
+            let Some((app, every)) = config.app(name).and_then(|a| Some((a, a.poll?))) else {
+                return;
+            };
+            let backoff = match &mut paced {
+                Some((was, b)) if *was == every => b,
+                _ => {
+                    tracing::info!(app = %app.name, every = %humantime::format_duration(every), rule = %app.rule, "polling the registry");
+                    &mut paced
+                        .insert((every, Backoff::new(every, MAX_BACKOFF.max(every))))
+                        .1
+                }
+            };
             match self.poll_once(app).await {
                 Ok(polled) => {
                     backoff.reset();
@@ -174,7 +216,7 @@ impl Poller {
         }
         // Through intake, as a delivery of source `poller`: the page lists it with its
         // verdict, and the same rules hold (one queued per app, a range never rolls back).
-        let mut only = (*self.config).clone();
+        let mut only = (*self.live.load()).clone();
         only.apps.retain(|a| a.name == app.name);
         let mut event = PushEvent::push(
             Some(app.registry_host().to_owned()),

@@ -189,7 +189,7 @@ pub async fn run_until_with(
 
     let mut tasks = tokio::task::JoinSet::new();
     let (c, s, e, stop) = (
-        config.clone(),
+        live.clone(),
         store.clone(),
         engine.clone(),
         shutdown.clone(),
@@ -199,8 +199,10 @@ pub async fn run_until_with(
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(sweep) => {
-                    run_reconcile(&c, &s, &e).await;
-                    run_retention(&c, &s).await;
+                    // The apps as reloaded: reconciliation repairs what the config says now.
+                    let config = c.load();
+                    run_reconcile(&config, &s, &e).await;
+                    run_retention(&config, &s).await;
                 }
                 _ = stop.cancelled() => return,
             }
@@ -224,7 +226,7 @@ pub async fn run_until_with(
     crate::poller::spawn(
         &mut tasks,
         crate::poller::Poller {
-            config: config.clone(),
+            live: live.clone(),
             store: store.clone(),
             registry: Registry::new(&config.registries, config.server.registry_limits),
             tags: crate::registry::tags::TagLister::new(&config.registries),

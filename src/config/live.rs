@@ -9,6 +9,9 @@ use super::{Config, ConfigError};
 #[derive(Clone)]
 pub struct LiveConfig {
     inner: Arc<RwLock<State>>,
+    /// The number of successful reloads, announced to whoever follows them (the poller
+    /// starts and stops its per-app timers there).
+    reloaded: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 struct State {
@@ -31,6 +34,7 @@ impl LiveConfig {
                 error: None,
                 reloads: 0,
             })),
+            reloaded: Arc::new(tokio::sync::watch::channel(0).0),
         }
     }
 
@@ -50,6 +54,11 @@ impl LiveConfig {
         self.read().reloads
     }
 
+    /// Changes after each successful reload.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.reloaded.subscribe()
+    }
+
     /// Reads and checks the file again; the new config replaces the old only if it is
     /// valid whole. Server settings that need a restart (listen address, database,
     /// workers) keep their start-up values until then.
@@ -64,6 +73,7 @@ impl LiveConfig {
                 s.config = Arc::new(c);
                 s.error = None;
                 s.reloads += 1;
+                self.reloaded.send_replace(s.reloads);
                 Ok(())
             }
             Err(e) => {

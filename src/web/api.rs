@@ -12,7 +12,8 @@ use crate::actions::Actor;
 pub(super) async fn apps(State(s): State<AppState>) -> Result<Json<Vec<AppView>>, WebError> {
     let (all, err) = views::containers_by_app(&s).await;
     let mut out = Vec::new();
-    for app in &s.config.apps {
+    let config = s.current();
+    for app in &config.apps {
         out.push(views::app_view(&s, app, &all, err.as_deref(), 10).await?);
     }
     Ok(Json(out))
@@ -49,7 +50,7 @@ pub(super) async fn deploy(
             .map_err(|e| WebError::BadRequest(format!("invalid body: {e}")))?
     };
     let enqueued =
-        crate::actions::deploy(&s.store, &s.config, &name, req.digest, &Actor::Token).await?;
+        crate::actions::deploy(&s.store, &s.current(), &name, req.digest, &Actor::Token).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(serde_json::json!({ "deployment": hooks::deployment_ref(enqueued) })),

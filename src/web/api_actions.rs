@@ -86,7 +86,7 @@ pub(super) async fn rollback(
     let digest = req
         .digest
         .ok_or_else(|| WebError::BadRequest("`digest` is required".into()))?;
-    let enqueued = actions::rollback(&s.store, &s.config, &app, &digest, &Actor::Token).await?;
+    let enqueued = actions::rollback(&s.store, &s.current(), &app, &digest, &Actor::Token).await?;
     let pin = s.store.pin(&app).await?;
     Ok((
         StatusCode::ACCEPTED,

@@ -66,7 +66,7 @@ pub(super) async fn redeploy(
     Path(name): Path<String>,
     form: AdminForm,
 ) -> Result<Response, PageError> {
-    let e = actions::redeploy(&s.store, &s.config, &name, &form.who)
+    let e = actions::redeploy(&s.store, &s.current(), &name, &form.who)
         .await
         .map_err(WebError::from)?;
     Ok(to_deployment(e))
@@ -81,7 +81,7 @@ pub(super) async fn rollback(
 ) -> Result<Response, PageError> {
     let digest = form_field(&form.body, "digest")
         .ok_or_else(|| WebError::BadRequest("the form names no digest".into()))?;
-    let e = actions::rollback(&s.store, &s.config, &name, &digest, &form.who)
+    let e = actions::rollback(&s.store, &s.current(), &name, &digest, &form.who)
         .await
         .map_err(WebError::from)?;
     Ok(to_deployment(e))

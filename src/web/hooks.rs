@@ -80,7 +80,7 @@ async fn handle(s: AppState, name: String, token: Option<String>, req: Request) 
     let (parts, body) = req.into_parts();
     // Only configured names become label values or log fields: random paths must not grow
     // the metrics, and a URL token sent where a source name belongs must not be logged.
-    let label_source = match s.config.source(&name) {
+    let label_source = match s.current().source(&name) {
         Some(src) => src.name.clone(),
         None => "unknown".to_owned(),
     };
@@ -88,7 +88,8 @@ async fn handle(s: AppState, name: String, token: Option<String>, req: Request) 
         if s.guard.throttled(addr) {
             return Err(IntakeError::Unauthenticated(Rejected::Throttled));
         }
-        let source = intake::admit(&s.config, &name, token.as_deref(), &parts.headers)?;
+        let config = s.current();
+        let source = intake::admit(&config, &name, token.as_deref(), &parts.headers)?;
         let (body, _hold) = s
             .guard
             .read_body(body, s.config.server.max_body_bytes)
@@ -100,7 +101,7 @@ async fn handle(s: AppState, name: String, token: Option<String>, req: Request) 
                     IntakeError::Malformed(intake::Malformed("the body could not be read".into()))
                 }
             })?;
-        intake::receive(&s.config, &s.store, source, &parts.headers, &body).await
+        intake::receive(&config, &s.store, source, &parts.headers, &body).await
     }
     .await;
     answer(&s, &label_source, addr, result)

@@ -53,6 +53,19 @@ pub struct AppState {
     pub pages: Arc<ui::PageState>,
 }
 
+impl AppState {
+    /// The config as reloaded, for what a reload changes: apps, sources, policy. Pages,
+    /// the API and intake read it per request, so that an app added by a reload is shown,
+    /// matched by pushes and deployable at once, and a removed one is not. `[server]`
+    /// settings stay those of `config` (start-up) until a restart.
+    pub fn current(&self) -> Arc<Config> {
+        match &self.live {
+            Some(live) => live.load(),
+            None => self.config.clone(),
+        }
+    }
+}
+
 pub fn router(state: AppState) -> Router {
     let max_body = state.config.server.max_body_bytes;
     let request_timeout = state.config.server.request_timeout;

@@ -279,7 +279,7 @@ pub(super) async fn deliveries(
             DeliveryRow { d, made, rules }
         })
         .collect();
-    let mut sources: Vec<String> = s.config.sources.iter().map(|s| s.name.clone()).collect();
+    let mut sources: Vec<String> = s.current().sources.iter().map(|s| s.name.clone()).collect();
     sources.push(crate::store::POLLER_SOURCE.to_owned());
     Ok(DeliveriesPage {
         deliveries,
@@ -327,7 +327,7 @@ pub(super) async fn redeliver(
         .delivery(id)
         .await?
         .ok_or_else(|| WebError::NotFound(format!("delivery {id}")))?;
-    let accepted = crate::intake::redeliver(&s.config, &s.store, &original)
+    let accepted = crate::intake::redeliver(&s.current(), &s.store, &original)
         .await
         .map_err(|e| match e {
             crate::intake::IntakeError::Store(e) => WebError::from(e),

@@ -38,7 +38,8 @@ impl Fmt for DeploymentLive {}
 pub(super) async fn index_live(s: &AppState) -> Result<IndexLive, WebError> {
     let (all, engine_error) = views::containers_by_app(s).await;
     let mut apps = Vec::new();
-    for app in &s.config.apps {
+    let config = s.current();
+    for app in &config.apps {
         apps.push(views::app_view(s, app, &all, engine_error.as_deref(), 5).await?);
     }
     let recent = s.store.recent_deployments(25).await?;

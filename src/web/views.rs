@@ -181,9 +181,11 @@ pub async fn app_view(
     })
 }
 
-pub fn find_app<'a>(s: &'a AppState, name: &str) -> Result<&'a AppConfig, WebError> {
-    s.config
+/// The app as the config says now (after any reload).
+pub fn find_app(s: &AppState, name: &str) -> Result<AppConfig, WebError> {
+    s.current()
         .app(name)
+        .cloned()
         .ok_or_else(|| WebError::NotFound(format!("app `{name}`")))
 }
 
@@ -193,7 +195,7 @@ pub async fn one_app(s: &AppState, name: &str, history: i64) -> Result<AppView, 
         Ok(c) => (c, None),
         Err(e) => (vec![], Some(e.to_string())),
     };
-    app_view(s, app, &all, err.as_deref(), history).await
+    app_view(s, &app, &all, err.as_deref(), history).await
 }
 
 /// The app's page: its view with one page of history, newest first, older than `before`
