@@ -1,5 +1,6 @@
 //! The journaled deployment pipeline, strategy `recreate`:
-//! resolve, pull, verify, create, stop_old, start, health, switch, retire.
+//! resolve, pull, verify, create (every service), stop_old, start (every service), health
+//! (every service), switch, retire.
 //! On failure before `switch`: rollback (remove the candidate, start the old generation).
 //!
 //! Every step runs through one runner (`journal.rs`): intent committed before the side
@@ -15,6 +16,8 @@ mod health;
 mod image;
 mod journal;
 mod redact;
+mod rollback;
+mod services;
 
 pub use health::probe_client;
 
@@ -152,6 +155,9 @@ pub struct Run<'a> {
     app: &'a AppConfig,
     /// `pier import`: the archive loaded instead of a pull.
     import: Option<crate::store::Import>,
+    /// The journal key of the service this run's steps are for: empty for the primary
+    /// service and the generation's own steps (see `services.rs`).
+    service: &'a str,
 }
 
 /// How a run ended.
@@ -173,6 +179,7 @@ pub async fn run(ctx: &Context, owner: &str, dep: &Deployment, app: &AppConfig) 
         dep,
         app,
         import: None,
+        service: "",
     };
     match run.store_retry(|| ctx.store.import_of(dep.id)).await {
         Ok(import) => run.import = import,
@@ -285,15 +292,24 @@ impl Run<'_> {
                 candidate,
             } => (resolved, image, candidate),
         };
-        let old = self.stop_old(&candidate).await?;
+        // One generation: every service is created before any is started, and every one is
+        // healthy before the switch (see `services.rs`).
+        let others = self.create_services(&resolved).await?;
+        let all: Vec<&container::Candidate> = std::iter::once(&candidate).chain(&others).collect();
+        let old = self.stop_old(&all).await?;
         self.start(&candidate).await?;
+        self.start_services(&others).await?;
         let probe = self.health(&candidate, &image, None).await?;
+        let services = self.services_health(&others, &image).await?;
         self.switch(&resolved, &candidate).await?;
-        let retired = self.retire(&candidate, &old).await?;
+        let retired = self.retire(&all, &old).await?;
         let mut note = format!(
             "{} is running in {} ({probe})",
             resolved.digest, candidate.name
         );
+        if !services.is_empty() {
+            note.push_str(&format!("; {}", services.join("; ")));
+        }
         if !retired.warnings.is_empty() {
             note.push_str(&format!(
                 "; retire warnings: {}",
@@ -308,7 +324,7 @@ impl Run<'_> {
     /// journal the deployment is under way and is finished, not skipped.
     async fn already_running(&self, digest: &str) -> Result<Option<String>, PipelineError> {
         let pulled = self
-            .store_retry(|| self.ctx.store.step(self.dep.id, Step::Pull))
+            .store_retry(|| self.ctx.store.step(self.dep.id, Step::Pull, ""))
             .await?;
         if pulled.is_some() {
             return Ok(None);
@@ -342,7 +358,7 @@ impl Run<'_> {
     /// time may predate the resolve).
     async fn resolved_digest(&self) -> Option<String> {
         let rec = self
-            .store_retry(|| self.ctx.store.step(self.dep.id, Step::Resolve))
+            .store_retry(|| self.ctx.store.step(self.dep.id, Step::Resolve, ""))
             .await
             .ok()??;
         rec.result?.get("digest")?.as_str().map(str::to_owned)

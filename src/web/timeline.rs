@@ -45,7 +45,11 @@ pub fn rows(d: &Deployment, steps: &[StepRecord], now: DateTime<Utc>) -> Vec<Tim
                 left: (left * 10.0).round() / 10.0,
                 width: (width * 10.0).round() / 10.0,
                 took: took(Some(&s.started_at), s.finished_at.as_ref()),
-                intent_words: intent_words(s.step, &s.intent),
+                // A further service's own steps say whose they are.
+                intent_words: match s.service.as_str() {
+                    "" => intent_words(s.step, &s.intent),
+                    svc => format!("Service {svc}: {}", intent_words(s.step, &s.intent)),
+                },
                 result_words: result_words(s),
                 step: s.clone(),
             }
@@ -236,6 +240,7 @@ mod tests {
             id: from,
             deployment_id: uuid::Uuid::nil(),
             step,
+            service: String::new(),
             state: if to.is_some() {
                 StepState::Succeeded
             } else {
