@@ -141,6 +141,13 @@ async fn a_two_service_app_deploys_both_on_the_app_network_and_shows_both() {
     let after = one_per_service(&env).await;
     assert!(after.iter().all(|(_, id, running)| *running
         && found.iter().all(|(_, old, _)| old != id)));
+    // Reconciliation at start-up knows the worker belongs to the serving generation: it is
+    // no orphan.
+    let mut env = env;
+    env.pier_mut().restart_with(|c| c).await;
+    let (code, _) = env.api_get(&format!("/apps/{app}")).await;
+    assert_eq!(code, 200);
+    assert_eq!(one_per_service(&env).await, after);
     env.cleanup().await;
 }
 
