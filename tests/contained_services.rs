@@ -74,7 +74,13 @@ async fn a_two_service_app_deploys_both_on_the_app_network_and_shows_both() {
     for (service, id, running) in &found {
         assert!(running, "{service} is not running");
         let c = inspect(id).await;
-        let labels = c.config.as_ref().unwrap().labels.clone().unwrap_or_default();
+        let labels = c
+            .config
+            .as_ref()
+            .unwrap()
+            .labels
+            .clone()
+            .unwrap_or_default();
         assert_eq!(labels.get("pier.deployment"), Some(&d1_id));
         // Each on the app's own network, under its service name.
         let nets = c.network_settings.unwrap().networks.unwrap();
@@ -87,15 +93,12 @@ async fn a_two_service_app_deploys_both_on_the_app_network_and_shows_both() {
     assert_eq!(worker.entrypoint.unwrap()[0], "/bin/busybox");
     let env_vars = worker.env.unwrap_or_default();
     assert!(env_vars.contains(&"ROLE=worker".to_owned()), "{env_vars:?}");
-    assert!(!env_vars.iter().any(|e| e.starts_with("GREETING=")), "{env_vars:?}");
+    assert!(
+        !env_vars.iter().any(|e| e.starts_with("GREETING=")),
+        "{env_vars:?}"
+    );
     // web can reach the worker by its service name on the app's network.
-    let (ok, out) = docker_cli(&[
-        "exec",
-        &found[0].1,
-        "/bin/busybox",
-        "nslookup",
-        "worker",
-    ]);
+    let (ok, out) = docker_cli(&["exec", &found[0].1, "/bin/busybox", "nslookup", "worker"]);
     assert!(ok && out.contains("Address"), "{out}");
 
     // The API and the page show both services' containers of the serving generation.
@@ -139,8 +142,11 @@ async fn a_two_service_app_deploys_both_on_the_app_network_and_shows_both() {
     let d3 = env.latest_final_of(&app, &[&d1_id], DEPLOY).await;
     assert_eq!(d3["state"], "succeeded", "{d3:#}");
     let after = one_per_service(&env).await;
-    assert!(after.iter().all(|(_, id, running)| *running
-        && found.iter().all(|(_, old, _)| old != id)));
+    assert!(
+        after
+            .iter()
+            .all(|(_, id, running)| *running && found.iter().all(|(_, old, _)| old != id))
+    );
     // Reconciliation at start-up knows the worker belongs to the serving generation: it is
     // no orphan.
     let mut env = env;

@@ -70,7 +70,11 @@ pub fn valid_service_name(n: &str) -> bool {
         && !n.ends_with('-')
 }
 
-pub(super) fn command(app: &str, what: &str, c: Option<Vec<String>>) -> Result<Option<Vec<String>>, ConfigError> {
+pub(super) fn command(
+    app: &str,
+    what: &str,
+    c: Option<Vec<String>>,
+) -> Result<Option<Vec<String>>, ConfigError> {
     match c {
         Some(c) if c.is_empty() || c[0].is_empty() => Err(ConfigError::Invalid(format!(
             "app `{app}`: {what}command: give the program and its arguments, e.g. [\"/app/worker\", \"--queue\", \"mail\"]"
@@ -194,4 +198,100 @@ pub(super) fn resolve(
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const APP: &str = r#"
+        [server]
+        database_url = "postgres://localhost/pier"
+        [[apps]]
+        name = "shop"
+        image = "127.0.0.1:5000/demo/shop"
+        port = 8080
+        publish = "127.0.0.1:8081"
+        health = { path = "/health" }
+        service = "web"
+        env = { GREETING = "hello" }
+        memory = "256m"
+    "#;
+
+    fn parse(extra: &str) -> Result<Config, String> {
+        Config::parse(&format!("{APP}{extra}"), Path::new(".")).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_service_is_the_apps_image_with_its_own_command_env_and_limits() {
+        let c = parse(
+            "[apps.services.worker]\ncommand = [\"/app/worker\", \"--queue\", \"mail\"]\n\
+             env = { ROLE = \"worker\" }\nmemory = \"64m\"\nsettle = \"5s\"\n",
+        )
+        .unwrap();
+        let app = &c.apps[0];
+        assert_eq!(app.service_names(), ["web", "worker"]);
+        let w = &app.services[0];
+        assert_eq!(w.name, "shop");
+        assert_eq!(w.image, app.image);
+        assert_eq!(w.contained.service, "worker");
+        assert_eq!(w.command.as_deref().unwrap()[0], "/app/worker");
+        assert_eq!(
+            w.env.keys().collect::<Vec<_>>(),
+            ["ROLE"],
+            "env is not inherited"
+        );
+        assert_eq!(w.memory_bytes, Some(64 << 20));
+        assert_eq!(w.settle, Duration::from_secs(5));
+        assert!(w.health.is_none() && w.publish.is_none() && w.services.is_empty());
+        assert!(w.no_new_privileges);
+    }
+
+    #[test]
+    fn combinations_a_service_cannot_have_are_refused_with_the_reason() {
+        let cases = [
+            ("[apps.services.Worker]\n", "DNS label"),
+            ("[apps.services.-w]\n", "DNS label"),
+            ("[apps.services.web]\n", "primary service"),
+            (
+                "[apps.services.worker]\nport = 9000\n",
+                "`port` is for the app's primary",
+            ),
+            (
+                "[apps.services.worker]\nhealth = { path = \"/h\" }\n",
+                "`health`",
+            ),
+            (
+                "[apps.services.worker]\npublish = \"127.0.0.1:9\"\n",
+                "`publish`",
+            ),
+            (
+                "[apps.services.worker]\nbinds = [{ source = \"/srv\", target = \"/s\" }]\n",
+                "`binds`",
+            ),
+            (
+                "[apps.services.worker]\nimage = \"127.0.0.1:5000/demo/other\"\n",
+                "another repository is not supported",
+            ),
+            ("[apps.services.worker]\ncommand = []\n", "command"),
+        ];
+        for (extra, want) in cases {
+            let e = parse(extra).unwrap_err();
+            assert!(e.contains(want), "{extra}: {e}");
+        }
+        // The app's own repository, named again, is fine.
+        parse("[apps.services.worker]\nimage = \"127.0.0.1:5000/demo/shop\"\n").unwrap();
+    }
+
+    #[test]
+    fn a_blue_green_app_with_several_services_is_refused() {
+        let text = format!(
+            "{}\nstrategy = \"blue-green\"\n[apps.services.worker]\n[apps.route]\nlisten = \"127.0.0.1:9000\"\n",
+            APP.replace("publish = \"127.0.0.1:8081\"\n", "")
+        );
+        let e = Config::parse(&text, Path::new("."))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("\"recreate\" only"), "{e}");
+    }
 }

@@ -259,10 +259,7 @@ impl Run<'_> {
     /// ones its journal created or its generations name, by id. A container that merely
     /// carries the app's labels is someone else's and is left alone.
     /// Every service's containers count: the old generation is all of them.
-    async fn observe_old(
-        &self,
-        candidates: &[&Candidate],
-    ) -> Result<OldGeneration, PipelineError> {
+    async fn observe_old(&self, candidates: &[&Candidate]) -> Result<OldGeneration, PipelineError> {
         let all = match self
             .ctx
             .engine

@@ -171,9 +171,14 @@ impl Run<'_> {
                 return Err(self.stopped(step, by).await);
             }
             self.store_retry(|| {
-                self.ctx
-                    .store
-                    .step_begin(self.dep.id, self.owner, step, self.service, &intent, self.dep.attempt)
+                self.ctx.store.step_begin(
+                    self.dep.id,
+                    self.owner,
+                    step,
+                    self.service,
+                    &intent,
+                    self.dep.attempt,
+                )
             })
             .await?;
             crate::faults::crash_point(&self.point(step), "before");
@@ -209,9 +214,13 @@ impl Run<'_> {
             }),
             StepState::Started => {
                 self.store_retry(|| {
-                    self.ctx
-                        .store
-                        .step_replay(self.dep.id, self.owner, step, self.service, self.dep.attempt)
+                    self.ctx.store.step_replay(
+                        self.dep.id,
+                        self.owner,
+                        step,
+                        self.service,
+                        self.dep.attempt,
+                    )
                 })
                 .await?;
                 tracing::info!("resuming interrupted step");
@@ -229,9 +238,14 @@ impl Run<'_> {
     ) -> Result<(), PipelineError> {
         let result = serde_json::to_value(result).expect("results serialize");
         self.store_retry(|| {
-            self.ctx
-                .store
-                .step_succeed(self.dep.id, self.owner, step, self.service, &result, switch)
+            self.ctx.store.step_succeed(
+                self.dep.id,
+                self.owner,
+                step,
+                self.service,
+                &result,
+                switch,
+            )
         })
         .await?;
         crate::faults::crash_point(&self.point(step), "after");
@@ -243,9 +257,14 @@ impl Run<'_> {
         let intent = serde_json::json!({ "stop_requested_by": by });
         let res = self
             .store_retry(|| {
-                self.ctx
-                    .store
-                    .step_begin(self.dep.id, self.owner, step, self.service, &intent, self.dep.attempt)
+                self.ctx.store.step_begin(
+                    self.dep.id,
+                    self.owner,
+                    step,
+                    self.service,
+                    &intent,
+                    self.dep.attempt,
+                )
             })
             .await;
         if let Err(e) = res {

@@ -155,7 +155,10 @@ impl<'a> Run<'a> {
                 return Ok(Healthy {
                     probes,
                     elapsed_ms: started.elapsed().as_millis() as u64,
-                    detail: format!("still running after its {} ms settle window", settle.as_millis()),
+                    detail: format!(
+                        "still running after its {} ms settle window",
+                        settle.as_millis()
+                    ),
                 });
             }
             tokio::time::sleep_until(deadline.min(now + SETTLE_POLL)).await;
