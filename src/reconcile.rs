@@ -7,8 +7,8 @@
 //!   recorded. Only a container the journal created (by id) is ever removed: one that merely
 //!   carries Pier's labels is left alone and reported. Pier never removes what it cannot
 //!   account for.
-//! - An app whose serving container is gone gets a `reconcile` deployment of the digest it
-//!   served, unless something is already queued or running for it.
+//! - An app whose serving container (or one of its further services' containers) is gone
+//!   gets a `reconcile` deployment of the digest it served, unless something is already queued or running for it.
 
 use std::collections::{HashMap, HashSet};
 
@@ -16,7 +16,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use crate::config::Config;
-use crate::engine::{Engine, EngineError, LABEL_APP, LABEL_DEPLOYMENT};
+use crate::engine::{Engine, EngineError, LABEL_APP, LABEL_DEPLOYMENT, LABEL_SERVICE};
 use crate::store::{
     DeploymentState, Enqueued, NewDeployment, ReconcileKind, Store, StoreError, Trigger,
 };
@@ -149,7 +149,17 @@ pub async fn reconcile(
         let Some(app) = config.app(&generation.app) else {
             continue;
         };
-        if present.contains(generation.container_id.as_str()) || store.app_busy(&app.name).await? {
+        // The generation is whole when its primary container and one container of each
+        // further service (labelled with the generation's deployment) exist.
+        let deployment = generation.deployment_id.to_string();
+        let lost_service = app.services.iter().find(|s| {
+            !containers.iter().any(|c| {
+                c.label(LABEL_DEPLOYMENT) == Some(deployment.as_str())
+                    && c.label(LABEL_SERVICE) == Some(s.contained.service.as_str())
+            })
+        });
+        let whole = present.contains(generation.container_id.as_str()) && lost_service.is_none();
+        if whole || store.app_busy(&app.name).await? {
             continue;
         }
         // One try per loss: if the last attempt to restore it failed, say so and wait for a
@@ -180,10 +190,16 @@ pub async fn reconcile(
             })
             .await?;
         if let Enqueued::Queued { id, .. } = enqueued {
-            let detail = format!(
-                "serving container {} is gone; queued deployment {id} of {}",
-                generation.container_id, generation.digest
-            );
+            let detail = match lost_service {
+                Some(s) if present.contains(generation.container_id.as_str()) => format!(
+                    "service {}'s serving container is gone; queued deployment {id} of {}",
+                    s.contained.service, generation.digest
+                ),
+                _ => format!(
+                    "serving container {} is gone; queued deployment {id} of {}",
+                    generation.container_id, generation.digest
+                ),
+            };
             tracing::warn!(app = %app.name, "{detail}");
             store
                 .record_reconcile(

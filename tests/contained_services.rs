@@ -188,6 +188,33 @@ async fn one_service_failing_its_health_check_leaves_the_previous_generation_of_
     env.cleanup().await;
 }
 
+#[tokio::test]
+async fn a_lost_worker_is_redeployed_by_reconciliation_not_taken_for_a_no_op() {
+    let mut env = env_with(None).await;
+    let app = env.app().to_owned();
+    env.push(&TestImage::healthy("v1"), "main").await;
+    env.wait_app_version("v1", DEPLOY).await;
+    let d1 = env.latest_final_of(&app, &[], DEPLOY).await;
+    assert_eq!(d1["state"], "succeeded", "{d1:#}");
+    let before = one_per_service(&env).await;
+
+    // The worker's container disappears (removed by hand): a restart's reconciliation
+    // requeues the serving digest, which is no no-op while the worker is missing even though
+    // the web still runs it; the generation is whole again.
+    let (ok, out) = docker_cli(&["rm", "-f", &before[1].1]);
+    assert!(ok, "{out}");
+    env.pier_mut().restart_with(|c| c).await;
+    let d2 = env
+        .latest_final_of(&app, &[d1["id"].as_str().unwrap()], DEPLOY)
+        .await;
+    assert_eq!(d2["state"], "succeeded", "{d2:#}");
+    assert_eq!(d2["trigger"], "reconcile", "{d2:#}");
+    let after = one_per_service(&env).await;
+    assert!(after.iter().all(|(_, _, running)| *running), "{after:?}");
+    assert_ne!(after[1].1, before[1].1);
+    env.cleanup().await;
+}
+
 /// Pier killed at `point` during the first deployment: after a restart it finishes with
 /// exactly one container per service, both running, nothing orphaned.
 async fn dies_at(point: &str) {

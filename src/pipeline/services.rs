@@ -165,3 +165,31 @@ impl<'a> Run<'a> {
         }
     }
 }
+
+impl Run<'_> {
+    /// Whether every further service has a running container of deployment `serving` (the
+    /// serving generation). Not knowing counts as "no".
+    pub(super) async fn services_running(&self, serving: uuid::Uuid) -> bool {
+        if self.app.services.is_empty() {
+            return true;
+        }
+        let dep = serving.to_string();
+        let all = match self
+            .ctx
+            .engine
+            .managed_containers(Some(&self.app.name), Some(&dep))
+            .await
+        {
+            Ok(all) => all,
+            Err(e) => {
+                tracing::warn!(error = %super::error_chain(&e), "cannot list the serving containers; deploying anyway");
+                return false;
+            }
+        };
+        self.app.services.iter().all(|s| {
+            all.iter().any(|c| {
+                c.running && c.label(crate::engine::LABEL_SERVICE) == Some(&s.contained.service)
+            })
+        })
+    }
+}
