@@ -30,8 +30,16 @@ const SETTLE_POLL: Duration = Duration::from_millis(100);
 /// A service whose image has a HEALTHCHECK gets this long to report healthy.
 const HEALTHCHECK_TIMEOUT_MS: u64 = 120_000;
 
-/// How a further service is judged healthy: it has no port to probe.
+/// A further service's `health` intent: its container, and how it is judged.
 #[derive(Serialize)]
+struct ServiceHealthIntent<'a> {
+    container: &'a str,
+    #[serde(flatten)]
+    probe: &'a ServiceProbe,
+}
+
+/// How a further service is judged healthy: it has no port to probe.
+#[derive(Serialize, Clone, Copy)]
 #[serde(tag = "mode", rename_all = "snake_case")]
 enum ServiceProbe {
     /// The image's own HEALTHCHECK, as the engine reports it.
@@ -111,8 +119,12 @@ impl<'a> Run<'a> {
             }
         };
         let name = self.service;
-        self.step(Step::Health, &probe, || async {
-            let res = match probe {
+        let intent = ServiceHealthIntent {
+            container: &candidate.id,
+            probe: &probe,
+        };
+        self.step(Step::Health, &intent, || async {
+            let res = match *intent.probe {
                 ServiceProbe::Healthcheck { timeout_ms } => {
                     self.wait_healthy(&Probe::Healthcheck { timeout_ms }, &candidate.id)
                         .await

@@ -114,7 +114,12 @@ pub fn intent_words(step: Step, i: &Value) -> String {
             c => format!("Stop the previous generation ({})", c.join(", ")),
         },
         Step::Start => format!("Start container {container}"),
-        Step::Health => format!("Wait until container {container} answers its health check"),
+        Step::Health => match (text(i, "mode"), i.get("settle_ms")) {
+            (Some("settle"), Some(ms)) => {
+                format!("Check that container {container} keeps running for {ms} ms")
+            }
+            _ => format!("Wait until container {container} answers its health check"),
+        },
         Step::Switch => "Make the new container the app's serving generation".into(),
         Step::Applied => format!(
             "Wait until pier proxy serves route version {}",
