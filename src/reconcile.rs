@@ -1,14 +1,14 @@
 //! Reconciliation: makes the engine agree with the journal. Runs at start-up, before any
 //! claim, and then on every sweep.
 //!
-//! - An orphan is a container labelled for an app that is neither the app's serving
-//!   generation nor a container of a queued or running deployment (a candidate a crashed
+//! - An orphan is a container labelled for an app that is neither of the app's serving
+//!   generation (any of its services' containers) nor a container of a queued or running deployment (a candidate a crashed
 //!   worker left, which its resumer will adopt). Orphans are removed, and the removal is
 //!   recorded. Only a container the journal created (by id) is ever removed: one that merely
 //!   carries Pier's labels is left alone and reported. Pier never removes what it cannot
 //!   account for.
-//! - An app whose serving container is gone gets a `reconcile` deployment of the digest it
-//!   served, unless something is already queued or running for it.
+//! - An app whose serving container (or one of its further services' containers) is gone
+//!   gets a `reconcile` deployment of the digest it served, unless something is already queued or running for it.
 
 use std::collections::{HashMap, HashSet};
 
@@ -16,7 +16,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use crate::config::Config;
-use crate::engine::{Engine, EngineError, LABEL_APP, LABEL_DEPLOYMENT};
+use crate::engine::{Engine, EngineError, LABEL_APP, LABEL_DEPLOYMENT, LABEL_SERVICE};
 use crate::store::{
     DeploymentState, Enqueued, NewDeployment, ReconcileKind, Store, StoreError, Trigger,
 };
@@ -46,11 +46,11 @@ pub async fn reconcile(
     // Containers first, then the rows: a container whose deployment finishes meanwhile is
     // then seen as current (or still running), never wrongly as an orphan.
     let containers = engine.managed_containers(None, None).await?;
-    let generations: HashMap<String, String> = store
+    let generations: HashMap<String, (String, Uuid)> = store
         .generations()
         .await?
         .into_iter()
-        .map(|g| (g.app, g.container_id))
+        .map(|g| (g.app, (g.container_id, g.deployment_id)))
         .collect();
     let ids: Vec<Uuid> = containers
         .iter()
@@ -68,7 +68,15 @@ pub async fn reconcile(
         let Some(app) = c.label(LABEL_APP) else {
             continue;
         };
-        if config.app(app).is_none() || generations.get(app) == Some(&c.id) {
+        let deployment = c
+            .label(LABEL_DEPLOYMENT)
+            .and_then(|d| Uuid::parse_str(d).ok());
+        // The serving generation is every service's container of the deployment that
+        // switched (the generation names the primary's), when the journal created it.
+        let serving = generations.get(app).is_some_and(|(id, dep)| {
+            *id == c.id || (deployment == Some(*dep) && known.contains(&c.id))
+        });
+        if config.app(app).is_none() || serving {
             continue;
         }
         // While a deployment of the app is under way, its journal decides what it retires
@@ -77,9 +85,6 @@ pub async fn reconcile(
         if store.app_busy(app).await? {
             continue;
         }
-        let deployment = c
-            .label(LABEL_DEPLOYMENT)
-            .and_then(|d| Uuid::parse_str(d).ok());
         let state = deployment.and_then(|d| states.get(&d)).copied();
         match state {
             Some(s) if !s.is_final() => {}
@@ -144,7 +149,17 @@ pub async fn reconcile(
         let Some(app) = config.app(&generation.app) else {
             continue;
         };
-        if present.contains(generation.container_id.as_str()) || store.app_busy(&app.name).await? {
+        // The generation is whole when its primary container and one container of each
+        // further service (labelled with the generation's deployment) exist.
+        let deployment = generation.deployment_id.to_string();
+        let lost_service = app.services.iter().find(|s| {
+            !containers.iter().any(|c| {
+                c.label(LABEL_DEPLOYMENT) == Some(deployment.as_str())
+                    && c.label(LABEL_SERVICE) == Some(s.contained.service.as_str())
+            })
+        });
+        let whole = present.contains(generation.container_id.as_str()) && lost_service.is_none();
+        if whole || store.app_busy(&app.name).await? {
             continue;
         }
         // One try per loss: if the last attempt to restore it failed, say so and wait for a
@@ -175,10 +190,16 @@ pub async fn reconcile(
             })
             .await?;
         if let Enqueued::Queued { id, .. } = enqueued {
-            let detail = format!(
-                "serving container {} is gone; queued deployment {id} of {}",
-                generation.container_id, generation.digest
-            );
+            let detail = match lost_service {
+                Some(s) if present.contains(generation.container_id.as_str()) => format!(
+                    "service {}'s serving container is gone; queued deployment {id} of {}",
+                    s.contained.service, generation.digest
+                ),
+                _ => format!(
+                    "serving container {} is gone; queued deployment {id} of {}",
+                    generation.container_id, generation.digest
+                ),
+            };
             tracing::warn!(app = %app.name, "{detail}");
             store
                 .record_reconcile(

@@ -208,6 +208,7 @@ async fn a_holder_cut_off_past_its_lease_is_fenced_out_of_every_write() {
             id,
             "cut-off",
             Step::Resolve,
+            "",
             &serde_json::json!({"tag": "main"}),
             1,
         )
@@ -231,17 +232,17 @@ async fn a_holder_cut_off_past_its_lease_is_fenced_out_of_every_write() {
     assert!(lost(store.heartbeat(id, "cut-off", LONG).await));
     assert!(lost(
         store
-            .step_succeed(id, "cut-off", Step::Resolve, &result, None)
+            .step_succeed(id, "cut-off", Step::Resolve, "", &result, None)
             .await
     ));
     assert!(lost(
         store
-            .step_fail(id, "cut-off", Step::Resolve, "late failure")
+            .step_fail(id, "cut-off", Step::Resolve, "", "late failure")
             .await
     ));
     assert!(lost(
         store
-            .step_begin(id, "cut-off", Step::Pull, &serde_json::json!({}), 1)
+            .step_begin(id, "cut-off", Step::Pull, "", &serde_json::json!({}), 1)
             .await
     ));
     assert!(lost(

@@ -245,6 +245,14 @@ pub struct AppConfig {
     pub route: Option<RouteConfig>,
     /// Network, volumes, secrets, host mounts, hardening (issue 10).
     pub contained: Contained,
+    /// Replaces the image's entrypoint and command when set.
+    pub command: Option<Vec<String>>,
+    /// Without an HTTP or image health check: how long the container must keep running.
+    pub settle: Duration,
+    /// The app's further services, each as this app's settings for that service's
+    /// container (same name, image and tag; its own `contained.service`, command, env,
+    /// limits; no port, health or route). Empty for a one-service app and inside a service.
+    pub services: Vec<AppConfig>,
 }
 
 impl AppConfig {
@@ -255,6 +263,12 @@ impl AppConfig {
     /// The repository path inside the registry (`demo/web`).
     pub fn repository(&self) -> &str {
         self.image.split_once('/').map_or(&self.image, |(_, r)| r)
+    }
+    /// The primary service's name, then the others', in the order they are deployed.
+    pub fn service_names(&self) -> Vec<&str> {
+        std::iter::once(self.contained.service.as_str())
+            .chain(self.services.iter().map(|s| s.contained.service.as_str()))
+            .collect()
     }
 }
 
@@ -323,6 +337,7 @@ pub use policy::{Policy, Refused};
 mod proxy;
 mod raw;
 mod retention;
+mod services;
 pub use retention::RetentionConfig;
 mod signin;
 mod source;

@@ -299,6 +299,11 @@ struct App {
     tmpfs: Vec<String>,
     user: Option<String>,
     port_env: Option<String>,
+    /// Replaces the image's entrypoint and command: the program, then its arguments.
+    command: Option<Vec<String>>,
+    /// The app's further services (`[apps.services.worker]`), see `services.rs`.
+    #[serde(default)]
+    services: BTreeMap<String, super::services::RawService>,
 }
 
 /// Apps may share a proxy address only when their `Host` names tell them apart: at most one
@@ -344,8 +349,9 @@ fn default_true() -> bool {
 }
 /// Enough for a JVM's threads; a fork bomb stops here instead of at the host's limit.
 fn default_pids_limit() -> i64 {
-    4096
+    DEFAULT_PIDS_LIMIT
 }
+pub(super) const DEFAULT_PIDS_LIMIT: i64 = 4096;
 
 fn invalid(msg: impl Into<String>) -> ConfigError {
     ConfigError::Invalid(msg.into())
@@ -548,7 +554,8 @@ impl Config {
                 .map(|m| parse_bytes(&m))
                 .transpose()
                 .map_err(|e| invalid(format!("app `{}`: memory: {e}", a.name)))?;
-            apps.push(AppConfig {
+            let command = super::services::command(&a.name, "", a.command)?;
+            let mut app = AppConfig {
                 name: a.name,
                 image: a.image,
                 tag: rule.text().to_owned(),
@@ -572,7 +579,12 @@ impl Config {
                 pids_limit: (a.pids_limit > 0).then_some(a.pids_limit),
                 route,
                 contained,
-            });
+                command,
+                settle: super::services::DEFAULT_SETTLE,
+                services: vec![],
+            };
+            app.services = super::services::resolve(&app, a.services, base)?;
+            apps.push(app);
         }
         let app_hosts: Vec<&str> = apps.iter().map(|a| a.registry_host()).collect();
         let mut sources: Vec<SourceConfig> = Vec::new();

@@ -33,6 +33,8 @@ pub struct ContainerSpec {
     pub restart: RestartPolicy,
     /// Network, mounts and hardening (issue 10).
     pub contained: ContainedSpec,
+    /// Replaces the image's entrypoint (and so its command): program, then arguments.
+    pub command: Option<Vec<String>>,
 }
 
 /// What a container is attached to, mounts, and may do.
@@ -155,6 +157,7 @@ impl Engine {
         });
         let body = ContainerCreateBody {
             image: Some(spec.image.clone()),
+            entrypoint: spec.command.clone(),
             user: c.user.clone(),
             networking_config,
             env: Some(spec.env.clone()),

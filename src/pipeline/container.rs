@@ -1,4 +1,5 @@
-//! create, stop_old, start, retire and rollback: the container side effects, each
+//! create, stop_old, start and retire: the container side effects (rollback is in
+//! `rollback.rs`), each
 //! idempotent on replay by the IDs in the journal and the `pier.*` labels.
 
 use std::collections::HashMap;
@@ -11,10 +12,10 @@ use sha2::Sha256;
 use super::{PipelineError, Run, Step, error_chain};
 use crate::config::{Origin, Strategy};
 use crate::engine::{
-    ContainerSpec, LABEL_APP, LABEL_DEPLOYMENT, LABEL_DIGEST, LABEL_MANAGED, Removed, Stopped,
+    ContainerSpec, LABEL_APP, LABEL_DEPLOYMENT, LABEL_DIGEST, LABEL_MANAGED, LABEL_SERVICE,
+    Removed, Stopped,
 };
 use crate::registry::Resolved;
-use crate::store::StepState;
 
 /// What `create` asks for. Env values are journaled only as a keyed hash (HMAC-SHA256 with
 /// the installation's key): a changed value shows as a change, but a plain hash would let
@@ -44,6 +45,9 @@ struct CreateIntent<'a> {
     read_only_root: bool,
     tmpfs: Vec<String>,
     user: Option<String>,
+    /// Several services: the program that replaces the image's entrypoint.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    command: Option<&'a [String]>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -75,63 +79,18 @@ pub struct Retired {
     pub warnings: Vec<String>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct RolledBack {
-    pub removed_candidates: Vec<String>,
-    pub restarted: Vec<String>,
-    pub warnings: Vec<String>,
-    pub logs: Option<String>,
-}
-
-impl RolledBack {
-    pub fn summary(&self) -> String {
-        let mut parts = Vec::new();
-        if self.removed_candidates.is_empty() {
-            parts.push("no candidate container to remove".to_owned());
-        } else {
-            parts.push(format!(
-                "removed candidate {}",
-                short(&self.removed_candidates)
-            ));
-        }
-        if !self.restarted.is_empty() {
-            parts.push(format!(
-                "restarted previous generation {}",
-                short(&self.restarted)
-            ));
-        }
-        parts.extend(self.warnings.iter().cloned());
-        parts.join("; ")
-    }
-}
-
-fn short(ids: &[String]) -> String {
-    ids.iter()
-        .map(|i| i.chars().take(12).collect::<String>())
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-#[derive(Clone, Serialize, Deserialize)]
-struct RollbackIntent {
-    candidates: Vec<String>,
-    restore: Vec<String>,
-    /// Blue-green, after a revert: the route version the proxy must serve before the
-    /// candidate is removed, so that no request is sent to a container being removed.
-    #[serde(default)]
-    after_route: Option<i64>,
-}
-
 impl Run<'_> {
     /// The candidate's logs are shown on the status page: env values that came from a
     /// secret reference are masked, in case the app printed them.
-    fn redact(&self, text: &str) -> String {
-        let secrets = self
-            .app
-            .env
-            .values()
-            .filter(|v| v.origin() == Origin::Reference)
-            .chain(self.app.contained.secrets.values())
+    pub(super) fn redact(&self, text: &str) -> String {
+        let secrets = std::iter::once(self.app)
+            .chain(&self.app.services)
+            .flat_map(|a| {
+                a.env
+                    .values()
+                    .filter(|v| v.origin() == Origin::Reference)
+                    .chain(a.contained.secrets.values())
+            })
             .map(|v| v.expose());
         super::redact::storable(&super::redact::redact(text, secrets))
     }
@@ -142,9 +101,21 @@ impl Run<'_> {
             (LABEL_APP.to_owned(), self.app.name.clone()),
             (LABEL_DEPLOYMENT.to_owned(), self.dep.id.to_string()),
             (LABEL_DIGEST.to_owned(), r.digest.clone()),
+            (LABEL_SERVICE.to_owned(), self.app.contained.service.clone()),
         ]);
         ContainerSpec {
-            name: format!("pier-{}-{}", self.app.name, self.dep.short_id()),
+            // The primary service's container keeps the one-service name.
+            name: if self.service.is_empty() {
+                format!("pier-{}-{}", self.app.name, self.dep.short_id())
+            } else {
+                format!(
+                    "pier-{}-{}-{}",
+                    self.app.name,
+                    self.service,
+                    self.dep.short_id()
+                )
+            },
+            command: self.app.command.clone(),
             image: self.reference(r),
             env: self.env(),
             labels,
@@ -225,6 +196,7 @@ impl Run<'_> {
             read_only_root: c.read_only_root,
             tmpfs: c.tmpfs.clone(),
             user: c.user.clone(),
+            command: self.app.command.as_deref(),
         };
         self.step(Step::Create, &intent, || async {
             let dep = self.dep.id.to_string();
@@ -233,7 +205,14 @@ impl Run<'_> {
                 .engine
                 .managed_containers(Some(&self.app.name), Some(&dep))
                 .await?;
-            if let Some(c) = existing.into_iter().next() {
+            // This service's container only (a primary made before services existed has no
+            // service label): a replay never adopts a sibling service's container.
+            let service = &self.app.contained.service;
+            let mine = |c: &crate::engine::ContainerFacts| match c.label(LABEL_SERVICE) {
+                Some(s) => s == service,
+                None => self.service.is_empty(),
+            };
+            if let Some(c) = existing.into_iter().find(mine) {
                 return Ok(Candidate {
                     id: c.id,
                     name: c.name,
@@ -257,9 +236,9 @@ impl Run<'_> {
     /// removed) so that a failed candidate can give the port back to it.
     pub(super) async fn stop_old(
         &self,
-        candidate: &Candidate,
+        candidates: &[&Candidate],
     ) -> Result<OldGeneration, PipelineError> {
-        let observed = self.observe_old(candidate).await?;
+        let observed = self.observe_old(candidates).await?;
         self.observed_step(Step::StopOld, observed, |plan: OldGeneration| async move {
             for id in &plan.running {
                 match self
@@ -279,7 +258,8 @@ impl Run<'_> {
     /// What serves and what is left over, among the containers Pier can account for: the
     /// ones its journal created or its generations name, by id. A container that merely
     /// carries the app's labels is someone else's and is left alone.
-    async fn observe_old(&self, candidate: &Candidate) -> Result<OldGeneration, PipelineError> {
+    /// Every service's containers count: the old generation is all of them.
+    async fn observe_old(&self, candidates: &[&Candidate]) -> Result<OldGeneration, PipelineError> {
         let all = match self
             .ctx
             .engine
@@ -294,7 +274,8 @@ impl Run<'_> {
             .store_retry(|| self.ctx.store.known_containers(&ids))
             .await?;
         let mut old = OldGeneration::default();
-        for c in all.into_iter().filter(|c| c.id != candidate.id) {
+        let new = |id: &str| candidates.iter().any(|c| c.id == id);
+        for c in all.into_iter().filter(|c| !new(&c.id)) {
             if !known.contains(&c.id) {
                 tracing::warn!(container = %c.id, name = %c.name,
                     "a container labelled for this app is unknown to the journal; left alone");
@@ -326,11 +307,11 @@ impl Run<'_> {
     /// the new generation is healthy and switched.
     pub(super) async fn retire(
         &self,
-        candidate: &Candidate,
+        candidates: &[&Candidate],
         old: &OldGeneration,
     ) -> Result<Retired, PipelineError> {
         let mut ids: Vec<String> = old.running.iter().chain(&old.idle).cloned().collect();
-        ids.retain(|i| i != &candidate.id);
+        ids.retain(|i| candidates.iter().all(|c| &c.id != i));
         let intent = serde_json::json!({ "containers": ids });
         self.step(Step::Retire, &intent, || async {
             let mut retired = Retired::default();
@@ -344,113 +325,6 @@ impl Run<'_> {
                 }
             }
             Ok(retired)
-        })
-        .await
-    }
-
-    /// Undoes a failed deployment: removes every container of this deployment (by the
-    /// journal and by label) and starts the generation `stop_old` stopped. Does nothing once
-    /// `switch` succeeded: then the new generation is the one serving.
-    pub(super) async fn rollback(
-        &self,
-        reverted: Option<i64>,
-    ) -> Result<RolledBack, PipelineError> {
-        let steps = self
-            .store_retry(|| self.ctx.store.steps(self.dep.id))
-            .await?;
-        let find = |s: Step| steps.iter().find(|r| r.step == s);
-        if reverted.is_none() && find(Step::Switch).is_some_and(|r| r.state == StepState::Succeeded)
-        {
-            return Ok(RolledBack {
-                warnings: vec!["new generation already switched; nothing rolled back".into()],
-                ..Default::default()
-            });
-        }
-        // What this deployment created and what it stopped, read from its journal. An entry
-        // that does not decode fails the rollback loudly: guessing "nothing to restore"
-        // would leave the app down while the record says all is well.
-        let mut candidates: Vec<String> = match find(Step::Create).and_then(|r| r.result.clone()) {
-            Some(v) => vec![
-                serde_json::from_value::<Candidate>(v)
-                    .map_err(|e| PipelineError::journal(Step::Create, "result", e))?
-                    .id,
-            ],
-            None => vec![],
-        };
-        let dep = self.dep.id.to_string();
-        let labelled = self
-            .ctx
-            .engine
-            .managed_containers(Some(&self.app.name), Some(&dep))
-            .await
-            .map_err(|e| PipelineError::Failed {
-                step: Step::Rollback,
-                source: e.into(),
-            })?;
-        for c in labelled {
-            if !candidates.contains(&c.id) {
-                candidates.push(c.id);
-            }
-        }
-        let restore: Vec<String> = match find(Step::StopOld) {
-            // After a revert the previous generation already runs and serves.
-            _ if reverted.is_some() => vec![],
-            Some(r) if r.intent != serde_json::json!({}) => {
-                serde_json::from_value::<OldGeneration>(r.intent.clone())
-                    .map_err(|e| PipelineError::journal(Step::StopOld, "intent", e))?
-                    .running
-            }
-            _ => vec![],
-        };
-        let intent = RollbackIntent {
-            candidates,
-            restore,
-            after_route: reverted,
-        };
-        if intent.candidates.is_empty()
-            && intent.restore.is_empty()
-            && find(Step::Rollback).is_none()
-        {
-            return Ok(RolledBack::default());
-        }
-        self.observed_step(Step::Rollback, intent, |plan: RollbackIntent| async move {
-            let mut out = RolledBack::default();
-            if let Some(version) = plan.after_route {
-                self.proxy_applied(version).await?;
-            }
-            for id in &plan.candidates {
-                if out.logs.is_none() {
-                    match self.ctx.engine.logs_tail(id, 30).await {
-                        Ok(l) if !l.is_empty() => out.logs = Some(self.redact(&l)),
-                        Ok(_) => {}
-                        Err(e) => out
-                            .warnings
-                            .push(format!("read candidate {id}'s logs: {}", error_chain(&e))),
-                    }
-                }
-                match self.ctx.engine.remove_container(id).await {
-                    Ok(_) => out.removed_candidates.push(id.clone()),
-                    Err(e) => out
-                        .warnings
-                        .push(format!("remove candidate {id}: {}", error_chain(&e))),
-                }
-            }
-            for id in &plan.restore {
-                match self
-                    .ctx
-                    .engine
-                    .start_container(id)
-                    .await
-                    .map_err(|e| self.hide_paths(e))
-                {
-                    Ok(()) => out.restarted.push(id.clone()),
-                    Err(e) => out.warnings.push(format!(
-                        "restart previous generation {id}: {}",
-                        error_chain(&e)
-                    )),
-                }
-            }
-            Ok(out)
         })
         .await
     }

@@ -35,6 +35,15 @@ enum IntentCheck {
 }
 
 impl Run<'_> {
+    /// A step's crash point: `create`, or `create@worker` for a further service's.
+    fn point(&self, step: Step) -> String {
+        if self.service.is_empty() {
+            step.as_str().to_owned()
+        } else {
+            format!("{step}@{}", self.service)
+        }
+    }
+
     /// Runs a step whose intent follows from the config and the deployment. A replay
     /// whose intent differs from the recorded one is a conflict.
     pub(super) async fn step<I, T, F, Fut>(
@@ -70,7 +79,7 @@ impl Run<'_> {
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, StepError>>,
     {
-        let span = tracing::info_span!("step", %step);
+        let span = tracing::info_span!("step", %step, service = self.service);
         async {
             match self.begin::<T>(step, intent, IntentCheck::Strict).await? {
                 Begun::Done(t) => Ok(t),
@@ -95,7 +104,7 @@ impl Run<'_> {
         F: Fn(I) -> Fut,
         Fut: Future<Output = Result<T, StepError>>,
     {
-        let span = tracing::info_span!("step", %step);
+        let span = tracing::info_span!("step", %step, service = self.service);
         async {
             let plan = match self
                 .begin::<T>(step, &observed, IntentCheck::Recorded)
@@ -148,7 +157,7 @@ impl Run<'_> {
     ) -> Result<Begun<T>, PipelineError> {
         let intent = serde_json::to_value(intent).expect("intents serialize");
         let recorded = self
-            .store_retry(|| self.ctx.store.step(self.dep.id, step))
+            .store_retry(|| self.ctx.store.step(self.dep.id, step, self.service))
             .await?;
         let Some(rec) = recorded else {
             // A step boundary: an operator's stop is honoured here, before anything of this
@@ -162,12 +171,17 @@ impl Run<'_> {
                 return Err(self.stopped(step, by).await);
             }
             self.store_retry(|| {
-                self.ctx
-                    .store
-                    .step_begin(self.dep.id, self.owner, step, &intent, self.dep.attempt)
+                self.ctx.store.step_begin(
+                    self.dep.id,
+                    self.owner,
+                    step,
+                    self.service,
+                    &intent,
+                    self.dep.attempt,
+                )
             })
             .await?;
-            crate::faults::crash_point(step.as_str(), "before");
+            crate::faults::crash_point(&self.point(step), "before");
             return Ok(Begun::Fresh);
         };
         // A stop journaled before the process died ends as the stop it was (its record
@@ -200,13 +214,17 @@ impl Run<'_> {
             }),
             StepState::Started => {
                 self.store_retry(|| {
-                    self.ctx
-                        .store
-                        .step_replay(self.dep.id, self.owner, step, self.dep.attempt)
+                    self.ctx.store.step_replay(
+                        self.dep.id,
+                        self.owner,
+                        step,
+                        self.service,
+                        self.dep.attempt,
+                    )
                 })
                 .await?;
                 tracing::info!("resuming interrupted step");
-                crate::faults::crash_point(step.as_str(), "before");
+                crate::faults::crash_point(&self.point(step), "before");
                 Ok(Begun::Resumed(rec.intent))
             }
         }
@@ -220,12 +238,17 @@ impl Run<'_> {
     ) -> Result<(), PipelineError> {
         let result = serde_json::to_value(result).expect("results serialize");
         self.store_retry(|| {
-            self.ctx
-                .store
-                .step_succeed(self.dep.id, self.owner, step, &result, switch)
+            self.ctx.store.step_succeed(
+                self.dep.id,
+                self.owner,
+                step,
+                self.service,
+                &result,
+                switch,
+            )
         })
         .await?;
-        crate::faults::crash_point(step.as_str(), "after");
+        crate::faults::crash_point(&self.point(step), "after");
         Ok(())
     }
 
@@ -234,9 +257,14 @@ impl Run<'_> {
         let intent = serde_json::json!({ "stop_requested_by": by });
         let res = self
             .store_retry(|| {
-                self.ctx
-                    .store
-                    .step_begin(self.dep.id, self.owner, step, &intent, self.dep.attempt)
+                self.ctx.store.step_begin(
+                    self.dep.id,
+                    self.owner,
+                    step,
+                    self.service,
+                    &intent,
+                    self.dep.attempt,
+                )
             })
             .await;
         if let Err(e) = res {
@@ -254,7 +282,7 @@ impl Run<'_> {
             .store_retry(|| {
                 self.ctx
                     .store
-                    .step_fail(self.dep.id, self.owner, step, &reason)
+                    .step_fail(self.dep.id, self.owner, step, self.service, &reason)
             })
             .await;
         match res {

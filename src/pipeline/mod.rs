@@ -1,5 +1,6 @@
 //! The journaled deployment pipeline, strategy `recreate`:
-//! resolve, pull, verify, create, stop_old, start, health, switch, retire.
+//! resolve, pull, verify, create (every service), stop_old, start (every service), health
+//! (every service), switch, retire.
 //! On failure before `switch`: rollback (remove the candidate, start the old generation).
 //!
 //! Every step runs through one runner (`journal.rs`): intent committed before the side
@@ -14,7 +15,10 @@ mod container;
 mod health;
 mod image;
 mod journal;
+mod outcome;
 mod redact;
+mod rollback;
+mod services;
 
 pub use health::probe_client;
 
@@ -152,6 +156,9 @@ pub struct Run<'a> {
     app: &'a AppConfig,
     /// `pier import`: the archive loaded instead of a pull.
     import: Option<crate::store::Import>,
+    /// The journal key of the service this run's steps are for: empty for the primary
+    /// service and the generation's own steps (see `services.rs`).
+    service: &'a str,
 }
 
 /// How a run ended.
@@ -173,6 +180,7 @@ pub async fn run(ctx: &Context, owner: &str, dep: &Deployment, app: &AppConfig) 
         dep,
         app,
         import: None,
+        service: "",
     };
     match run.store_retry(|| ctx.store.import_of(dep.id)).await {
         Ok(import) => run.import = import,
@@ -285,15 +293,24 @@ impl Run<'_> {
                 candidate,
             } => (resolved, image, candidate),
         };
-        let old = self.stop_old(&candidate).await?;
+        // One generation: every service is created before any is started, and every one is
+        // healthy before the switch (see `services.rs`).
+        let others = self.create_services(&resolved).await?;
+        let all: Vec<&container::Candidate> = std::iter::once(&candidate).chain(&others).collect();
+        let old = self.stop_old(&all).await?;
         self.start(&candidate).await?;
+        self.start_services(&others).await?;
         let probe = self.health(&candidate, &image, None).await?;
+        let services = self.services_health(&others, &image).await?;
         self.switch(&resolved, &candidate).await?;
-        let retired = self.retire(&candidate, &old).await?;
+        let retired = self.retire(&all, &old).await?;
         let mut note = format!(
             "{} is running in {} ({probe})",
             resolved.digest, candidate.name
         );
+        if !services.is_empty() {
+            note.push_str(&format!("; {}", services.join("; ")));
+        }
         if !retired.warnings.is_empty() {
             note.push_str(&format!(
                 "; retire warnings: {}",
@@ -308,7 +325,7 @@ impl Run<'_> {
     /// journal the deployment is under way and is finished, not skipped.
     async fn already_running(&self, digest: &str) -> Result<Option<String>, PipelineError> {
         let pulled = self
-            .store_retry(|| self.ctx.store.step(self.dep.id, Step::Pull))
+            .store_retry(|| self.ctx.store.step(self.dep.id, Step::Pull, ""))
             .await?;
         if pulled.is_some() {
             return Ok(None);
@@ -325,10 +342,17 @@ impl Run<'_> {
             .inspect_container(&current.container_id)
             .await
         {
-            Ok(Some(c)) if c.running => Ok(Some(format!(
-                "no-op: {digest} already runs in {} (deployment {})",
-                c.name, current.deployment_id
-            ))),
+            Ok(Some(c)) if c.running => {
+                // Every further service must run too: one added to the config since, or one
+                // whose container is gone, makes this push a deployment.
+                if !self.services_running(current.deployment_id).await {
+                    return Ok(None);
+                }
+                Ok(Some(format!(
+                    "no-op: {digest} already runs in {} (deployment {})",
+                    c.name, current.deployment_id
+                )))
+            }
             Ok(_) => Ok(None),
             Err(e) => {
                 // Not knowing is not "running": deploy it again rather than claim a no-op.
@@ -336,106 +360,5 @@ impl Run<'_> {
                 Ok(None)
             }
         }
-    }
-
-    /// The digest this run resolved, from its journal (the deployment row read at claim
-    /// time may predate the resolve).
-    async fn resolved_digest(&self) -> Option<String> {
-        let rec = self
-            .store_retry(|| self.ctx.store.step(self.dep.id, Step::Resolve))
-            .await
-            .ok()??;
-        rec.result?.get("digest")?.as_str().map(str::to_owned)
-    }
-
-    async fn finish(
-        &self,
-        state: DeploymentState,
-        outcome: &str,
-        error: Option<&str>,
-        logs: Option<&str>,
-    ) -> Outcome {
-        let res = self
-            .store_retry(|| {
-                self.ctx
-                    .store
-                    .finish(self.dep.id, self.owner, state, outcome, error, logs)
-            })
-            .await;
-        match res {
-            Ok(()) => {
-                metrics::counter!("pier_deployments_finished_total", "app" => self.app.name.clone(), "state" => state.as_str()).increment(1);
-                tracing::info!(%state, outcome, error, "deployment finished");
-                Outcome::Finished(state)
-            }
-            Err(e) => Outcome::Abandoned(error_chain(&e)),
-        }
-    }
-
-    /// A failed deployment leaves the running service as it was: the candidate is removed
-    /// and the old generation started again, and the record says why, with the candidate's
-    /// last log lines. A rollback that cannot do its work is said loudly: the deployment
-    /// fails with that reason and the log carries an alert, never a quiet "done".
-    async fn fail(&self, error: PipelineError) -> Outcome {
-        let reason = error_chain(&error);
-        tracing::warn!(error = %reason, "deployment failed; rolling back");
-        // Blue-green, after the switch: the previous generation serves again first.
-        let reverted = match self.app.strategy {
-            Strategy::BlueGreen => match self.revert().await {
-                Ok(v) => v,
-                Err(PipelineError::Store(e)) => return Outcome::Abandoned(error_chain(&e)),
-                Err(e) => {
-                    let cause = error_chain(&e);
-                    tracing::error!(alert = true, error = %cause,
-                        "ALERT: switching back to the previous generation failed");
-                    let outcome = format!("failed; REVERT FAILED ({cause}); check the app");
-                    return self
-                        .finish(DeploymentState::Failed, &outcome, Some(&reason), None)
-                        .await;
-                }
-            },
-            Strategy::Recreate => None,
-        };
-        if let PipelineError::Failed {
-            step: step @ (Step::Health | Step::Soak),
-            ..
-        } = &error
-            && let Some(digest) = self.resolved_digest().await
-        {
-            let why = format!("failed its {step} in deployment {}", self.dep.id);
-            if let Err(e) = self
-                .store_retry(|| {
-                    self.ctx
-                        .store
-                        .quarantine(&self.app.name, &digest, &why, self.dep.id)
-                })
-                .await
-            {
-                return Outcome::Abandoned(error_chain(&e));
-            }
-        }
-        let (logs, rollback_note) = match self.rollback(reverted).await {
-            Ok(r) => (r.logs.clone(), r.summary()),
-            Err(PipelineError::Store(e)) => return Outcome::Abandoned(error_chain(&e)),
-            Err(e) => {
-                let cause = error_chain(&e);
-                tracing::error!(alert = true, error = %cause,
-                    "ALERT: rollback failed; the previous generation may not be running");
-                (None, format!("ROLLBACK FAILED ({cause}); check the app"))
-            }
-        };
-        let (state, outcome) = match (&error, reverted) {
-            (PipelineError::Stopped { step, by }, _) => (
-                DeploymentState::Cancelled,
-                format!("stopped before {step} as {by} asked; {rollback_note}"),
-            ),
-            (_, Some(_)) => (
-                DeploymentState::RolledBack,
-                format!("rolled back to the previous generation; {rollback_note}"),
-            ),
-            (_, None) => (DeploymentState::Failed, format!("failed; {rollback_note}")),
-        };
-        self.finish(state, &outcome, Some(&reason), logs.as_deref())
-            .await
     }
 }

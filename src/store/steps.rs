@@ -12,6 +12,10 @@ pub struct StepRecord {
     pub id: i64,
     pub deployment_id: Uuid,
     pub step: Step,
+    /// The service this entry is for; empty for the app's primary service (and for steps
+    /// that are the whole generation's, like `resolve` or `switch`).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub service: String,
     pub state: StepState,
     pub intent: serde_json::Value,
     pub result: Option<serde_json::Value>,
@@ -72,14 +76,22 @@ impl Store {
         )
     }
 
-    pub async fn step(&self, deployment: Uuid, step: Step) -> Result<Option<StepRecord>> {
-        Ok(
-            sqlx::query_as("SELECT * FROM deployment_steps WHERE deployment_id = $1 AND step = $2")
-                .bind(deployment)
-                .bind(step)
-                .fetch_optional(&self.pool)
-                .await?,
+    /// One journal entry: `service` is empty for the primary service's (and the whole
+    /// generation's) steps.
+    pub async fn step(
+        &self,
+        deployment: Uuid,
+        step: Step,
+        service: &str,
+    ) -> Result<Option<StepRecord>> {
+        Ok(sqlx::query_as(
+            "SELECT * FROM deployment_steps WHERE deployment_id = $1 AND step = $2 AND service = $3",
         )
+        .bind(deployment)
+        .bind(step)
+        .bind(service)
+        .fetch_optional(&self.pool)
+        .await?)
     }
 
     /// Records a step's intent, committed before its side effect.
@@ -88,19 +100,21 @@ impl Store {
         deployment: Uuid,
         owner: &str,
         step: Step,
+        service: &str,
         intent: &serde_json::Value,
         attempt: i32,
     ) -> Result<()> {
         let mut tx = self.begin().await?;
         holds_lease(&mut tx, deployment, owner).await?;
         sqlx::query(
-            "INSERT INTO deployment_steps (deployment_id, step, state, intent, attempt)
-             VALUES ($1, $2, 'started', $3, $4)",
+            "INSERT INTO deployment_steps (deployment_id, step, service, state, intent, attempt)
+             VALUES ($1, $2, $5, 'started', $3, $4)",
         )
         .bind(deployment)
         .bind(step)
         .bind(pg_json(intent).as_ref())
         .bind(attempt)
+        .bind(service)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -113,17 +127,19 @@ impl Store {
         deployment: Uuid,
         owner: &str,
         step: Step,
+        service: &str,
         attempt: i32,
     ) -> Result<()> {
         let mut tx = self.begin().await?;
         holds_lease(&mut tx, deployment, owner).await?;
         sqlx::query(
             "UPDATE deployment_steps SET replays = replays + 1, attempt = $3
-             WHERE deployment_id = $1 AND step = $2",
+             WHERE deployment_id = $1 AND step = $2 AND service = $4",
         )
         .bind(deployment)
         .bind(step)
         .bind(attempt)
+        .bind(service)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -137,6 +153,7 @@ impl Store {
         deployment: Uuid,
         owner: &str,
         step: Step,
+        service: &str,
         result: &serde_json::Value,
         switch: Option<&GenerationSwitch>,
     ) -> Result<()> {
@@ -148,7 +165,7 @@ impl Store {
         finish_step(
             &mut tx,
             deployment,
-            step,
+            (step, service),
             StepState::Succeeded,
             Some(result),
             None,
@@ -163,6 +180,7 @@ impl Store {
         deployment: Uuid,
         owner: &str,
         step: Step,
+        service: &str,
         error: &str,
     ) -> Result<()> {
         let mut tx = self.begin().await?;
@@ -170,7 +188,7 @@ impl Store {
         finish_step(
             &mut tx,
             deployment,
-            step,
+            (step, service),
             StepState::Failed,
             None,
             Some(error),
@@ -218,20 +236,21 @@ async fn apply_switch(tx: &mut Transaction<'_, Postgres>, change: &GenerationSwi
 async fn finish_step(
     tx: &mut Transaction<'_, Postgres>,
     deployment: Uuid,
-    step: Step,
+    (step, service): (Step, &str),
     state: StepState,
     result: Option<&serde_json::Value>,
     error: Option<&str>,
 ) -> Result<()> {
     sqlx::query(
         "UPDATE deployment_steps SET state = $3, result = $4, error = $5, finished_at = now()
-         WHERE deployment_id = $1 AND step = $2",
+         WHERE deployment_id = $1 AND step = $2 AND service = $6",
     )
     .bind(deployment)
     .bind(step)
     .bind(state)
     .bind(result.map(pg_json).as_ref().map(|c| c.as_ref()))
     .bind(error.map(pg_text))
+    .bind(service)
     .execute(&mut **tx)
     .await?;
     Ok(())

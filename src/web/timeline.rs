@@ -45,7 +45,11 @@ pub fn rows(d: &Deployment, steps: &[StepRecord], now: DateTime<Utc>) -> Vec<Tim
                 left: (left * 10.0).round() / 10.0,
                 width: (width * 10.0).round() / 10.0,
                 took: took(Some(&s.started_at), s.finished_at.as_ref()),
-                intent_words: intent_words(s.step, &s.intent),
+                // A further service's own steps say whose they are.
+                intent_words: match s.service.as_str() {
+                    "" => intent_words(s.step, &s.intent),
+                    svc => format!("Service {svc}: {}", intent_words(s.step, &s.intent)),
+                },
                 result_words: result_words(s),
                 step: s.clone(),
             }
@@ -110,7 +114,12 @@ pub fn intent_words(step: Step, i: &Value) -> String {
             c => format!("Stop the previous generation ({})", c.join(", ")),
         },
         Step::Start => format!("Start container {container}"),
-        Step::Health => format!("Wait until container {container} answers its health check"),
+        Step::Health => match (text(i, "mode"), i.get("settle_ms")) {
+            (Some("settle"), Some(ms)) => {
+                format!("Check that container {container} keeps running for {ms} ms")
+            }
+            _ => format!("Wait until container {container} answers its health check"),
+        },
         Step::Switch => "Make the new container the app's serving generation".into(),
         Step::Applied => format!(
             "Wait until pier proxy serves route version {}",
@@ -236,6 +245,7 @@ mod tests {
             id: from,
             deployment_id: uuid::Uuid::nil(),
             step,
+            service: String::new(),
             state: if to.is_some() {
                 StepState::Succeeded
             } else {

@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use super::{AppState, WebError};
 use crate::config::AppConfig;
-use crate::engine::{ContainerFacts, LABEL_APP};
+use crate::engine::{ContainerFacts, LABEL_APP, LABEL_DEPLOYMENT, LABEL_SERVICE};
 use crate::store::{Deployment, Generation, Quarantined, ReconcileAction, Route, StepRecord};
 
 #[derive(Serialize)]
@@ -24,6 +24,9 @@ pub struct AppView {
     pub generation: Option<Generation>,
     /// What the engine says exists for this app, found by label.
     pub containers: Vec<ContainerView>,
+    /// Each service of the app (the primary first) and its container in the serving
+    /// generation, as the engine sees it.
+    pub services: Vec<ServiceView>,
     pub engine_error: Option<String>,
     pub latest_deployment: Option<Deployment>,
     pub deployments: Vec<Deployment>,
@@ -91,6 +94,51 @@ impl AppView {
     }
 }
 
+/// One service of an app and its container of the serving generation (none: nothing
+/// deployed yet, or the container is gone).
+#[derive(Serialize)]
+pub struct ServiceView {
+    pub name: String,
+    pub container_id: Option<String>,
+    pub container_name: Option<String>,
+    pub running: bool,
+    pub status: Option<String>,
+}
+
+/// Every service's container of the serving generation: the primary's is the one the
+/// generation names; a further service's carries the generation's deployment and its
+/// service label.
+fn services_of(
+    app: &AppConfig,
+    generation: Option<&Generation>,
+    mine: &[&ContainerFacts],
+) -> Vec<ServiceView> {
+    let deployment = generation.map(|g| g.deployment_id.to_string());
+    app.service_names()
+        .into_iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let found = generation.and_then(|g| {
+                mine.iter().find(|c| {
+                    if i == 0 {
+                        c.id == g.container_id
+                    } else {
+                        c.label(LABEL_DEPLOYMENT) == deployment.as_deref()
+                            && c.label(LABEL_SERVICE) == Some(name)
+                    }
+                })
+            });
+            ServiceView {
+                name: name.to_owned(),
+                container_id: found.map(|c| c.id.clone()),
+                container_name: found.map(|c| c.name.clone()),
+                running: found.is_some_and(|c| c.running),
+                status: found.map(|c| c.status.clone()),
+            }
+        })
+        .collect()
+}
+
 /// A container labelled for an app, and whether Pier's journal created it. One it did not
 /// (started by hand with Pier's labels) is shown, and never stopped or removed.
 #[derive(Serialize)]
@@ -152,7 +200,9 @@ pub async fn app_view(
             .map(|st| st.step.to_string()),
         None => None,
     };
+    let services = services_of(app, generation.as_ref(), &mine);
     Ok(AppView {
+        services,
         name: app.name.clone(),
         image: app.image.clone(),
         tag: app.tag.clone(),

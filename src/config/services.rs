@@ -1,0 +1,297 @@
+//! `[apps.services.<name>]`: an app's further services (a `worker` beside the web server),
+//! deployed with the primary one as one generation. Each is checked whole at load and
+//! turned into the app's settings as that service's container sees them, so the pipeline
+//! creates, starts and checks it with the same code as the primary one.
+//!
+//! What a service is: the app's image at the same digest (one push names them all), its own
+//! command, env, secrets, limits, hardening, volumes and shared networks, and no port: it is
+//! not published and has no HTTP health check. It is healthy when its image's HEALTHCHECK
+//! says so, or else when it runs and is still running after `settle`.
+
+use std::path::Path;
+
+use serde::de::IgnoredAny;
+
+use super::contained::{RawContained, RawHostMount, RawVolume};
+use super::*;
+
+/// How long a service without a health check must keep running before it counts as
+/// healthy: long enough for a process that dies at start-up to have died.
+pub const DEFAULT_SETTLE: Duration = Duration::from_secs(2);
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawService {
+    /// Only the app's own repository: a service is the same image at the same digest.
+    image: Option<String>,
+    command: Option<Vec<String>>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    secrets: BTreeMap<String, String>,
+    memory: Option<String>,
+    cpus: Option<f64>,
+    restart: Option<RestartPolicy>,
+    #[serde(default, with = "humantime_serde")]
+    stop_timeout: Option<Duration>,
+    no_new_privileges: Option<bool>,
+    pids_limit: Option<i64>,
+    #[serde(default)]
+    networks: Vec<String>,
+    #[serde(default)]
+    volumes: Vec<RawVolume>,
+    cap_keep: Option<Vec<String>>,
+    #[serde(default)]
+    read_only: bool,
+    #[serde(default)]
+    tmpfs: Vec<String>,
+    user: Option<String>,
+    #[serde(default, with = "humantime_serde")]
+    settle: Option<Duration>,
+    // Accepted by the parser only to be refused with a reason (see `resolve`).
+    port: Option<IgnoredAny>,
+    publish: Option<IgnoredAny>,
+    health: Option<IgnoredAny>,
+    port_env: Option<IgnoredAny>,
+    files: Option<Vec<RawHostMount>>,
+    binds: Option<Vec<RawHostMount>>,
+    devices: Option<IgnoredAny>,
+    service: Option<IgnoredAny>,
+}
+
+/// A service name is its alias on the app's network and part of its container's name: a
+/// DNS label.
+pub fn valid_service_name(n: &str) -> bool {
+    !n.is_empty()
+        && n.len() <= 32
+        && n.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !n.starts_with('-')
+        && !n.ends_with('-')
+}
+
+pub(super) fn command(
+    app: &str,
+    what: &str,
+    c: Option<Vec<String>>,
+) -> Result<Option<Vec<String>>, ConfigError> {
+    match c {
+        Some(c) if c.is_empty() || c[0].is_empty() => Err(ConfigError::Invalid(format!(
+            "app `{app}`: {what}command: give the program and its arguments, e.g. [\"/app/worker\", \"--queue\", \"mail\"]"
+        ))),
+        c => Ok(c),
+    }
+}
+
+/// The app's further services, each as the primary's settings for that container.
+pub(super) fn resolve(
+    primary: &AppConfig,
+    raw: BTreeMap<String, RawService>,
+    base: &Path,
+) -> Result<Vec<AppConfig>, ConfigError> {
+    let app = &primary.name;
+    let bad = |name: &str, msg: String| {
+        ConfigError::Invalid(format!("app `{app}`: services.{name}: {msg}"))
+    };
+    if !raw.is_empty() && primary.strategy == Strategy::BlueGreen {
+        return Err(ConfigError::Invalid(format!(
+            "app `{app}`: several services are supported with strategy = \"recreate\" only; \
+             a blue-green app has one service"
+        )));
+    }
+    let mut out = Vec::new();
+    for (name, s) in raw {
+        if !valid_service_name(&name) {
+            return Err(bad(
+                &name,
+                "a service name is a DNS label: lower-case letters, digits and -".into(),
+            ));
+        }
+        if name == primary.contained.service {
+            return Err(bad(
+                &name,
+                format!(
+                    "`{name}` is the app's primary service (its own settings); name this one \
+                     differently or set the app's `service`"
+                ),
+            ));
+        }
+        if let Some(i) = &s.image
+            && i != &primary.image
+        {
+            return Err(bad(
+                &name,
+                format!(
+                    "image `{i}`: a service runs the app's own image ({}) at the digest the \
+                     push named; another repository is not supported",
+                    primary.image
+                ),
+            ));
+        }
+        let refused = [
+            (s.port.is_some(), "port"),
+            (s.publish.is_some(), "publish"),
+            (s.health.is_some(), "health"),
+            (s.port_env.is_some(), "port_env"),
+            (s.files.is_some(), "files"),
+            (s.binds.is_some(), "binds"),
+            (s.devices.is_some(), "devices"),
+            (s.service.is_some(), "service"),
+        ];
+        if let Some((_, field)) = refused.iter().find(|(set, _)| *set) {
+            return Err(bad(
+                &name,
+                format!(
+                    "`{field}` is for the app's primary service only: a further service is not \
+                     published, has no HTTP health check and mounts no host paths \
+                     (its name is the table's)"
+                ),
+            ));
+        }
+        if let Some(c) = s.cpus
+            && !(c > 0.0 && c <= 1024.0)
+        {
+            return Err(bad(&name, "cpus must be > 0".into()));
+        }
+        let mut env = BTreeMap::new();
+        for (k, v) in s.env {
+            let what = format!("apps.{app}.services.{name}.env.{k}");
+            env.insert(k, Secret::resolve(&what, &v, base)?);
+        }
+        let contained = RawContained {
+            service: Some(name.clone()),
+            networks: s.networks,
+            volumes: s.volumes,
+            secrets: s.secrets,
+            files: vec![],
+            binds: vec![],
+            devices: vec![],
+            cap_keep: s.cap_keep,
+            read_only: s.read_only,
+            tmpfs: s.tmpfs,
+            user: s.user,
+            port_env: None,
+        }
+        .resolve(app, &env, base)?;
+        let memory_bytes = s
+            .memory
+            .map(|m| parse_bytes(&m))
+            .transpose()
+            .map_err(|e| bad(&name, format!("memory: {e}")))?;
+        let pids_limit = s.pids_limit.unwrap_or(super::raw::DEFAULT_PIDS_LIMIT);
+        out.push(AppConfig {
+            publish: None,
+            health: None,
+            route: None,
+            env,
+            memory_bytes,
+            cpus: s.cpus,
+            restart: s.restart.unwrap_or_default(),
+            stop_timeout: s.stop_timeout.unwrap_or(primary.stop_timeout),
+            no_new_privileges: s.no_new_privileges.unwrap_or(true),
+            pids_limit: (pids_limit > 0).then_some(pids_limit),
+            contained,
+            command: command(app, &format!("services.{name}."), s.command)?,
+            settle: s.settle.unwrap_or(DEFAULT_SETTLE),
+            services: vec![],
+            ..primary.clone()
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const APP: &str = r#"
+        [server]
+        database_url = "postgres://localhost/pier"
+        [[apps]]
+        name = "shop"
+        image = "127.0.0.1:5000/demo/shop"
+        port = 8080
+        publish = "127.0.0.1:8081"
+        health = { path = "/health" }
+        service = "web"
+        env = { GREETING = "hello" }
+        memory = "256m"
+    "#;
+
+    fn parse(extra: &str) -> Result<Config, String> {
+        Config::parse(&format!("{APP}{extra}"), Path::new(".")).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_service_is_the_apps_image_with_its_own_command_env_and_limits() {
+        let c = parse(
+            "[apps.services.worker]\ncommand = [\"/app/worker\", \"--queue\", \"mail\"]\n\
+             env = { ROLE = \"worker\" }\nmemory = \"64m\"\nsettle = \"5s\"\n",
+        )
+        .unwrap();
+        let app = &c.apps[0];
+        assert_eq!(app.service_names(), ["web", "worker"]);
+        let w = &app.services[0];
+        assert_eq!(w.name, "shop");
+        assert_eq!(w.image, app.image);
+        assert_eq!(w.contained.service, "worker");
+        assert_eq!(w.command.as_deref().unwrap()[0], "/app/worker");
+        assert_eq!(
+            w.env.keys().collect::<Vec<_>>(),
+            ["ROLE"],
+            "env is not inherited"
+        );
+        assert_eq!(w.memory_bytes, Some(64 << 20));
+        assert_eq!(w.settle, Duration::from_secs(5));
+        assert!(w.health.is_none() && w.publish.is_none() && w.services.is_empty());
+        assert!(w.no_new_privileges);
+    }
+
+    #[test]
+    fn combinations_a_service_cannot_have_are_refused_with_the_reason() {
+        let cases = [
+            ("[apps.services.Worker]\n", "DNS label"),
+            ("[apps.services.-w]\n", "DNS label"),
+            ("[apps.services.web]\n", "primary service"),
+            (
+                "[apps.services.worker]\nport = 9000\n",
+                "`port` is for the app's primary",
+            ),
+            (
+                "[apps.services.worker]\nhealth = { path = \"/h\" }\n",
+                "`health`",
+            ),
+            (
+                "[apps.services.worker]\npublish = \"127.0.0.1:9\"\n",
+                "`publish`",
+            ),
+            (
+                "[apps.services.worker]\nbinds = [{ source = \"/srv\", target = \"/s\" }]\n",
+                "`binds`",
+            ),
+            (
+                "[apps.services.worker]\nimage = \"127.0.0.1:5000/demo/other\"\n",
+                "another repository is not supported",
+            ),
+            ("[apps.services.worker]\ncommand = []\n", "command"),
+        ];
+        for (extra, want) in cases {
+            let e = parse(extra).unwrap_err();
+            assert!(e.contains(want), "{extra}: {e}");
+        }
+        // The app's own repository, named again, is fine.
+        parse("[apps.services.worker]\nimage = \"127.0.0.1:5000/demo/shop\"\n").unwrap();
+    }
+
+    #[test]
+    fn a_blue_green_app_with_several_services_is_refused() {
+        let text = format!(
+            "{}\nstrategy = \"blue-green\"\n[apps.services.worker]\n[apps.route]\nlisten = \"127.0.0.1:9000\"\n",
+            APP.replace("publish = \"127.0.0.1:8081\"\n", "")
+        );
+        let e = Config::parse(&text, Path::new("."))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("\"recreate\" only"), "{e}");
+    }
+}

@@ -1,0 +1,169 @@
+//! rollback: a failed deployment leaves the previous generation serving. Every container
+//! the deployment created (all its services', by the journal and by label) is removed and
+//! every container `stop_old` stopped is started again.
+
+use serde::{Deserialize, Serialize};
+
+use super::container::{Candidate, OldGeneration};
+use super::{PipelineError, Run, Step, error_chain};
+use crate::store::StepState;
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RolledBack {
+    pub removed_candidates: Vec<String>,
+    pub restarted: Vec<String>,
+    pub warnings: Vec<String>,
+    pub logs: Option<String>,
+}
+
+impl RolledBack {
+    pub fn summary(&self) -> String {
+        let mut parts = Vec::new();
+        if self.removed_candidates.is_empty() {
+            parts.push("no candidate container to remove".to_owned());
+        } else {
+            parts.push(format!(
+                "removed candidate {}",
+                short(&self.removed_candidates)
+            ));
+        }
+        if !self.restarted.is_empty() {
+            parts.push(format!(
+                "restarted previous generation {}",
+                short(&self.restarted)
+            ));
+        }
+        parts.extend(self.warnings.iter().cloned());
+        parts.join("; ")
+    }
+}
+
+fn short(ids: &[String]) -> String {
+    ids.iter()
+        .map(|i| i.chars().take(12).collect::<String>())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[derive(Clone, Serialize, Deserialize)]
+struct RollbackIntent {
+    candidates: Vec<String>,
+    restore: Vec<String>,
+    /// Blue-green, after a revert: the route version the proxy must serve before the
+    /// candidate is removed, so that no request is sent to a container being removed.
+    #[serde(default)]
+    after_route: Option<i64>,
+}
+
+impl Run<'_> {
+    /// Undoes a failed deployment: removes every container of this deployment (by the
+    /// journal and by label) and starts the generation `stop_old` stopped. Does nothing once
+    /// `switch` succeeded: then the new generation is the one serving.
+    pub(super) async fn rollback(
+        &self,
+        reverted: Option<i64>,
+    ) -> Result<RolledBack, PipelineError> {
+        let steps = self
+            .store_retry(|| self.ctx.store.steps(self.dep.id))
+            .await?;
+        // The generation's own steps are keyed by the empty service.
+        let find = |s: Step| steps.iter().find(|r| r.step == s && r.service.is_empty());
+        if reverted.is_none() && find(Step::Switch).is_some_and(|r| r.state == StepState::Succeeded)
+        {
+            return Ok(RolledBack {
+                warnings: vec!["new generation already switched; nothing rolled back".into()],
+                ..Default::default()
+            });
+        }
+        // What this deployment created (every service's `create`) and what it stopped, read
+        // from its journal. An entry that does not decode fails the rollback loudly:
+        // guessing "nothing to restore" would leave the app down while the record says all
+        // is well.
+        let mut candidates: Vec<String> = Vec::new();
+        for r in steps.iter().filter(|r| r.step == Step::Create) {
+            if let Some(v) = r.result.clone() {
+                candidates.push(
+                    serde_json::from_value::<Candidate>(v)
+                        .map_err(|e| PipelineError::journal(Step::Create, "result", e))?
+                        .id,
+                );
+            }
+        }
+        let dep = self.dep.id.to_string();
+        let labelled = self
+            .ctx
+            .engine
+            .managed_containers(Some(&self.app.name), Some(&dep))
+            .await
+            .map_err(|e| PipelineError::Failed {
+                step: Step::Rollback,
+                source: e.into(),
+            })?;
+        for c in labelled {
+            if !candidates.contains(&c.id) {
+                candidates.push(c.id);
+            }
+        }
+        let restore: Vec<String> = match find(Step::StopOld) {
+            // After a revert the previous generation already runs and serves.
+            _ if reverted.is_some() => vec![],
+            Some(r) if r.intent != serde_json::json!({}) => {
+                serde_json::from_value::<OldGeneration>(r.intent.clone())
+                    .map_err(|e| PipelineError::journal(Step::StopOld, "intent", e))?
+                    .running
+            }
+            _ => vec![],
+        };
+        let intent = RollbackIntent {
+            candidates,
+            restore,
+            after_route: reverted,
+        };
+        if intent.candidates.is_empty()
+            && intent.restore.is_empty()
+            && find(Step::Rollback).is_none()
+        {
+            return Ok(RolledBack::default());
+        }
+        self.observed_step(Step::Rollback, intent, |plan: RollbackIntent| async move {
+            let mut out = RolledBack::default();
+            if let Some(version) = plan.after_route {
+                self.proxy_applied(version).await?;
+            }
+            for id in &plan.candidates {
+                if out.logs.is_none() {
+                    match self.ctx.engine.logs_tail(id, 30).await {
+                        Ok(l) if !l.is_empty() => out.logs = Some(self.redact(&l)),
+                        Ok(_) => {}
+                        Err(e) => out
+                            .warnings
+                            .push(format!("read candidate {id}'s logs: {}", error_chain(&e))),
+                    }
+                }
+                match self.ctx.engine.remove_container(id).await {
+                    Ok(_) => out.removed_candidates.push(id.clone()),
+                    Err(e) => out
+                        .warnings
+                        .push(format!("remove candidate {id}: {}", error_chain(&e))),
+                }
+            }
+            for id in &plan.restore {
+                match self
+                    .ctx
+                    .engine
+                    .start_container(id)
+                    .await
+                    .map_err(|e| self.hide_paths(e))
+                {
+                    Ok(()) => out.restarted.push(id.clone()),
+                    Err(e) => out.warnings.push(format!(
+                        "restart previous generation {id}: {}",
+                        error_chain(&e)
+                    )),
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+}

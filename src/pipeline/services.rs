@@ -1,0 +1,207 @@
+//! Several services per app (`[apps.services.<name>]`): one generation is every service's
+//! container, at the one digest the push named. The primary service runs the steps it
+//! always ran; each further service runs its own `volumes`, `create`, `connect`, `start`
+//! and `health` through the same journal runner, keyed by its name (`create@worker` is its
+//! crash point), right after the primary's. `stop_old`, `switch`, `retire` and `rollback`
+//! are the generation's: they stop, retire or remove every service's containers, so the
+//! services switch together or not at all.
+//!
+//! Invariants:
+//! - every service's container is journaled before it exists and labelled with its
+//!   service; a replay adopts the container of its own service only, never a sibling's;
+//! - nothing is started before every service's container is created, and nothing is
+//!   switched before every service is healthy;
+//! - a failure anywhere removes every candidate and restarts the whole old generation.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::time::Instant;
+
+use super::container::Candidate;
+use super::health::{Healthy, Probe};
+use super::image::VerifiedImage;
+use super::{PipelineError, Run, Step, StepError};
+use crate::config::AppConfig;
+use crate::registry::Resolved;
+
+/// How often a settling service is looked at.
+const SETTLE_POLL: Duration = Duration::from_millis(100);
+/// A service whose image has a HEALTHCHECK gets this long to report healthy.
+const HEALTHCHECK_TIMEOUT_MS: u64 = 120_000;
+
+/// A further service's `health` intent: its container, and how it is judged.
+#[derive(Serialize)]
+struct ServiceHealthIntent<'a> {
+    container: &'a str,
+    #[serde(flatten)]
+    probe: &'a ServiceProbe,
+}
+
+/// How a further service is judged healthy: it has no port to probe.
+#[derive(Serialize, Clone, Copy)]
+#[serde(tag = "mode", rename_all = "snake_case")]
+enum ServiceProbe {
+    /// The image's own HEALTHCHECK, as the engine reports it.
+    Healthcheck { timeout_ms: u64 },
+    /// Running, and still running (never restarted) after `settle_ms`.
+    Settle { settle_ms: u64 },
+}
+
+impl<'a> Run<'a> {
+    /// The run as the further service `svc` sees it: the same deployment, lease and
+    /// journal; its own settings, container and journal key.
+    fn for_service(&self, svc: &'a AppConfig) -> Run<'a> {
+        Run {
+            ctx: self.ctx,
+            owner: self.owner,
+            dep: self.dep,
+            app: svc,
+            import: self.import.clone(),
+            service: &svc.contained.service,
+        }
+    }
+
+    fn service_runs(&self) -> impl Iterator<Item = Run<'a>> + '_ {
+        self.app.services.iter().map(|s| self.for_service(s))
+    }
+
+    /// Every further service's volumes, container and shared networks, in config order,
+    /// after the primary's: the candidates, in that order.
+    pub(super) async fn create_services(
+        &self,
+        resolved: &Resolved,
+    ) -> Result<Vec<Candidate>, PipelineError> {
+        let mut out = Vec::new();
+        for run in self.service_runs() {
+            run.volumes().await?;
+            let candidate = run.create(resolved).await?;
+            run.connect(&candidate).await?;
+            out.push(candidate);
+        }
+        Ok(out)
+    }
+
+    pub(super) async fn start_services(&self, others: &[Candidate]) -> Result<(), PipelineError> {
+        for (run, candidate) in self.service_runs().zip(others) {
+            run.start(candidate).await?;
+        }
+        Ok(())
+    }
+
+    /// Each further service's health, journaled under its name; the first that fails
+    /// fails the generation.
+    pub(super) async fn services_health(
+        &self,
+        others: &[Candidate],
+        image: &VerifiedImage,
+    ) -> Result<Vec<String>, PipelineError> {
+        let mut out = Vec::new();
+        for (run, candidate) in self.service_runs().zip(others) {
+            let healthy = run.service_health(candidate, image).await?;
+            out.push(format!("{} in {} ({healthy})", run.service, candidate.name));
+        }
+        Ok(out)
+    }
+
+    async fn service_health(
+        &self,
+        candidate: &Candidate,
+        image: &VerifiedImage,
+    ) -> Result<Healthy, PipelineError> {
+        let probe = if image.has_healthcheck {
+            ServiceProbe::Healthcheck {
+                timeout_ms: HEALTHCHECK_TIMEOUT_MS,
+            }
+        } else {
+            ServiceProbe::Settle {
+                settle_ms: self.app.settle.as_millis() as u64,
+            }
+        };
+        let name = self.service;
+        let intent = ServiceHealthIntent {
+            container: &candidate.id,
+            probe: &probe,
+        };
+        self.step(Step::Health, &intent, || async {
+            let res = match *intent.probe {
+                ServiceProbe::Healthcheck { timeout_ms } => {
+                    self.wait_healthy(&Probe::Healthcheck { timeout_ms }, &candidate.id)
+                        .await
+                }
+                ServiceProbe::Settle { settle_ms } => {
+                    self.settled(&candidate.id, Duration::from_millis(settle_ms))
+                        .await
+                }
+            };
+            // The failure names the service: a generation has several.
+            res.map_err(|e| match e {
+                StepError::Check(why) => StepError::Check(format!("service `{name}`: {why}")),
+                other => other,
+            })
+        })
+        .await
+    }
+
+    /// Running for the whole settle window, never restarted: a process that dies at
+    /// start-up (a bad command, a missing setting) has died by then.
+    async fn settled(&self, id: &str, settle: Duration) -> Result<Healthy, StepError> {
+        let started = Instant::now();
+        let deadline = started + settle;
+        let mut probes = 0u32;
+        loop {
+            probes += 1;
+            let Some(state) = self.ctx.engine.inspect_container(id).await? else {
+                return Err(StepError::Check("container disappeared".into()));
+            };
+            if !state.running || state.restarts > 0 {
+                return Err(StepError::Check(format!(
+                    "container exited (status {}, exit code {}) within its {} ms settle window",
+                    state.status,
+                    state.exit_code.map_or("unknown".into(), |c| c.to_string()),
+                    settle.as_millis()
+                )));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(Healthy {
+                    probes,
+                    elapsed_ms: started.elapsed().as_millis() as u64,
+                    detail: format!(
+                        "still running after its {} ms settle window",
+                        settle.as_millis()
+                    ),
+                });
+            }
+            tokio::time::sleep_until(deadline.min(now + SETTLE_POLL)).await;
+        }
+    }
+}
+
+impl Run<'_> {
+    /// Whether every further service has a running container of deployment `serving` (the
+    /// serving generation). Not knowing counts as "no".
+    pub(super) async fn services_running(&self, serving: uuid::Uuid) -> bool {
+        if self.app.services.is_empty() {
+            return true;
+        }
+        let dep = serving.to_string();
+        let all = match self
+            .ctx
+            .engine
+            .managed_containers(Some(&self.app.name), Some(&dep))
+            .await
+        {
+            Ok(all) => all,
+            Err(e) => {
+                tracing::warn!(error = %super::error_chain(&e), "cannot list the serving containers; deploying anyway");
+                return false;
+            }
+        };
+        self.app.services.iter().all(|s| {
+            all.iter().any(|c| {
+                c.running && c.label(crate::engine::LABEL_SERVICE) == Some(&s.contained.service)
+            })
+        })
+    }
+}
