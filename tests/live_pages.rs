@@ -330,10 +330,8 @@ async fn the_overview_shows_a_pin_and_its_removal_live() {
         let mut pinned_tx = Some(pinned_tx);
         read_events_until(&url, Duration::from_secs(30), move |e| {
             let shows_pin = e.data.contains("<dt>Pinned</dt>");
-            if shows_pin {
-                if let Some(tx) = pinned_tx.take() {
-                    let _ = tx.send(());
-                }
+            if shows_pin && let Some(tx) = pinned_tx.take() {
+                let _ = tx.send(());
             }
             pinned_tx.is_none() && !shows_pin
         })
