@@ -100,8 +100,15 @@ for port in "$upstream" "$via_nginx" "$via_pier"; do
     done
 done
 
-run() { # NAME PORT -> "rps p50 p99" (ms)
+# CPU time (user + system, in clock ticks) a process has used: per request, the figure that
+# a noisy shared machine disturbs least (it counts work, not waiting).
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+nginx_worker=$(pgrep -P "$(cat "$dir/proxy.pid")" | head -1)
+run() { # NAME PORT [PID] -> "rps p50 p99" (ms); with PID, appends "requests ticks" to NAME.cpu
+    local t0=0
+    [[ -n "${3:-}" ]] && t0=$(ticks "$3")
     wrk -t"$threads" -c"$conns" -d"${secs}s" --latency "http://127.0.0.1:$2/" >"$dir/$1.wrk"
+    [[ -n "${3:-}" ]] && echo "$(awk '/requests in/ {print $1}' "$dir/$1.wrk") $(($(ticks "$3") - t0))" >>"$dir/$1.cpu"
     local rps p50 p99
     rps=$(awk '/Requests\/sec/ {print $2}' "$dir/$1.wrk")
     p50=$(awk '$1 == "50%" {print $2}' "$dir/$1.wrk")
@@ -122,8 +129,8 @@ ms() { # wrk prints 812.00us, 1.20ms, 1.01s
 echo "wrk -t$threads -c$conns -d${secs}s x $rounds rounds, 1 KiB static answer, loopback, $(nproc) cores"
 for r in $(seq 1 "$rounds"); do
     run direct "$upstream" >>"$dir/direct.rows"
-    run nginx "$via_nginx" >>"$dir/nginx.rows"
-    run pier "$via_pier" >>"$dir/pier.rows"
+    run nginx "$via_nginx" "$nginx_worker" >>"$dir/nginx.rows"
+    run pier "$via_pier" "$pier_pid" >>"$dir/pier.rows"
 done
 median() { # FILE COLUMN
     awk -v c="$2" '{print $c}' "$1" | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'
@@ -139,4 +146,8 @@ printf '%-18s %12s %10s %10s\n' "pier proxy" "$p_rps" "$p_p50" "$p_p99"
 for name in nginx pier; do echo "$name rounds (req/s p50 p99): $(tr '\n' ';' <"$dir/$name.rows")"; done
 awk -v p="$p_rps" -v n="$n_rps" -v pp="$p_p99" -v np="$n_p99" 'BEGIN {
     printf "pier/nginx: throughput %.2fx (target >= 0.9x), p99 latency %.2fx (target <= 1.2x)\n", p / n, pp / np }'
+cpu_per_request() { awk -v hz="$(getconf CLK_TCK)" '{n += $1; t += $2} END {printf "%.1f", t / hz * 1e6 / n}' "$dir/$1.cpu"; }
+n_cpu=$(cpu_per_request nginx)
+p_cpu=$(cpu_per_request pier)
+echo "CPU per request: nginx proxy ${n_cpu} us, pier proxy ${p_cpu} us (pier/nginx $(awk -v p="$p_cpu" -v n="$n_cpu" 'BEGIN {printf "%.2f", p / n}')x)"
 echo "pier proxy peak RSS: ${rss} KiB"

@@ -32,16 +32,17 @@ const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
-/// Headers that describe one hop, never forwarded (RFC 9110, 7.6.1).
-const HOP_BY_HOP: [&str; 8] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
+/// Headers that describe one hop, never forwarded (RFC 9110, 7.6.1). Names, not strings:
+/// a lookup by a standard name needs no hashing of text.
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
 ];
 
 /// What every request of one client connection shares, built once per connection: the
@@ -309,6 +310,10 @@ fn is_chunked(headers: &HeaderMap) -> bool {
 }
 
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // Most requests and answers carry none: one pass over the names, no removal.
+    if !headers.keys().any(|k| HOP_BY_HOP.contains(k)) {
+        return;
+    }
     // Headers the client named in `Connection` are hop-by-hop too.
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
@@ -320,7 +325,7 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     for n in named {
         headers.remove(n);
     }
-    for h in HOP_BY_HOP {
+    for h in &HOP_BY_HOP {
         headers.remove(h);
     }
 }
