@@ -120,7 +120,11 @@ async fn main() {
     let apps = env_or("BENCH_APPS", if full { 200 } else { 6 });
     let workers = env_or("BENCH_WORKERS", if full { 4 } else { 2 });
     let sample = env_or("BENCH_FLOOR_SAMPLE", if full { 20 } else { 2 }).min(apps);
-    let mut builder = TestEnv::builder().workers(workers);
+    // More apps than the engine's default address pools hold networks (about 30): each
+    // app's network gets a /27 of Pier's own pool.
+    let mut builder = TestEnv::builder()
+        .workers(workers)
+        .server_toml("app_subnets = \"10.213.0.0/16\"");
     builder = builder.app(|a| a.name = unique_app("many"));
     for _ in 1..apps {
         builder = builder.add_app(AppSpec::new("many"));
