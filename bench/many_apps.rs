@@ -103,7 +103,10 @@ async fn floor(reference: &str, port: u16, version: &str, app: &str) -> Duration
         {
             break;
         }
-        assert!(start.elapsed() < Duration::from_secs(60), "{url} never answered");
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "{url} never answered"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let took = start.elapsed();
@@ -196,7 +199,12 @@ async fn main() {
         },
     )
     .await;
-    let total_us = rows.iter().filter_map(|r| r.last_step_us).max().unwrap_or(0) - start_us;
+    let total_us = rows
+        .iter()
+        .filter_map(|r| r.last_step_us)
+        .max()
+        .unwrap_or(0)
+        - start_us;
     let failed: Vec<&Row> = rows.iter().filter(|r| r.state != "succeeded").collect();
     let concurrent = max_concurrent(&rows);
     let mut waits: Vec<i64> = rows.iter().map(|r| r.claimed_us - r.created_us).collect();
@@ -256,7 +264,11 @@ async fn main() {
             .registry()
             .push(&spec.repo, "floorp", &TestImage::healthy(&version))
             .await;
-        jobs.push((format!("{host}/{}@{digest}", spec.repo), version, spec.name.clone()));
+        jobs.push((
+            format!("{host}/{}@{digest}", spec.repo),
+            version,
+            spec.name.clone(),
+        ));
     }
     let queue = std::sync::Arc::new(std::sync::Mutex::new(jobs));
     let started = Instant::now();
@@ -294,7 +306,11 @@ async fn main() {
             .map(|r| format!(" (first other: {} {})", r.app, r.state))
             .unwrap_or_default()
     );
-    println!("queued over {:.0} ms (pushes took {} ms)", ms(queued_spread), pushed.as_millis());
+    println!(
+        "queued over {:.0} ms (pushes took {} ms)",
+        ms(queued_spread),
+        pushed.as_millis()
+    );
     println!("most deployments running at once: {concurrent} (workers: {workers})");
     println!(
         "wait in queue: median {:.0} ms, max {:.0} ms (max/median {:.2}); claims out of queue order: {out_of_order}",
@@ -330,6 +346,9 @@ async fn main() {
         println!("    {step:<10} {median:>8.1} {max:>8.1}");
     }
     assert!(failed.is_empty(), "every app is deployed");
-    assert!(concurrent <= workers, "at most {workers} at once, saw {concurrent}");
+    assert!(
+        concurrent <= workers,
+        "at most {workers} at once, saw {concurrent}"
+    );
     env.cleanup().await;
 }

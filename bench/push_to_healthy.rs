@@ -17,10 +17,10 @@
 //! `BENCH_ROUNDS`). Prints each round, medians, p90, pier/floor, and Pier's time by journal
 //! step; it asserts nothing about time.
 
-#[path = "../tests/support/mod.rs"]
-mod support;
 #[path = "push_to_healthy/report.rs"]
 mod report;
+#[path = "../tests/support/mod.rs"]
+mod support;
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -191,7 +191,9 @@ impl Lane {
         let url = match self.strategy {
             Strategy::Recreate => {
                 let publish = format!("127.0.0.1:{}:8080", self.floor_port);
-                let id = docker(&["create", &net, "--label", &label, "-p", &publish, &reference]);
+                let id = docker(&[
+                    "create", &net, "--label", &label, "-p", &publish, &reference,
+                ]);
                 if let Some(old) = &self.floor_old {
                     docker(&["stop", old]);
                 }

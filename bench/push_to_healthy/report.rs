@@ -105,7 +105,7 @@ impl Breakdown {
             .map(|n| (n, self.segments[n].median()))
             .collect();
         let total: Duration = rows.iter().map(|r| r.1).sum();
-        rows.sort_by(|a, b| b.1.cmp(&a.1));
+        rows.sort_by_key(|r| std::cmp::Reverse(r.1));
         println!("  pier by journal step (median ms, share of their sum):");
         for (name, d) in &rows {
             println!(

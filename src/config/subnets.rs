@@ -59,9 +59,9 @@ impl SubnetPool {
     /// Where `name`'s search for a free subnet starts: a stable hash of the name, so that
     /// apps made at the same time do not all try the same subnet first.
     pub fn first_for(&self, name: &str) -> u32 {
-        let h = name
-            .bytes()
-            .fold(0x811c_9dc5u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193));
+        let h = name.bytes().fold(0x811c_9dc5u32, |h, b| {
+            (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+        });
         h % self.len()
     }
 }
@@ -80,7 +80,13 @@ mod tests {
         assert_eq!(p.subnet(2048).0, "10.213.0.0/27");
         assert!(p.first_for("web") < p.len());
         assert_ne!(p.first_for("web"), p.first_for("api"));
-        for bad in ["10.213.0.0", "10.213.0.1/16", "10.213.0.0/28", "x/16", "10.0.0.0/4"] {
+        for bad in [
+            "10.213.0.0",
+            "10.213.0.1/16",
+            "10.213.0.0/28",
+            "x/16",
+            "10.0.0.0/4",
+        ] {
             assert!(SubnetPool::parse(bad).is_err(), "{bad}");
         }
     }
