@@ -88,7 +88,8 @@ pub async fn connect(config: Config, migrate: bool) -> anyhow::Result<Parts> {
     }
     let engine = Engine::connect(config.server.docker_host.as_deref())
         .await
-        .context("connect to the Docker engine")?;
+        .context("connect to the Docker engine")?
+        .with_app_subnets(config.server.app_subnets);
     Ok(Parts {
         config: Arc::new(config),
         store,

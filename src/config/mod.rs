@@ -127,6 +127,8 @@ pub struct ServerConfig {
     pub retry_budget: Duration,
     /// Sign-in to the status page: sessions, the admin password, cross-site checks.
     pub sign_in: SignInConfig,
+    /// Where apps' private networks get their `/27`s; `None`: the engine's default pools.
+    pub app_subnets: Option<SubnetPool>,
 }
 
 #[derive(Debug, Clone)]
@@ -330,8 +332,10 @@ pub fn parse_bytes(text: &str) -> Result<i64, String> {
 mod contained;
 mod live;
 mod policy;
+mod subnets;
 pub use contained::{Contained, DEFAULT_CAP_KEEP, HostMount, VolumeMount};
 pub use live::LiveConfig;
+pub use subnets::{APP_SUBNET_PREFIX, SubnetPool};
 mod notify;
 pub use policy::{Policy, Refused};
 mod proxy;

@@ -106,6 +106,7 @@ struct Server {
     max_manifest: Option<String>,
     #[serde(default = "default_retry_budget", with = "humantime_serde")]
     retry_budget: Duration,
+    app_subnets: Option<String>,
     // Sign-in to the status page (src/config/signin.rs).
     public_url: Option<String>,
     admin_password_hash: Option<String>,
@@ -405,6 +406,12 @@ impl Config {
                 s.max_manifest.as_deref(),
             )?,
             retry_budget: s.retry_budget,
+            app_subnets: s
+                .app_subnets
+                .as_deref()
+                .map(super::SubnetPool::parse)
+                .transpose()
+                .map_err(|e| invalid(format!("server.app_subnets: {e}")))?,
             sign_in: super::signin::RawSignIn {
                 public_url: s.public_url,
                 admin_password_hash: s.admin_password_hash,

@@ -104,6 +104,9 @@ pub struct ImageFacts {
 #[derive(Clone, Debug)]
 pub struct Engine {
     docker: Docker,
+    /// `[server] app_subnets`: apps' networks get a `/27` of it instead of one from the
+    /// engine's default pools.
+    app_subnets: Option<crate::config::SubnetPool>,
 }
 
 impl Engine {
@@ -119,7 +122,16 @@ impl Engine {
             .negotiate_version()
             .await
             .map_err(|e| err("negotiate API version", e))?;
-        Ok(Self { docker })
+        Ok(Self {
+            docker,
+            app_subnets: None,
+        })
+    }
+
+    /// Apps' networks take their subnets from `pool` (see [`Engine::create_network`]).
+    pub fn with_app_subnets(mut self, pool: Option<crate::config::SubnetPool>) -> Self {
+        self.app_subnets = pool;
+        self
     }
 
     pub async fn ping(&self) -> Result<()> {

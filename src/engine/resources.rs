@@ -5,7 +5,8 @@
 use std::collections::HashMap;
 
 use bollard::models::{
-    EndpointSettings, NetworkConnectRequest, NetworkCreateRequest, VolumeCreateRequest,
+    EndpointSettings, Ipam, IpamConfig, NetworkConnectRequest, NetworkCreateRequest,
+    VolumeCreateRequest,
 };
 use bollard::query_parameters::RemoveVolumeOptionsBuilder;
 
@@ -50,18 +51,73 @@ impl Engine {
         }
     }
 
-    /// A bridge network; 409 (made meanwhile, by a replay) is not an error.
+    /// A bridge network; 409 (made meanwhile, by a replay) is not an error. With
+    /// `app_subnets`, the network gets the first `/27` of the pool, from a place that
+    /// depends on its name, that no other network on the engine overlaps (the engine
+    /// refuses an overlapping one with 403); without it, the engine picks from its default
+    /// pools, which run out after about 30 networks.
     pub async fn create_network(&self, name: &str, labels: HashMap<String, String>) -> Result<()> {
+        let what = || format!("create network {name}");
+        let Some(pool) = self.app_subnets else {
+            return match self.try_create_network(name, &labels, None).await {
+                Ok(()) => Ok(()),
+                // Not transient: retrying cannot free an address pool.
+                Err(e) if e.to_string().contains("non-overlapping IPv4 address pool") => {
+                    Err(super::EngineError::Refused {
+                        action: what(),
+                        message: format!(
+                            "{e}; the engine's default address pools are used up: set \
+                             [server] app_subnets (e.g. \"10.213.0.0/16\") so that Pier gives \
+                             each app a /27 of its own"
+                        ),
+                    })
+                }
+                Err(e) => Err(err(what(), e)),
+            };
+        };
+        let first = pool.first_for(name);
+        // Bounded: a pool whose subnets are all taken fails after this many tries.
+        let tries = pool.len().min(256);
+        let mut last = None;
+        for i in 0..tries {
+            match self
+                .try_create_network(name, &labels, Some(pool.subnet(first + i)))
+                .await
+            {
+                // 403: the subnet overlaps a network the engine has; try the next one.
+                Err(e) if status_of(&e) == Some(403) => last = Some(e),
+                Ok(()) => return Ok(()),
+                Err(e) => return Err(err(what(), e)),
+            }
+        }
+        Err(err(what(), last.expect("at least one try")))
+    }
+
+    /// One create; 409 (made meanwhile, by a replay) is success.
+    async fn try_create_network(
+        &self,
+        name: &str,
+        labels: &HashMap<String, String>,
+        subnet: Option<(String, String)>,
+    ) -> std::result::Result<(), bollard::errors::Error> {
         let req = NetworkCreateRequest {
             name: name.to_owned(),
             driver: Some("bridge".into()),
-            labels: Some(labels),
+            labels: Some(labels.clone()),
+            ipam: subnet.map(|(subnet, gateway)| Ipam {
+                config: Some(vec![IpamConfig {
+                    subnet: Some(subnet),
+                    gateway: Some(gateway),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
             ..Default::default()
         };
         match self.docker.create_network(req).await {
             Ok(_) => Ok(()),
             Err(e) if status_of(&e) == Some(409) => Ok(()),
-            Err(e) => Err(err(format!("create network {name}"), e)),
+            Err(e) => Err(e),
         }
     }
 

@@ -10,7 +10,6 @@ use tokio::time::Instant;
 use super::container::Candidate;
 use super::image::VerifiedImage;
 use super::{PipelineError, Run, Step, StepError};
-use crate::backoff::Backoff;
 use crate::engine::Health;
 use crate::registry::Resolved;
 use crate::store::GenerationSwitch;
@@ -50,11 +49,31 @@ impl std::fmt::Display for Healthy {
     }
 }
 
-/// Probe backoff: starts fast so a quick app is live in milliseconds, and backs off so a
-/// slow one is not hammered.
-pub const FIRST_PROBE_DELAY: Duration = Duration::from_millis(25);
+/// Probe pacing: the first probe at once, then one every eighth of the time waited so far,
+/// at least [`MIN_PROBE_DELAY`] and at most [`MAX_PROBE_DELAY`]. A quick app is seen within
+/// a few milliseconds of answering (a doubling backoff from 25 ms could miss it by half the
+/// time it took), and a slow one gets about eight probes per doubling of its start time.
+pub const MIN_PROBE_DELAY: Duration = Duration::from_millis(5);
 pub const MAX_PROBE_DELAY: Duration = Duration::from_secs(1);
+/// An image HEALTHCHECK changes state only at its own interval: no point asking the engine
+/// every few milliseconds.
+const MIN_HEALTHCHECK_DELAY: Duration = Duration::from_millis(50);
+/// A probe's deadline grows with the time waited, from [`FIRST_PROBE_TIMEOUT`] up to
+/// [`PROBE_TIMEOUT`]: a SYN sent while the engine is still wiring the container's network
+/// is dropped and retransmitted by the kernel only after 1 s, so early probes give up fast
+/// and try again; a slow health endpoint is still answered once the deadline outgrows it.
+const FIRST_PROBE_TIMEOUT: Duration = Duration::from_millis(100);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long to wait before the next probe, `elapsed` after the first one.
+fn next_probe_delay(elapsed: Duration, floor: Duration) -> Duration {
+    (elapsed / 8).clamp(floor, MAX_PROBE_DELAY)
+}
+
+/// The deadline of a probe sent `elapsed` after the first one.
+fn probe_timeout(elapsed: Duration) -> Duration {
+    elapsed.clamp(FIRST_PROBE_TIMEOUT, PROBE_TIMEOUT)
+}
 
 /// The client health probes use: no redirects followed (a 3xx is not healthy).
 pub fn probe_client() -> reqwest::Client {
@@ -108,13 +127,30 @@ impl Run<'_> {
             Probe::Running => Duration::from_secs(10),
         };
         let client = &self.ctx.http;
-        let mut backoff = Backoff::new(FIRST_PROBE_DELAY, MAX_PROBE_DELAY).within(timeout);
+        let floor = match probe {
+            Probe::Healthcheck { .. } => MIN_HEALTHCHECK_DELAY,
+            _ => MIN_PROBE_DELAY,
+        };
         let mut probes = 0u32;
         let mut last = String::from("no answer yet");
         loop {
             probes += 1;
-            let state = self.ctx.engine.inspect_container(id).await?;
-            let Some(state) = state else {
+            // The engine's view and the HTTP probe at the same time: one round trip, not two,
+            // between the app answering and the step seeing it.
+            let get = async {
+                match probe {
+                    Probe::Http { url, .. } => Some(
+                        client
+                            .get(url)
+                            .timeout(probe_timeout(started.elapsed()))
+                            .send()
+                            .await,
+                    ),
+                    _ => None,
+                }
+            };
+            let (state, answer) = tokio::join!(self.ctx.engine.inspect_container(id), get);
+            let Some(state) = state? else {
                 return Err(StepError::Check("candidate container disappeared".into()));
             };
             if !state.running || state.restarts > 0 {
@@ -124,42 +160,40 @@ impl Run<'_> {
                     state.exit_code.map_or("unknown".into(), |c| c.to_string())
                 )));
             }
-            let done = match probe {
-                Probe::Http { url, json, .. } => {
-                    match client.get(url).timeout(PROBE_TIMEOUT).send().await {
-                        Ok(r) if r.status().is_success() && !json.is_empty() => {
-                            let status = r.status().as_u16();
-                            match json_fields_match(r, json).await {
-                                Ok(()) => Some(format!(
-                                    "GET {url} answered {status} with the required JSON fields"
-                                )),
-                                Err(why) => {
-                                    last = format!("GET {url} answered {status} but {why}");
-                                    None
-                                }
+            let done = match (probe, answer) {
+                (Probe::Http { url, json, .. }, Some(answer)) => match answer {
+                    Ok(r) if r.status().is_success() && !json.is_empty() => {
+                        let status = r.status().as_u16();
+                        match json_fields_match(r, json).await {
+                            Ok(()) => Some(format!(
+                                "GET {url} answered {status} with the required JSON fields"
+                            )),
+                            Err(why) => {
+                                last = format!("GET {url} answered {status} but {why}");
+                                None
                             }
                         }
-                        Ok(r) if r.status().is_success() => {
-                            Some(format!("GET {url} answered {}", r.status().as_u16()))
-                        }
-                        Ok(r) => {
-                            last = format!("GET {url} answered {}", r.status().as_u16());
-                            None
-                        }
-                        Err(e) => {
-                            last = format!(
-                                "GET {url}: {}",
-                                if e.is_timeout() {
-                                    "timed out"
-                                } else {
-                                    "no connection"
-                                }
-                            );
-                            None
-                        }
                     }
-                }
-                Probe::Healthcheck { .. } => match state.health {
+                    Ok(r) if r.status().is_success() => {
+                        Some(format!("GET {url} answered {}", r.status().as_u16()))
+                    }
+                    Ok(r) => {
+                        last = format!("GET {url} answered {}", r.status().as_u16());
+                        None
+                    }
+                    Err(e) => {
+                        last = format!(
+                            "GET {url}: {}",
+                            if e.is_timeout() {
+                                "timed out"
+                            } else {
+                                "no connection"
+                            }
+                        );
+                        None
+                    }
+                },
+                (Probe::Healthcheck { .. }, _) => match state.health {
                     Health::Healthy => Some("image HEALTHCHECK reports healthy".to_owned()),
                     Health::Unhealthy => {
                         return Err(StepError::Check(
@@ -171,7 +205,8 @@ impl Run<'_> {
                         None
                     }
                 },
-                Probe::Running => Some("running (no health check configured)".to_owned()),
+                (Probe::Running, _) => Some("running (no health check configured)".to_owned()),
+                (Probe::Http { .. }, None) => unreachable!("an HTTP probe always sends its GET"),
             };
             if let Some(detail) = done {
                 return Ok(Healthy {
@@ -180,12 +215,14 @@ impl Run<'_> {
                     detail,
                 });
             }
-            if !backoff.wait().await {
+            let delay = next_probe_delay(started.elapsed(), floor);
+            if started.elapsed() + delay > timeout {
                 return Err(StepError::Check(format!(
                     "not healthy within {}s: {last}",
                     timeout.as_secs_f32()
                 )));
             }
+            tokio::time::sleep(delay).await;
         }
     }
 
@@ -256,6 +293,30 @@ async fn json_fields_match(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_ready_app_is_seen_within_an_eighth_of_its_start_time() {
+        // Wherever in the first ten seconds the app starts answering, the next probe comes
+        // within max(5 ms, an eighth of the time waited): never half of it, as a doubling
+        // backoff would allow.
+        for ready_ms in [0u64, 3, 12, 40, 130, 700, 2_500, 9_000] {
+            let ready = Duration::from_millis(ready_ms);
+            let mut at = Duration::ZERO;
+            let mut probes = 1;
+            while at < ready {
+                at += next_probe_delay(at, MIN_PROBE_DELAY);
+                probes += 1;
+            }
+            let lag = at - ready;
+            assert!(
+                lag <= (ready / 8).max(MIN_PROBE_DELAY) + Duration::from_millis(1),
+                "ready at {ready_ms} ms, seen at {at:?}"
+            );
+            assert!(probes < 80, "ready at {ready_ms} ms took {probes} probes");
+        }
+        assert_eq!(probe_timeout(Duration::ZERO), FIRST_PROBE_TIMEOUT);
+        assert_eq!(probe_timeout(Duration::from_secs(60)), PROBE_TIMEOUT);
+    }
 
     #[tokio::test]
     async fn a_json_health_body_must_have_every_required_field() {

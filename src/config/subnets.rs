@@ -1,0 +1,93 @@
+//! `[server] app_subnets`: where apps' private networks get their addresses when Pier picks
+//! them instead of the engine. Docker's default pools hold about 30 bridge networks; a
+//! host with more apps than that needs Pier to hand out small subnets of its own.
+
+use std::net::Ipv4Addr;
+
+/// The prefix length of each app's network: 30 addresses, room for a serving generation,
+/// a candidate and the services of a contained app.
+pub const APP_SUBNET_PREFIX: u8 = 27;
+
+/// An IPv4 range cut into `/27` subnets, one per app network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SubnetPool {
+    base: u32,
+    prefix: u8,
+}
+
+impl SubnetPool {
+    /// Parses `a.b.c.d/n` with `n` at most 27; the host bits of `a.b.c.d` must be zero.
+    pub fn parse(s: &str) -> Result<SubnetPool, String> {
+        let (ip, prefix) = s
+            .split_once('/')
+            .ok_or_else(|| format!("`{s}` is not an IPv4 range like 10.213.0.0/16"))?;
+        let ip: Ipv4Addr = ip
+            .parse()
+            .map_err(|_| format!("`{ip}` is not an IPv4 address"))?;
+        let prefix: u8 = prefix
+            .parse()
+            .ok()
+            .filter(|p| (8..=APP_SUBNET_PREFIX).contains(p))
+            .ok_or_else(|| {
+                format!("the prefix length must be between 8 and {APP_SUBNET_PREFIX}")
+            })?;
+        let base = u32::from(ip);
+        if base & !(u32::MAX << (32 - prefix)) != 0 {
+            return Err(format!("`{s}` has host bits set"));
+        }
+        Ok(SubnetPool { base, prefix })
+    }
+
+    /// How many app networks fit.
+    pub fn len(&self) -> u32 {
+        1 << (APP_SUBNET_PREFIX - self.prefix)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The `i`-th subnet (modulo the pool's size) and its gateway, as the engine wants them.
+    pub fn subnet(&self, i: u32) -> (String, String) {
+        let start = self.base + (i % self.len()) * (1 << (32 - APP_SUBNET_PREFIX));
+        (
+            format!("{}/{APP_SUBNET_PREFIX}", Ipv4Addr::from(start)),
+            Ipv4Addr::from(start + 1).to_string(),
+        )
+    }
+
+    /// Where `name`'s search for a free subnet starts: a stable hash of the name, so that
+    /// apps made at the same time do not all try the same subnet first.
+    pub fn first_for(&self, name: &str) -> u32 {
+        let h = name.bytes().fold(0x811c_9dc5u32, |h, b| {
+            (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+        });
+        h % self.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pool_is_cut_into_27s_that_stay_inside_it() {
+        let p = SubnetPool::parse("10.213.0.0/16").unwrap();
+        assert_eq!(p.len(), 2048);
+        assert_eq!(p.subnet(0), ("10.213.0.0/27".into(), "10.213.0.1".into()));
+        assert_eq!(p.subnet(1), ("10.213.0.32/27".into(), "10.213.0.33".into()));
+        assert_eq!(p.subnet(2047).0, "10.213.255.224/27");
+        assert_eq!(p.subnet(2048).0, "10.213.0.0/27");
+        assert!(p.first_for("web") < p.len());
+        assert_ne!(p.first_for("web"), p.first_for("api"));
+        for bad in [
+            "10.213.0.0",
+            "10.213.0.1/16",
+            "10.213.0.0/28",
+            "x/16",
+            "10.0.0.0/4",
+        ] {
+            assert!(SubnetPool::parse(bad).is_err(), "{bad}");
+        }
+    }
+}
