@@ -343,7 +343,9 @@ async fn a_worker_with_its_own_repository_runs_its_digest_at_the_pushed_tag() {
     let d1 = env.latest_final_of(&app, &[], DEPLOY).await;
     assert_eq!(d1["state"], "succeeded", "{d1:#}");
     let first = one_per_service(&env).await;
-    assert_eq!(digest_label(&first[1].1).await, w1.unwrap());
+    let web1 = digest_label(&first[0].1).await;
+    let w1 = w1.unwrap();
+    assert_eq!(digest_label(&first[1].1).await, w1);
 
     let (web2, w2) = push_release(&env, "v2", true).await;
     let w2 = w2.unwrap();
@@ -428,7 +430,7 @@ async fn a_worker_with_its_own_repository_runs_its_digest_at_the_pushed_tag() {
     let resp = reqwest::Client::new()
         .post(env.pier_url(&format!("/api/apps/{app}/rollback")))
         .bearer_auth(&env.admin_token)
-        .json(&serde_json::json!({ "digest": digest_label(&first[0].1).await }))
+        .json(&serde_json::json!({ "digest": web1 }))
         .timeout(Duration::from_secs(10))
         .send()
         .await
@@ -440,10 +442,10 @@ async fn a_worker_with_its_own_repository_runs_its_digest_at_the_pushed_tag() {
         .await;
     assert_eq!(d3["state"], "succeeded", "{d3:#}");
     let back = one_per_service(&env).await;
-    assert_eq!(
-        digest_label(&back[1].1).await,
-        digest_label(&first[1].1).await
-    );
+    assert_eq!(digest_label(&back[0].1).await, web1);
+    assert_eq!(digest_label(&back[1].1).await, w1);
+    let (ok, out) = docker_cli(&["exec", &back[1].1, "/bin/busybox", "cat", "/www/version"]);
+    assert!(ok && out.trim() == "w1", "{out}");
     env.cleanup().await;
 }
 
