@@ -534,3 +534,36 @@ async fn crash_between_the_two_pulls() {
 async fn crash_after_the_workers_verify() {
     two_repos_die_at("verify@worker:after").await;
 }
+
+#[tokio::test]
+async fn the_serving_web_digest_pushed_again_deploys_the_workers_moved_tag() {
+    let env = two_repos(None).await;
+    let app = env.app().to_owned();
+    push_release(&env, "v1", true).await;
+    env.wait_app_version("v1", DEPLOY).await;
+    let d1 = env.latest_final_of(&app, &[], DEPLOY).await;
+    assert_eq!(d1["state"], "succeeded", "{d1:#}");
+
+    // The worker's v1 moves to new content; the web's v1 is pushed again unchanged. That
+    // is no no-op: the release's worker is not what runs.
+    let repo = format!("{}-worker", env.repo());
+    let moved = env
+        .registry()
+        .push(&repo, "v1", &TestImage::healthy("w1-fixed"))
+        .await;
+    env.push(&TestImage::healthy("v1"), "v1").await;
+    let d2 = env
+        .latest_final_of(&app, &[d1["id"].as_str().unwrap()], DEPLOY)
+        .await;
+    assert_eq!(d2["state"], "succeeded", "{d2:#}");
+    assert!(
+        !d2["outcome"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("no-op"),
+        "{d2:#}"
+    );
+    let found = one_per_service(&env).await;
+    assert_eq!(digest_label(&found[1].1).await, moved);
+    env.cleanup().await;
+}
