@@ -266,6 +266,11 @@ impl AppConfig {
     pub fn repository(&self) -> &str {
         self.image.split_once('/').map_or(&self.image, |(_, r)| r)
     }
+    /// Whether the further service `svc` of this app runs an image of its own repository
+    /// (resolved, pulled and verified on its own) rather than the app's digest.
+    pub fn own_image(&self, svc: &AppConfig) -> bool {
+        svc.image != self.image
+    }
     /// The primary service's name, then the others', in the order they are deployed.
     pub fn service_names(&self) -> Vec<&str> {
         std::iter::once(self.contained.service.as_str())

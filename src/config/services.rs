@@ -3,7 +3,8 @@
 //! turned into the app's settings as that service's container sees them, so the pipeline
 //! creates, starts and checks it with the same code as the primary one.
 //!
-//! What a service is: the app's image at the same digest (one push names them all), its own
+//! What a service is: the app's image at the same digest (one push names them all), or its
+//! own repository (`image`) at the same tag the push named for the app; its own
 //! command, env, secrets, limits, hardening, volumes and shared networks, and no port: it is
 //! not published and has no HTTP health check. It is healthy when its image's HEALTHCHECK
 //! says so, or else when it runs and is still running after `settle`.
@@ -22,7 +23,8 @@ pub const DEFAULT_SETTLE: Duration = Duration::from_secs(2);
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawService {
-    /// Only the app's own repository: a service is the same image at the same digest.
+    /// Another repository, resolved at the tag the push named for the app; none (or the
+    /// app's own): the app's image at the digest the push named.
     image: Option<String>,
     command: Option<Vec<String>>,
     #[serde(default)]
@@ -117,14 +119,16 @@ pub(super) fn resolve(
             ));
         }
         if let Some(i) = &s.image
-            && i != &primary.image
+            && (i.contains('@')
+                || i.rsplit('/').next().is_some_and(|l| l.contains(':'))
+                || !i.contains('/'))
         {
             return Err(bad(
                 &name,
                 format!(
-                    "image `{i}`: a service runs the app's own image ({}) at the digest the \
-                     push named; another repository is not supported",
-                    primary.image
+                    "image `{i}` must be a repository with its registry host and without tag \
+                     or digest, e.g. `ghcr.io/acme/worker`: it is deployed at the tag the push \
+                     named for the app"
                 ),
             ));
         }
@@ -194,6 +198,7 @@ pub(super) fn resolve(
             command: command(app, &format!("services.{name}."), s.command)?,
             settle: s.settle.unwrap_or(DEFAULT_SETTLE),
             services: vec![],
+            image: s.image.unwrap_or_else(|| primary.image.clone()),
             ..primary.clone()
         });
     }
@@ -270,8 +275,12 @@ mod tests {
                 "`binds`",
             ),
             (
-                "[apps.services.worker]\nimage = \"127.0.0.1:5000/demo/other\"\n",
-                "another repository is not supported",
+                "[apps.services.worker]\nimage = \"127.0.0.1:5000/demo/other:v2\"\n",
+                "without tag",
+            ),
+            (
+                "[apps.services.worker]\nimage = \"worker\"\n",
+                "registry host",
             ),
             ("[apps.services.worker]\ncommand = []\n", "command"),
         ];
@@ -279,8 +288,14 @@ mod tests {
             let e = parse(extra).unwrap_err();
             assert!(e.contains(want), "{extra}: {e}");
         }
-        // The app's own repository, named again, is fine.
-        parse("[apps.services.worker]\nimage = \"127.0.0.1:5000/demo/shop\"\n").unwrap();
+        // The app's own repository, named again, is fine; so is another one.
+        let c = parse("[apps.services.worker]\nimage = \"127.0.0.1:5000/demo/shop\"\n").unwrap();
+        assert!(!c.apps[0].own_image(&c.apps[0].services[0]));
+        let c = parse("[apps.services.worker]\nimage = \"127.0.0.1:5000/demo/worker\"\n").unwrap();
+        let w = &c.apps[0].services[0];
+        assert_eq!(w.image, "127.0.0.1:5000/demo/worker");
+        assert_eq!(w.tag, c.apps[0].tag);
+        assert!(c.apps[0].own_image(w));
     }
 
     #[test]

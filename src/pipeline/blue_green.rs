@@ -106,6 +106,7 @@ impl Run<'_> {
                 resolved,
                 image,
                 candidate,
+                ..
             } => (resolved, image, candidate),
         };
         let upstream = self.start_published(&candidate).await?;

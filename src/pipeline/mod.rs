@@ -18,6 +18,7 @@ mod journal;
 mod outcome;
 mod redact;
 mod rollback;
+mod service_images;
 mod services;
 
 pub use health::probe_client;
@@ -241,6 +242,8 @@ enum Prepared {
         resolved: crate::registry::Resolved,
         image: image::VerifiedImage,
         candidate: container::Candidate,
+        /// Every further service's image, in config order (see `service_images.rs`).
+        services: Vec<service_images::ServiceImage>,
     },
 }
 
@@ -251,26 +254,34 @@ impl Run<'_> {
         if let Some(import) = &self.import {
             // Loaded and checked (id, platform, labels) in `resolve`: no pull, no verify.
             let (resolved, image) = self.load_archive(import).await?;
-            return self.contain_and_create(resolved, image).await;
+            let others = self.resolve_services(&resolved).await?;
+            let services = self.pull_services(&others, &image).await?;
+            return self.contain_and_create(resolved, image, services).await;
         }
         let resolved = self.resolve().await?;
         if let Some(note) = self.skip_quarantined(&resolved.digest).await? {
             return Ok(Prepared::Skip(note));
         }
+        // Every image of the generation is named before anything is pulled: the no-op
+        // check compares each service's digest with what serves.
+        let others = self.resolve_services(&resolved).await?;
         if !self.dep.trigger.is_operator()
-            && let Some(note) = self.already_running(&resolved.digest).await?
+            && let Some(note) = self.already_running(&resolved.digest, &others).await?
         {
             return Ok(Prepared::Skip(note));
         }
+        // Every image pulled and verified before any container is created.
         self.pull(&resolved).await?;
         let image = self.verify(&resolved).await?;
-        self.contain_and_create(resolved, image).await
+        let services = self.pull_services(&others, &image).await?;
+        self.contain_and_create(resolved, image, services).await
     }
 
     async fn contain_and_create(
         &self,
         resolved: crate::registry::Resolved,
         image: image::VerifiedImage,
+        services: Vec<service_images::ServiceImage>,
     ) -> Result<Prepared, PipelineError> {
         // Before any container of the app exists: its network and its owned volumes.
         self.network().await?;
@@ -281,27 +292,29 @@ impl Run<'_> {
             resolved,
             image,
             candidate,
+            services,
         })
     }
 
     async fn steps(&self) -> Result<String, PipelineError> {
-        let (resolved, image, candidate) = match self.prepare().await? {
+        let (resolved, image, candidate, images) = match self.prepare().await? {
             Prepared::Skip(note) => return Ok(note),
             Prepared::Candidate {
                 resolved,
                 image,
                 candidate,
-            } => (resolved, image, candidate),
+                services,
+            } => (resolved, image, candidate, services),
         };
         // One generation: every service is created before any is started, and every one is
         // healthy before the switch (see `services.rs`).
-        let others = self.create_services(&resolved).await?;
+        let others = self.create_services(&images).await?;
         let all: Vec<&container::Candidate> = std::iter::once(&candidate).chain(&others).collect();
         let old = self.stop_old(&all).await?;
         self.start(&candidate).await?;
         self.start_services(&others).await?;
         let probe = self.health(&candidate, &image, None).await?;
-        let services = self.services_health(&others, &image).await?;
+        let services = self.services_health(&others, &images).await?;
         self.switch(&resolved, &candidate).await?;
         let retired = self.retire(&all, &old).await?;
         let mut note = format!(
@@ -323,7 +336,11 @@ impl Run<'_> {
     /// A webhook for the digest that already serves, healthy, is a no-op: it succeeds at
     /// once and says so, instead of restarting a healthy service. Once `pull` is in the
     /// journal the deployment is under way and is finished, not skipped.
-    async fn already_running(&self, digest: &str) -> Result<Option<String>, PipelineError> {
+    async fn already_running(
+        &self,
+        digest: &str,
+        others: &[crate::registry::Resolved],
+    ) -> Result<Option<String>, PipelineError> {
         let pulled = self
             .store_retry(|| self.ctx.store.step(self.dep.id, Step::Pull, ""))
             .await?;
@@ -345,7 +362,7 @@ impl Run<'_> {
             Ok(Some(c)) if c.running => {
                 // Every further service must run too: one added to the config since, or one
                 // whose container is gone, makes this push a deployment.
-                if !self.services_running(current.deployment_id).await {
+                if !self.services_running(current.deployment_id, others).await {
                     return Ok(None);
                 }
                 Ok(Some(format!(

@@ -21,9 +21,9 @@ use tokio::time::Instant;
 use super::container::Candidate;
 use super::health::{Healthy, Probe};
 use super::image::VerifiedImage;
+use super::service_images::ServiceImage;
 use super::{PipelineError, Run, Step, StepError};
 use crate::config::AppConfig;
-use crate::registry::Resolved;
 
 /// How often a settling service is looked at.
 const SETTLE_POLL: Duration = Duration::from_millis(100);
@@ -51,13 +51,19 @@ enum ServiceProbe {
 impl<'a> Run<'a> {
     /// The run as the further service `svc` sees it: the same deployment, lease and
     /// journal; its own settings, container and journal key.
-    fn for_service(&self, svc: &'a AppConfig) -> Run<'a> {
+    pub(super) fn for_service(&self, svc: &'a AppConfig) -> Run<'a> {
         Run {
             ctx: self.ctx,
             owner: self.owner,
             dep: self.dep,
             app: svc,
-            import: self.import.clone(),
+            // A loaded archive is the primary's image only: a service with its own
+            // repository pulls it (see `service_images.rs`).
+            import: if self.app.own_image(svc) {
+                None
+            } else {
+                self.import.clone()
+            },
             service: &svc.contained.service,
         }
     }
@@ -70,12 +76,12 @@ impl<'a> Run<'a> {
     /// after the primary's: the candidates, in that order.
     pub(super) async fn create_services(
         &self,
-        resolved: &Resolved,
+        images: &[ServiceImage],
     ) -> Result<Vec<Candidate>, PipelineError> {
         let mut out = Vec::new();
-        for run in self.service_runs() {
+        for (run, image) in self.service_runs().zip(images) {
             run.volumes().await?;
-            let candidate = run.create(resolved).await?;
+            let candidate = run.create(&image.resolved).await?;
             run.connect(&candidate).await?;
             out.push(candidate);
         }
@@ -94,12 +100,20 @@ impl<'a> Run<'a> {
     pub(super) async fn services_health(
         &self,
         others: &[Candidate],
-        image: &VerifiedImage,
+        images: &[ServiceImage],
     ) -> Result<Vec<String>, PipelineError> {
         let mut out = Vec::new();
-        for (run, candidate) in self.service_runs().zip(others) {
-            let healthy = run.service_health(candidate, image).await?;
-            out.push(format!("{} in {} ({healthy})", run.service, candidate.name));
+        for ((run, candidate), image) in self.service_runs().zip(others).zip(images) {
+            let healthy = run.service_health(candidate, &image.image).await?;
+            let own = if self.app.own_image(run.app) {
+                format!(" {}@{}", run.app.image, image.resolved.digest)
+            } else {
+                String::new()
+            };
+            out.push(format!(
+                "{}{own} in {} ({healthy})",
+                run.service, candidate.name
+            ));
         }
         Ok(out)
     }
@@ -180,8 +194,13 @@ impl<'a> Run<'a> {
 
 impl Run<'_> {
     /// Whether every further service has a running container of deployment `serving` (the
-    /// serving generation). Not knowing counts as "no".
-    pub(super) async fn services_running(&self, serving: uuid::Uuid) -> bool {
+    /// serving generation), at the digest `others` resolved for it. Not knowing counts as
+    /// "no".
+    pub(super) async fn services_running(
+        &self,
+        serving: uuid::Uuid,
+        others: &[crate::registry::Resolved],
+    ) -> bool {
         if self.app.services.is_empty() {
             return true;
         }
@@ -198,9 +217,11 @@ impl Run<'_> {
                 return false;
             }
         };
-        self.app.services.iter().all(|s| {
+        self.app.services.iter().zip(others).all(|(s, r)| {
             all.iter().any(|c| {
-                c.running && c.label(crate::engine::LABEL_SERVICE) == Some(&s.contained.service)
+                c.running
+                    && c.label(crate::engine::LABEL_SERVICE) == Some(&s.contained.service)
+                    && c.label(crate::engine::LABEL_DIGEST) == Some(&r.digest)
             })
         })
     }

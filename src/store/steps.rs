@@ -255,3 +255,31 @@ async fn finish_step(
     .await?;
     Ok(())
 }
+
+impl Store {
+    /// The resolve result (`Resolved`) journaled for further service `service` of image
+    /// `image` by the latest succeeded deployment of `app` whose primary service ran
+    /// `digest`, and that deployment: what a digest-pinned deploy of `digest` runs again.
+    pub async fn service_resolved_with(
+        &self,
+        app: &str,
+        digest: &str,
+        service: &str,
+        image: &str,
+    ) -> Result<Option<(Uuid, serde_json::Value)>> {
+        Ok(sqlx::query_as(
+            "SELECT d.id, s.result FROM deployment_steps s
+             JOIN deployments d ON d.id = s.deployment_id
+             WHERE d.app = $1 AND d.resolved_digest = $2 AND d.state = 'succeeded'
+               AND s.step = 'resolve' AND s.service = $3 AND s.state = 'succeeded'
+               AND s.intent->>'image' = $4 AND s.result IS NOT NULL
+             ORDER BY d.finished_at DESC NULLS LAST LIMIT 1",
+        )
+        .bind(app)
+        .bind(digest)
+        .bind(service)
+        .bind(image)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+}

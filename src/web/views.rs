@@ -7,7 +7,7 @@ use uuid::Uuid;
 
 use super::{AppState, WebError};
 use crate::config::AppConfig;
-use crate::engine::{ContainerFacts, LABEL_APP, LABEL_DEPLOYMENT, LABEL_SERVICE};
+use crate::engine::{ContainerFacts, LABEL_APP, LABEL_DEPLOYMENT, LABEL_DIGEST, LABEL_SERVICE};
 use crate::store::{Deployment, Generation, Quarantined, ReconcileAction, Route, StepRecord};
 
 #[derive(Serialize)]
@@ -99,6 +99,10 @@ impl AppView {
 #[derive(Serialize)]
 pub struct ServiceView {
     pub name: String,
+    /// The repository the service runs (the app's own, or the service's `image`).
+    pub image: String,
+    /// The digest its container of the serving generation runs (its `pier.digest` label).
+    pub digest: Option<String>,
     pub container_id: Option<String>,
     pub container_name: Option<String>,
     pub running: bool,
@@ -114,10 +118,13 @@ fn services_of(
     mine: &[&ContainerFacts],
 ) -> Vec<ServiceView> {
     let deployment = generation.map(|g| g.deployment_id.to_string());
+    let images =
+        std::iter::once(app.image.as_str()).chain(app.services.iter().map(|s| s.image.as_str()));
     app.service_names()
         .into_iter()
+        .zip(images)
         .enumerate()
-        .map(|(i, name)| {
+        .map(|(i, (name, image))| {
             let found = generation.and_then(|g| {
                 mine.iter().find(|c| {
                     if i == 0 {
@@ -130,6 +137,8 @@ fn services_of(
             });
             ServiceView {
                 name: name.to_owned(),
+                image: image.to_owned(),
+                digest: found.and_then(|c| c.label(LABEL_DIGEST)).map(str::to_owned),
                 container_id: found.map(|c| c.id.clone()),
                 container_name: found.map(|c| c.name.clone()),
                 running: found.is_some_and(|c| c.running),

@@ -19,7 +19,8 @@ pub struct AppSpec {
     pub health_timeout: Option<Duration>,
     pub health_path: String,
     pub env: BTreeMap<String, String>,
-    /// Extra TOML lines appended to the app's table verbatim (e.g. `memory = "64m"`).
+    /// Extra TOML lines appended to the app's table verbatim (e.g. `memory = "64m"`);
+    /// `@REGISTRY@` in them becomes the app's registry host.
     pub extra_toml: String,
     /// Blue-green: lines of the app's `[apps.route]` table; `publish_port` is then the
     /// proxy's listen port for the app, and the app itself publishes nothing.
@@ -91,7 +92,8 @@ impl AppSpec {
             s.push_str(&format!("env = {{ {} }}\n", pairs.join(", ")));
         }
         if !self.extra_toml.is_empty() {
-            s.push_str(self.extra_toml.trim_end());
+            let host = self.registry.as_deref().unwrap_or(registry_host);
+            s.push_str(self.extra_toml.replace("@REGISTRY@", host).trim_end());
             s.push('\n');
         }
         if let Some(route) = &self.route_toml {
