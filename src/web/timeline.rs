@@ -85,6 +85,12 @@ pub fn intent_words(step: Step, i: &Value) -> String {
     match step {
         Step::Resolve => {
             let what = match (text(i, "digest"), text(i, "tag")) {
+                // A further service's digest, taken from an earlier deployment's journal.
+                (Some(d), _) if text(i, "from_deployment").is_some() => format!(
+                    "digest {} (as deployment {} ran it)",
+                    short_digest(d),
+                    text(i, "from_deployment").unwrap_or("?")
+                ),
                 (Some(d), _) => format!("digest {}", short_digest(d)),
                 (None, Some(t)) => format!("tag {t}"),
                 _ => "the app's tag".into(),
