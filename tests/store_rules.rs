@@ -190,6 +190,32 @@ async fn a_deployment_whose_holder_died_is_taken_over_at_once_without_waiting_fo
     db.cleanup().await;
 }
 
+/// After a database restart a process's liveness lock is gone before its listener notices:
+/// its workers must not take each other's deployments for a dead holder's.
+#[tokio::test]
+async fn a_process_whose_liveness_lock_is_lost_does_not_take_over_its_own_deployments() {
+    let (mut db, store) = store().await;
+    let id = queued_id(store.enqueue(wanted("a", None)).await.unwrap());
+    // The key this process would hold, but no connection holds it now.
+    let key = pier::worker::liveness_key();
+    let first = store.claim("w0", key, LONG).await.unwrap().unwrap();
+    assert_eq!(first.id, id);
+    assert!(
+        store.claim("w1", key, LONG).await.unwrap().is_none(),
+        "a worker of the same process took over its sibling's deployment"
+    );
+    // Another process still takes it over at once: the holder's lock is not held.
+    let other = Holder::new(&db).await;
+    let taken = store
+        .claim("other", other.key, LONG)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((taken.id, taken.attempt), (id, 2));
+    other.die().await;
+    db.cleanup().await;
+}
+
 #[tokio::test]
 async fn a_holder_cut_off_past_its_lease_is_fenced_out_of_every_write() {
     let (mut db, store) = store().await;

@@ -222,6 +222,11 @@ impl Store {
     /// expired (a holder cut off from the database), before any queued one; a queued one
     /// only when nothing runs for its app. The partial unique index on running deployments
     /// is the final guard: losing that race is "nothing claimed", not an error.
+    ///
+    /// A deployment held by this very process (`liveness_key`) is never taken over for a
+    /// missing liveness lock, only for an expired lease: right after a database restart the
+    /// lock is gone before the listener notices, and the process's own workers would
+    /// otherwise take one deployment from each other until it gave up.
     pub async fn claim(
         &self,
         owner: &str,
@@ -233,7 +238,8 @@ impl Store {
                SELECT d.id FROM deployments d
                WHERE (d.state = 'running'
                       AND (d.lease_expires_at < now()
-                           OR (d.lease_key IS NOT NULL AND NOT pier_holder_alive(d.lease_key))))
+                           OR (d.lease_key IS NOT NULL AND d.lease_key <> $2
+                               AND NOT pier_holder_alive(d.lease_key))))
                   OR (d.state = 'queued' AND NOT EXISTS (
                         SELECT 1 FROM deployments r WHERE r.app = d.app AND r.state = 'running'))
                ORDER BY (d.state = 'running') DESC, d.created_at
