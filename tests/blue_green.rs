@@ -259,16 +259,26 @@ async fn a_quarantined_digest_is_skipped_by_pushes_until_an_admin_deploys_it() {
         )
         .await;
     assert!(status == 202 || status == 200);
-    let skipped = env
-        .latest_final_of(
-            &app,
-            &[
-                first["id"].as_str().unwrap(),
-                failed["id"].as_str().unwrap(),
-            ],
-            DEPLOY,
-        )
-        .await;
+    // Two notices of the same push may queue two deployments (the newer supersedes the
+    // older before it starts): wait for the one that reached the quarantine check.
+    let skipped = wait_until(
+        "a deployment skipped for the quarantine",
+        DEPLOY,
+        || async {
+            let (_, a) = env.api_get(&format!("/apps/{app}")).await;
+            a["deployments"]
+                .as_array()?
+                .iter()
+                .find(|d| {
+                    d["state"] == "cancelled"
+                        && d["outcome"]
+                            .as_str()
+                            .is_some_and(|o| o.contains("quarantined"))
+                })
+                .cloned()
+        },
+    )
+    .await;
     assert_eq!(skipped["state"], "cancelled", "{skipped:#}");
     assert!(
         skipped["outcome"].as_str().unwrap().contains("quarantined"),
@@ -277,6 +287,12 @@ async fn a_quarantined_digest_is_skipped_by_pushes_until_an_admin_deploys_it() {
     env.wait_app_version("v1", Duration::from_secs(10)).await;
 
     // An admin deploys exactly that digest: the quarantine is lifted.
+    let before: Vec<String> = env
+        .deployment_rows(&app)
+        .await
+        .into_iter()
+        .map(|d| d.id)
+        .collect();
     let out = env
         .pier()
         .run_cli(&["deploy", &app, "--digest", &bad])
@@ -289,11 +305,7 @@ async fn a_quarantined_digest_is_skipped_by_pushes_until_an_admin_deploys_it() {
     let forced = env
         .latest_final_of(
             &app,
-            &[
-                first["id"].as_str().unwrap(),
-                failed["id"].as_str().unwrap(),
-                skipped["id"].as_str().unwrap(),
-            ],
+            &before.iter().map(String::as_str).collect::<Vec<_>>(),
             DEPLOY,
         )
         .await;
