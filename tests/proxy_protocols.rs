@@ -104,9 +104,17 @@ async fn header_echo() -> SocketAddr {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("?").into()))
             .collect();
+        let version = format!("{:?}", req.version());
+        // Read whole, as an app does before it answers.
+        let received = req
+            .into_body()
+            .collect()
+            .await
+            .map_or(0, |b| b.to_bytes().len());
         let body = serde_json::json!({
-            "version": format!("{:?}", req.version()),
+            "version": version,
             "headers": headers,
+            "body_bytes": received,
         });
         Response::new(full(body.to_string()))
     })
@@ -389,4 +397,224 @@ async fn http2_clients_are_served_and_the_app_gets_http1() {
         assert_eq!(seen["version"], "HTTP/1.1", "{seen}");
         assert_eq!(seen["headers"]["x-forwarded-host"], "app.test", "{seen}");
     }
+}
+
+/// A raw upstream with canned answers by path, in every framing HTTP/1.1 has, written as
+/// bytes so that the test knows exactly what the proxy was given. Counts its connections,
+/// and says on `closed` when it closed one after `/bye` without announcing it.
+async fn canned_upstream() -> (
+    SocketAddr,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    mpsc::Receiver<()>,
+) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let up = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = up.local_addr().unwrap();
+    let conns = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = conns.clone();
+    let (closed_tx, closed) = mpsc::channel(8);
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = up.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+            let closed_tx = closed_tx.clone();
+            tokio::spawn(async move {
+                loop {
+                    let head = read_head(&mut s).await;
+                    let Some(line) = head.lines().next().filter(|l| !l.is_empty()) else {
+                        return;
+                    };
+                    let mut words = line.split(' ');
+                    let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+                    let length: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .map_or(0, |v| v.trim().parse().unwrap());
+                    let mut body = vec![0u8; length];
+                    s.read_exact(&mut body).await.unwrap();
+                    let answer: Vec<u8> = match (method, path) {
+                        ("HEAD", _) => b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n".to_vec(),
+                        ("POST", _) => [
+                            format!("HTTP/1.1 200 OK\r\nContent-Length: {length}\r\n\r\n")
+                                .as_bytes(),
+                            &body,
+                        ]
+                        .concat(),
+                        (_, "/chunked") => b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\
+                            5\r\nhello\r\n0\r\nX-Sum: 5\r\n\r\n"
+                            .to_vec(),
+                        (_, "/hints") => b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>\r\n\r\n\
+                            HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+                            .to_vec(),
+                        (_, "/close") => b"HTTP/1.1 200 OK\r\n\r\nuntil the end".to_vec(),
+                        (_, "/bye") => b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nbye".to_vec(),
+                        _ => b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello".to_vec(),
+                    };
+                    if s.write_all(&answer).await.is_err() {
+                        return;
+                    }
+                    if path == "/close" || path == "/bye" {
+                        let _ = s.shutdown().await;
+                        drop(s);
+                        if path == "/bye" {
+                            let _ = closed_tx.send(()).await;
+                        }
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, conns, closed)
+}
+
+async fn read_all(c: &mut TcpStream) -> String {
+    let mut out = Vec::new();
+    tokio::time::timeout(DEADLINE, c.read_to_end(&mut out))
+        .await
+        .expect("the proxy ends the connection in time")
+        .unwrap();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test]
+async fn pipelined_requests_in_every_framing_go_through_one_app_connection_unchanged() {
+    use std::sync::atomic::Ordering;
+    let (up, conns, _) = canned_upstream().await;
+    let proxy = proxy_to(up).await;
+    let before = conns.load(Ordering::SeqCst);
+    let mut c = TcpStream::connect(proxy.listen).await.unwrap();
+    c.write_all(
+        b"GET /len HTTP/1.1\r\nHost: app.test\r\n\r\n\
+          POST /echo HTTP/1.1\r\nHost: app.test\r\nContent-Length: 5\r\n\r\nabcde\
+          HEAD /len HTTP/1.1\r\nHost: app.test\r\n\r\n\
+          GET /chunked HTTP/1.1\r\nHost: app.test\r\n\r\n\
+          GET /hints HTTP/1.1\r\nHost: app.test\r\n\r\n\
+          GET /close HTTP/1.1\r\nHost: app.test\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let got = read_all(&mut c).await;
+    assert_eq!(
+        got,
+        "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello\
+         HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nabcde\
+         HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n\
+         HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\nX-Sum: 5\r\n\r\n\
+         HTTP/1.1 103 Early Hints\r\nLink: </s.css>\r\n\r\n\
+         HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok\
+         HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil the end"
+    );
+    assert_eq!(
+        conns.load(Ordering::SeqCst) - before,
+        1,
+        "one kept-alive connection to the app carries all six"
+    );
+}
+
+#[tokio::test]
+async fn a_kept_alive_app_connection_the_app_closed_is_replaced_before_the_next_request() {
+    let (up, _, mut closed) = canned_upstream().await;
+    let proxy = proxy_to(up).await;
+    let mut c = TcpStream::connect(proxy.listen).await.unwrap();
+    c.write_all(b"GET /bye HTTP/1.1\r\nHost: app.test\r\n\r\n")
+        .await
+        .unwrap();
+    let mut first = vec![0u8; "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nbye".len()];
+    tokio::time::timeout(DEADLINE, c.read_exact(&mut first))
+        .await
+        .expect("the first answer in time")
+        .unwrap();
+    tokio::time::timeout(DEADLINE, closed.recv())
+        .await
+        .expect("the app closed its side");
+    // Not idempotent: a proxy that sent it on the dead connection could not retry it.
+    c.write_all(b"POST /echo HTTP/1.1\r\nHost: app.test\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi")
+        .await
+        .unwrap();
+    assert_eq!(
+        read_all(&mut c).await,
+        "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi"
+    );
+}
+
+#[tokio::test]
+async fn a_large_upload_with_a_length_streams_through_and_the_connection_goes_on() {
+    let up = serve_upstream(|req: Request<Incoming>| async move {
+        let bytes = req.into_body().collect().await.map(|b| b.to_bytes());
+        let digest = bytes
+            .map(|b| format!("{} {}", b.len(), sha256_digest(&b)))
+            .unwrap_or_else(|e| format!("error {e}"));
+        Response::new(full(digest))
+    })
+    .await;
+    let proxy = proxy_to(up).await;
+    let payload: Vec<u8> = (0..(1024 * 1024u32)).map(|i| (i % 251) as u8).collect();
+    let c = TcpStream::connect(proxy.listen).await.unwrap();
+    let (mut rd, mut wr) = c.into_split();
+    let sent = payload.clone();
+    let writer = tokio::spawn(async move {
+        let head = format!(
+            "POST /upload HTTP/1.1\r\nHost: app.test\r\nContent-Length: {}\r\n\r\n",
+            sent.len()
+        );
+        wr.write_all(head.as_bytes()).await.unwrap();
+        for piece in sent.chunks(60_000) {
+            wr.write_all(piece).await.unwrap();
+        }
+        wr.write_all(b"GET /after HTTP/1.1\r\nHost: app.test\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        wr
+    });
+    let mut out = Vec::new();
+    tokio::time::timeout(DEADLINE, rd.read_to_end(&mut out))
+        .await
+        .expect("both answers in time")
+        .unwrap();
+    let _wr = writer.await.unwrap();
+    let text = String::from_utf8_lossy(&out);
+    assert_eq!(text.matches("HTTP/1.1 200").count(), 2, "{text}");
+    assert!(
+        text.contains(&format!("{} {}", payload.len(), sha256_digest(&payload))),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("0 {}", sha256_digest(b""))),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn requests_only_hyper_serves_are_handed_over_mid_connection_and_answered() {
+    let proxy = proxy_to(header_echo().await).await;
+    let mut c = TcpStream::connect(proxy.listen).await.unwrap();
+    // A plain GET, then a chunked upload (hyper's), then a GET after it.
+    c.write_all(
+        b"GET /one HTTP/1.1\r\nHost: app.test\r\n\r\n\
+          POST /two HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\r\n\
+          3\r\nabc\r\n0\r\n\r\n\
+          GET /three HTTP/1.1\r\nHost: app.test\r\nConnection: close\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let got = read_all(&mut c).await;
+    assert_eq!(got.matches("HTTP/1.1 200 OK").count(), 3, "{got}");
+    assert_eq!(
+        got.matches("\"x-forwarded-host\":\"app.test\"").count(),
+        3,
+        "{got}"
+    );
+    assert!(got.contains("\"body_bytes\":3"), "{got}");
+
+    // HTTP/1.0 is hyper's from the first request.
+    let mut c = TcpStream::connect(proxy.listen).await.unwrap();
+    c.write_all(b"GET /old HTTP/1.0\r\nHost: app.test\r\n\r\n")
+        .await
+        .unwrap();
+    let got = read_all(&mut c).await;
+    assert!(
+        got.starts_with("HTTP/1.0 200") || got.starts_with("HTTP/1.1 200"),
+        "{got}"
+    );
+    assert!(got.contains("\"x-forwarded-for\":\"127.0.0.1\""), "{got}");
 }

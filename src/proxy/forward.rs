@@ -26,7 +26,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Bodies up to this size are read before forwarding, so that a request can be sent
 /// again to the standby if the serving generation is gone; larger ones stream through.
-const RETRYABLE_BODY: u64 = 64 * 1024;
+pub(super) const RETRYABLE_BODY: u64 = 64 * 1024;
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
@@ -51,7 +51,9 @@ pub struct Client {
     pub shared: Arc<Shared>,
     pub upstreams: Upstreams,
     pub local: SocketAddr,
-    peer_ip: HeaderValue,
+    pub(super) peer_ip: HeaderValue,
+    /// The connection came in over TLS (`X-Forwarded-Proto: https`).
+    pub(super) tls: bool,
 }
 
 impl Client {
@@ -63,11 +65,13 @@ impl Client {
     ) -> Self {
         let peer_ip = HeaderValue::from_str(&peer.ip().to_string())
             .expect("an IP address is a valid header value");
+        let tls = shared.tls_on(local);
         Client {
             shared,
             upstreams,
             local,
             peer_ip,
+            tls,
         }
     }
 }
@@ -121,7 +125,7 @@ async fn route(
         &mut parts.headers,
         &client.peer_ip,
         host.as_deref(),
-        shared.tls_on(local),
+        client.tls,
         upgrade,
     );
     // An HTTP/2 client names the host in the request's authority; HTTP/1.1 needs `Host`.
@@ -373,10 +377,7 @@ fn empty() -> ProxyBody {
 
 /// A short page of the proxy's own, for when no app answers: never a hang.
 pub fn page(status: StatusCode, text: &str) -> Response<ProxyBody> {
-    let html = format!(
-        "<!doctype html><title>{code}</title><h1>{code}</h1><p>{text}</p>\n",
-        code = status
-    );
+    let html = page_html(status, text);
     Response::builder()
         .status(status)
         .header(header::CONTENT_TYPE, "text/html; charset=utf-8")
@@ -387,6 +388,10 @@ pub fn page(status: StatusCode, text: &str) -> Response<ProxyBody> {
                 .boxed(),
         )
         .expect("a static response")
+}
+
+pub(super) fn page_html(status: StatusCode, text: &str) -> String {
+    format!("<!doctype html><title>{status}</title><h1>{status}</h1><p>{text}</p>\n")
 }
 
 /// The app's answer body, counted in flight until it ends or is dropped.

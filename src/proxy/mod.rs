@@ -10,6 +10,7 @@
 mod admin;
 mod feed;
 mod forward;
+mod h1;
 mod table;
 mod tls;
 mod upstream;
@@ -166,16 +167,29 @@ async fn serve(
         conns.spawn(async move {
             let (upstreams, mut driver) = upstream::Upstreams::new();
             let client = Arc::new(forward::Client::new(shared, upstreams, local, peer));
+            let for_hyper = client.clone();
             let service =
-                hyper::service::service_fn(move |req| forward::handle(client.clone(), req));
+                hyper::service::service_fn(move |req| forward::handle(for_hyper.clone(), req));
             match tls {
-                None => drive(&builder, stream, service, &mut driver, &stop).await,
+                None => match h1::serve(stream, &client, &stop).await {
+                    h1::End::Closed => {}
+                    h1::End::Handoff(io) => drive(&builder, io, service, &mut driver, &stop).await,
+                },
                 Some(acceptor) => {
                     // A handshake gets the same deadline as a request head.
                     match tokio::time::timeout(HEADER_TIMEOUT, acceptor.accept(stream)).await {
-                        Ok(Ok(tls_stream)) => {
+                        // HTTP/2 (agreed in the handshake) is hyper's from the start.
+                        Ok(Ok(tls_stream))
+                            if tls_stream.get_ref().1.alpn_protocol() == Some(&b"h2"[..]) =>
+                        {
                             drive(&builder, tls_stream, service, &mut driver, &stop).await
                         }
+                        Ok(Ok(tls_stream)) => match h1::serve(tls_stream, &client, &stop).await {
+                            h1::End::Closed => {}
+                            h1::End::Handoff(io) => {
+                                drive(&builder, io, service, &mut driver, &stop).await
+                            }
+                        },
                         Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
                         Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
                     }

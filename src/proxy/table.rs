@@ -69,11 +69,15 @@ impl Table {
     }
 
     /// The entry for a request that arrived on `listen` for `host` (lower-cased, without
-    /// port): an exact host match first, else the address's catch-all app.
+    /// port, in any case): an exact host match first, else the address's catch-all app.
     pub fn find(&self, listen: SocketAddr, host: Option<&str>) -> Option<&Arc<Entry>> {
         let entries = self.by_listen.get(&listen)?;
-        host.and_then(|h| entries.iter().find(|e| e.hosts.iter().any(|x| x == h)))
-            .or_else(|| entries.iter().find(|e| e.hosts.is_empty()))
+        host.and_then(|h| {
+            entries
+                .iter()
+                .find(|e| e.hosts.iter().any(|x| x.eq_ignore_ascii_case(h)))
+        })
+        .or_else(|| entries.iter().find(|e| e.hosts.is_empty()))
     }
 
     pub fn listens(&self) -> Vec<SocketAddr> {

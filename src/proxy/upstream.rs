@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 use super::forward::ProxyBody;
 
 /// A connection to the app must be established within this.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Idle upstream connections one client connection keeps (an HTTP/2 client may have many
 /// requests in flight at once; the connections beyond this are closed after use).
 const MAX_IDLE: usize = 8;
