@@ -155,35 +155,26 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<'_, IO> {
             let table = self.client.shared.table();
             table.find(self.client.local, host).cloned()
         };
-        // An error page leaves the request's body unread: the connection then closes.
-        let unread = head.body > 0 || head.close;
-        if entry.as_ref().and_then(|e| e.upstream.as_ref()).is_none()
-            || entry.as_ref().is_some_and(|e| head.body > e.max_body)
-        {
+        let refusal = match &entry {
+            None => Some((StatusCode::NOT_FOUND, "No app is routed here.")),
+            Some(e) if e.upstream.is_none() => Some((
+                StatusCode::SERVICE_UNAVAILABLE,
+                "This app has no running version yet.",
+            )),
+            Some(e) if head.body > e.max_body => Some((
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "The request body is too large.",
+            )),
+            Some(_) => None,
+        };
+        let (Some(entry), None) = (entry, refusal) else {
+            let (status, text) = refusal.expect("no entry is a refusal");
             self.buf.advance(head.len);
-        }
-        let Some(entry) = entry else {
-            return self
-                .page(
-                    StatusCode::NOT_FOUND,
-                    "No app is routed here.",
-                    &head,
-                    unread,
-                )
-                .await;
+            // The request's body is left unread: the connection then closes.
+            let close = head.body > 0 || head.close;
+            return self.page(status, text, &head, close).await;
         };
-        let Some(upstream) = entry.upstream.clone() else {
-            let text = "This app has no running version yet.";
-            return self
-                .page(StatusCode::SERVICE_UNAVAILABLE, text, &head, unread)
-                .await;
-        };
-        if head.body > entry.max_body {
-            let text = "The request body is too large.";
-            return self
-                .page(StatusCode::PAYLOAD_TOO_LARGE, text, &head, true)
-                .await;
-        }
+        let upstream = entry.upstream.clone().expect("refused above when none");
         // A small body is read first, so that the request can go to the standby too.
         let in_buf = if head.body <= RETRYABLE_BODY {
             let want = head.len + head.body as usize;
