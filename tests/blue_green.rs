@@ -402,6 +402,8 @@ async fn the_proxy_terminates_tls_with_the_certificate_named_for_the_host() {
     })
     .await;
     assert_eq!(body, "v1");
+    // An HTTP/2 client (agreed by ALPN) is served too.
+    assert_eq!(h2_over_tls(addr, cert.cert.der().clone()).await, "v1");
     // Plain HTTP on a TLS address gets nowhere.
     assert!(
         http_get(&env.app_url("/version"))
@@ -409,4 +411,47 @@ async fn the_proxy_terminates_tls_with_the_certificate_named_for_the_host() {
             .is_none_or(|(s, _)| s != 200)
     );
     env.cleanup().await;
+}
+
+/// `GET /version` from `app.test` at `addr` over TLS with ALPN `h2`, HTTP/2 checked.
+async fn h2_over_tls(
+    addr: std::net::SocketAddr,
+    root: rustls::pki_types::CertificateDer<'static>,
+) -> String {
+    use http_body_util::BodyExt;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(root).unwrap();
+    let mut config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("app.test").unwrap();
+    let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .expect("a TLS handshake with the proxy");
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let (mut sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tls),
+    )
+    .await
+    .expect("an HTTP/2 handshake over TLS");
+    tokio::spawn(conn);
+    let req = hyper::Request::get("https://app.test/version")
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(5), sender.send_request(req))
+        .await
+        .expect("an answer in time")
+        .expect("an HTTP/2 answer");
+    assert_eq!(resp.version(), hyper::Version::HTTP_2);
+    assert_eq!(resp.status(), 200);
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8_lossy(&body).into_owned()
 }
