@@ -10,6 +10,7 @@ pub mod contain;
 pub mod engine;
 pub mod faults;
 pub mod intake;
+pub mod log_budget;
 pub mod notify;
 pub mod pipeline;
 pub mod poller;

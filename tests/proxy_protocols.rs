@@ -24,12 +24,23 @@ const DEADLINE: Duration = Duration::from_secs(10);
 
 /// A running `pier proxy` routing `app.test` on `listen` to `upstream`.
 struct Proxy {
-    _process: PierProcess,
+    process: PierProcess,
     _dir: tempfile::TempDir,
     listen: SocketAddr,
 }
 
 async fn proxy_to(upstream: SocketAddr) -> Proxy {
+    let proxy = proxy_routing_to(upstream).await;
+    wait_until("pier proxy routes app.test", DEADLINE, || async move {
+        let (status, _) = raw_get(proxy.listen, "/", "app.test").await?;
+        (status == 200).then_some(())
+    })
+    .await;
+    proxy
+}
+
+/// A running `pier proxy` routing `app.test` to `upstream`, which may not answer.
+async fn proxy_routing_to(upstream: SocketAddr) -> Proxy {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let admin = free_port();
@@ -69,13 +80,12 @@ hosts = ["app.test"]
         .wait_healthy(false)
         .start()
         .await;
-    wait_until("pier proxy routes app.test", DEADLINE, || async move {
-        let (status, _) = raw_get(listen, "/", "app.test").await?;
-        (status == 200).then_some(())
+    wait_until("pier proxy listens", DEADLINE, || async move {
+        TcpStream::connect(listen).await.ok().map(drop)
     })
     .await;
     Proxy {
-        _process: process,
+        process,
         _dir: dir,
         listen,
     }
@@ -617,4 +627,20 @@ async fn requests_only_hyper_serves_are_handed_over_mid_connection_and_answered(
         "{got}"
     );
     assert!(got.contains("\"x-forwarded-for\":\"127.0.0.1\""), "{got}");
+}
+
+#[tokio::test]
+async fn an_app_that_is_down_gets_a_502_per_request_and_a_few_log_lines_not_one_each() {
+    // The upstream address is a port nobody listens on.
+    let down: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let proxy = proxy_routing_to(down).await;
+    for _ in 0..100 {
+        let (status, page) = raw_get(proxy.listen, "/", "app.test")
+            .await
+            .expect("an answer from the proxy itself");
+        assert_eq!(status, 502, "{page}");
+    }
+    let log = proxy.process.log();
+    let lines = log.matches("no upstream answered").count();
+    assert!((1..=5).contains(&lines), "{lines} lines for 100 failed requests:\n{log}");
 }

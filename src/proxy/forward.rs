@@ -244,7 +244,7 @@ async fn route(
             }
         }
     }
-    tracing::warn!(app = %entry.app, error = %last_error, "no upstream answered");
+    shared.log_unreachable(&entry.app, &last_error);
     Err(page(
         StatusCode::BAD_GATEWAY,
         "The app could not be reached. Try again in a moment.",

@@ -27,6 +27,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::log_budget::LogBudget;
 use crate::store::Route;
 pub use forward::ProxyBody;
 pub use table::{Entry, Table};
@@ -40,11 +41,28 @@ pub struct Shared {
     table: RwLock<Arc<Table>>,
     counters: table::Counters,
     tls_listens: HashSet<SocketAddr>,
+    /// Requests no generation answered: an app that is down must not flood the log.
+    unreachable_log: LogBudget,
 }
 
 impl Shared {
     fn table(&self) -> Arc<Table> {
         self.table.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Logs a request that no generation of `app` answered, a few per window in full.
+    fn log_unreachable(&self, app: &str, error: &str) {
+        let admit = self.unreachable_log.admit();
+        if admit.left_out > 0 {
+            tracing::warn!(
+                left_out = admit.left_out,
+                window_s = self.unreachable_log.window().as_secs(),
+                "more requests found no upstream than logged"
+            );
+        }
+        if admit.log {
+            tracing::warn!(%app, %error, "no upstream answered");
+        }
     }
 
     fn tls_on(&self, listen: SocketAddr) -> bool {
@@ -84,6 +102,7 @@ pub async fn run_until(config: Config, shutdown: CancellationToken) -> anyhow::R
         table: RwLock::new(Arc::new(Table::default())),
         counters: table::Counters::default(),
         tls_listens: acceptors.keys().copied().collect(),
+        unreachable_log: LogBudget::new(5, Duration::from_secs(10)),
     });
     // Serve what was known before, at once: the database may be away.
     match feed::load_state(&config.proxy.state_file) {

@@ -13,6 +13,8 @@ use axum::body::{Body, Bytes};
 use http_body_util::BodyExt as _;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::log_budget::LogBudget;
+
 /// Failed authentications an address may have per [`WINDOW`] before its requests are
 /// refused unchecked (429) until the window ends.
 const FAILURES_PER_WINDOW: u32 = 20;
@@ -30,13 +32,7 @@ pub struct Guard {
     /// ones; many large bodies at once get 503 instead of growing memory.
     bytes: std::sync::Arc<Semaphore>,
     failures: Mutex<HashMap<IpAddr, (Instant, u32)>>,
-    log: Mutex<LogWindow>,
-}
-
-struct LogWindow {
-    started: Instant,
-    logged: u64,
-    suppressed: u64,
+    log: LogBudget,
 }
 
 impl Guard {
@@ -44,11 +40,7 @@ impl Guard {
         Self {
             bytes: std::sync::Arc::new(Semaphore::new(buffer_bytes.min(Semaphore::MAX_PERMITS))),
             failures: Mutex::new(HashMap::new()),
-            log: Mutex::new(LogWindow {
-                started: Instant::now(),
-                logged: 0,
-                suppressed: 0,
-            }),
+            log: LogBudget::new(LOGGED_PER_WINDOW, LOG_WINDOW),
         }
     }
 
@@ -104,28 +96,15 @@ impl Guard {
     /// Whether this rejection gets its own log line. When a new window starts, the number
     /// left out of the previous one is logged once, as a summary.
     pub fn log_rejection(&self) -> bool {
-        let mut w = self.log.lock().unwrap_or_else(|e| e.into_inner());
-        if w.started.elapsed() >= LOG_WINDOW {
-            if w.suppressed > 0 {
-                tracing::warn!(
-                    suppressed = w.suppressed,
-                    window_s = LOG_WINDOW.as_secs(),
-                    "more webhooks were rejected than logged; see pier_webhooks_total"
-                );
-            }
-            *w = LogWindow {
-                started: Instant::now(),
-                logged: 0,
-                suppressed: 0,
-            };
+        let admit = self.log.admit();
+        if admit.left_out > 0 {
+            tracing::warn!(
+                suppressed = admit.left_out,
+                window_s = self.log.window().as_secs(),
+                "more webhooks were rejected than logged; see pier_webhooks_total"
+            );
         }
-        if w.logged < LOGGED_PER_WINDOW {
-            w.logged += 1;
-            true
-        } else {
-            w.suppressed += 1;
-            false
-        }
+        admit.log
     }
 }
 

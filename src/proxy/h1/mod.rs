@@ -243,7 +243,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<'_, IO> {
                 }
             }
         }
-        tracing::warn!(app = %entry.app, error = %last_error, "no upstream answered");
+        shared.log_unreachable(&entry.app, &last_error);
         let text = "The app could not be reached. Try again in a moment.";
         let close = streamed > 0 || head.close;
         self.page(StatusCode::BAD_GATEWAY, text, head, close).await
