@@ -642,5 +642,8 @@ async fn an_app_that_is_down_gets_a_502_per_request_and_a_few_log_lines_not_one_
     }
     let log = proxy.process.log();
     let lines = log.matches("no upstream answered").count();
-    assert!((1..=5).contains(&lines), "{lines} lines for 100 failed requests:\n{log}");
+    assert!(
+        (1..=5).contains(&lines),
+        "{lines} lines for 100 failed requests:\n{log}"
+    );
 }

@@ -174,7 +174,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<'_, IO> {
             let close = head.body > 0 || head.close;
             return self.page(status, text, &head, close).await;
         };
-        let upstream = entry.upstream.clone().expect("refused above when none");
+
         // A small body is read first, so that the request can go to the standby too.
         let in_buf = if head.body <= RETRYABLE_BODY {
             let want = head.len + head.body as usize;
@@ -194,7 +194,8 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<'_, IO> {
             .extend_from_slice(&self.buf[head.len..head.len + in_buf]);
         self.buf.advance(head.len + in_buf);
         let streamed = head.body - in_buf as u64;
-        self.attempts(&entry, &upstream, &head, streamed).await
+        let upstream = entry.upstream.as_deref().expect("refused above when none");
+        self.attempts(&entry, upstream, &head, streamed).await
     }
 
     /// The serving generation, then (for what cannot have reached it) the standby.
