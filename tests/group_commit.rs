@@ -146,11 +146,18 @@ async fn a_delivery_is_stored_with_one_statement_whatever_it_queues() {
     db.migrate().await;
     let (store, proxy) = counted_store(&db).await;
     // The first one opens the connection (its set-up statements are not the delivery's).
-    store.record_delivery(delivery(0), None, vec![]).await.unwrap();
+    store
+        .record_delivery(delivery(0), None, vec![])
+        .await
+        .unwrap();
     let cases = [
         ("no app", delivery(1), vec![]),
         ("one app", delivery(2), vec![wanted("a", 2)]),
-        ("two apps", delivery(3), vec![wanted("a", 3), wanted("b", 3)]),
+        (
+            "two apps",
+            delivery(3),
+            vec![wanted("a", 3), wanted("b", 3)],
+        ),
         ("a repeat", delivery(3), vec![wanted("a", 4)]),
     ];
     for (what, d, w) in cases {

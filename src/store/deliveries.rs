@@ -356,8 +356,7 @@ pub(super) async fn record_all(
         .iter()
         .map(|r| pg_opt(r.delivery.event_key.as_deref()))
         .collect();
-    let reasons: Vec<Cow<'_, str>> =
-        reqs.iter().map(|r| pg_text(&r.delivery.reason)).collect();
+    let reasons: Vec<Cow<'_, str>> = reqs.iter().map(|r| pg_text(&r.delivery.reason)).collect();
     let events: Vec<String> = reqs
         .iter()
         .map(|r| pg_json(&r.delivery.events).to_string())
@@ -375,9 +374,7 @@ pub(super) async fn record_all(
     let w_trigger: Vec<&str> = wanted().map(|(_, d)| d.trigger.as_str()).collect();
     let w_image: Vec<&str> = wanted().map(|(_, d)| d.image.as_str()).collect();
     let w_tag: Vec<Option<&str>> = wanted().map(|(_, d)| d.requested_tag.as_deref()).collect();
-    let w_digest: Vec<Option<&str>> = wanted()
-        .map(|(_, d)| d.claimed_digest.as_deref())
-        .collect();
+    let w_digest: Vec<Option<&str>> = wanted().map(|(_, d)| d.claimed_digest.as_deref()).collect();
     let w_pinned: Vec<bool> = wanted().map(|(_, d)| d.pinned).collect();
     let sqlx::types::Json(answers): sqlx::types::Json<Vec<Answer>> = sqlx::query_scalar(
         "SELECT pier_record_deliveries($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
