@@ -3,8 +3,10 @@
 
 mod support;
 
+use pier::config::TagRule;
 use pier::store::{
-    DeliveryOutcome, DeploymentState, Enqueued, NewDelivery, NewDeployment, Store, Trigger,
+    DeliveryOutcome, DeploymentRequest, DeploymentState, Enqueued, NewDelivery, NewDeployment,
+    Store, Trigger, pinned_reason,
 };
 use support::*;
 
@@ -123,6 +125,159 @@ async fn a_repeat_inside_the_same_batch_is_a_duplicate_and_other_apps_are_not_he
         assert_eq!(queued, 1, "app {app}");
     }
     assert_eq!(store.count_deliveries().await.unwrap(), 3);
+    let mut db = db;
+    db.cleanup().await;
+}
+
+/// A store whose every statement goes through a counting relay.
+async fn counted_store(db: &TestDb) -> (Store, PgProxy) {
+    let proxy = PgProxy::start(&db.url).await;
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(4)
+        .connect(&proxy.url_for(&db.url))
+        .await
+        .expect("connect through the relay");
+    (Store::from_pool(pool), proxy)
+}
+
+#[tokio::test]
+async fn a_delivery_is_stored_with_one_statement_whatever_it_queues() {
+    let db = TestDb::create().await;
+    db.migrate().await;
+    let (store, proxy) = counted_store(&db).await;
+    // The first one opens the connection (its set-up statements are not the delivery's).
+    store
+        .record_delivery(delivery(0), None, vec![])
+        .await
+        .unwrap();
+    let cases = [
+        ("no app", delivery(1), vec![]),
+        ("one app", delivery(2), vec![wanted("a", 2)]),
+        (
+            "two apps",
+            delivery(3),
+            vec![wanted("a", 3), wanted("b", 3)],
+        ),
+        ("a repeat", delivery(3), vec![wanted("a", 4)]),
+    ];
+    for (what, d, w) in cases {
+        let before = proxy.statements();
+        store.record_delivery(d, None, w).await.expect(what);
+        assert_eq!(
+            proxy.statements() - before,
+            1,
+            "{what}: one statement (no BEGIN, no COMMIT, no statement per queue rule)"
+        );
+    }
+    // A burst shares statements: at most one per group commit, never one per delivery.
+    let before = proxy.statements();
+    const N: usize = 40;
+    let outcomes = futures_util::future::join_all(
+        (10..10 + N).map(|n| store.record_delivery(delivery(n), None, vec![wanted("a", n)])),
+    )
+    .await;
+    assert!(outcomes.iter().all(|o| o.is_ok()));
+    let used = proxy.statements() - before;
+    assert!(used < N as u64 / 2, "{N} deliveries took {used} statements");
+    let mut db = db;
+    db.cleanup().await;
+}
+
+/// What a delivery's rows look like once stored, for comparing the two ways of storing it.
+async fn stored(store: &Store, outcome: &DeliveryOutcome) -> (String, String, Vec<String>) {
+    let DeliveryOutcome::Recorded {
+        delivery_id,
+        deployments,
+        ..
+    } = outcome
+    else {
+        panic!("expected a recorded delivery, got {outcome:?}")
+    };
+    let d = store.delivery(*delivery_id).await.unwrap().unwrap();
+    let queued = deployments
+        .iter()
+        .map(|e| match e {
+            Enqueued::Queued { app, .. } => format!("queued {app}"),
+            Enqueued::AlreadyPending { app, .. } => format!("pending {app}"),
+        })
+        .collect();
+    (d.verdict.as_str().to_owned(), d.reason, queued)
+}
+
+#[tokio::test]
+async fn the_one_statement_keeps_the_rules_of_the_transaction_it_replaces() {
+    let db = TestDb::create().await;
+    db.migrate().await;
+    let store = Store::from_pool(db.pool.clone());
+    // `b` is pinned by an operator (a rollback), `a` is not.
+    let (_, pin) = store
+        .pin_and_enqueue(wanted("b", 900), "admin (password)")
+        .await
+        .unwrap();
+    // A version guard makes a delivery take the transaction (its comparison is Rust's);
+    // "main" is no version, so the guard itself holds nothing back.
+    let rule = TagRule::from_versions(">=0.1.0").unwrap();
+    let guarded = |w: Vec<NewDeployment>| -> Vec<DeploymentRequest> {
+        w.into_iter()
+            .map(|deployment| DeploymentRequest {
+                deployment,
+                never_older: Some(rule.clone()),
+            })
+            .collect()
+    };
+    let plain = |w: Vec<NewDeployment>| -> Vec<DeploymentRequest> {
+        w.into_iter().map(DeploymentRequest::from).collect()
+    };
+    let mut n = 0;
+    for (what, make) in [
+        ("pinned and not", vec![("a", 1), ("b", 1)]),
+        ("pinned only", vec![("b", 2)]),
+        ("the same digest again", vec![("a", 1)]),
+        ("a new digest", vec![("a", 3)]),
+    ] {
+        let mut seen = Vec::new();
+        for way in [&guarded as &dyn Fn(_) -> _, &plain] {
+            n += 1;
+            // Each way on apps of its own name, so that neither sees the other's rows.
+            let w: Vec<NewDeployment> = make
+                .iter()
+                .map(|(app, digest)| {
+                    let app = if *app == "b" {
+                        "b".to_owned()
+                    } else {
+                        format!("{app}{}", seen.len())
+                    };
+                    wanted(&app, *digest)
+                })
+                .collect();
+            let outcome = store
+                .record_delivery_with(delivery(1000 + n), None, way(w), None)
+                .await
+                .expect(what);
+            let DeliveryOutcome::Recorded { pinned, .. } = &outcome else {
+                panic!("{what}: {outcome:?}")
+            };
+            if make.iter().any(|(app, _)| *app == "b") {
+                assert_eq!(pinned, &vec![pin.clone()], "{what}");
+            }
+            let (verdict, reason, queued) = stored(&store, &outcome).await;
+            let reason = reason.replace("a1", "a0");
+            let queued: Vec<String> = queued.iter().map(|q| q.replace("a1", "a0")).collect();
+            seen.push((verdict, reason, queued));
+        }
+        assert_eq!(seen[0], seen[1], "{what}: both ways store the same");
+    }
+    assert_eq!(
+        stored(
+            &store,
+            &store
+                .record_delivery(delivery(5000), None, vec![wanted("b", 7)])
+                .await
+                .unwrap()
+        )
+        .await,
+        ("pinned".to_owned(), pinned_reason(&pin), vec![])
+    );
     let mut db = db;
     db.cleanup().await;
 }

@@ -1,7 +1,7 @@
 //! Operator actions' SQL: pins (with their history), rollback choices, cancel and stop.
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
@@ -11,7 +11,7 @@ use super::text::pg_text;
 use super::{Result, Store};
 
 /// The pin in force for an app: pushes and the poller do not move it.
-#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, Serialize, Deserialize)]
 pub struct Pin {
     pub app: String,
     pub digest: String,

@@ -1,3 +1,5 @@
+use std::borrow::Cow;
+
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use uuid::Uuid;
@@ -312,6 +314,109 @@ pub(super) async fn record_in(
         held_back,
         pinned,
     })
+}
+
+/// Whether [`record_all`] can record this delivery: a version guard (`never_older`)
+/// compares versions in Rust, so a delivery that carries one goes through [`record_in`].
+pub(super) fn one_statement_can_record(req: &DeliveryRequest) -> bool {
+    req.wanted.iter().all(|w| w.never_older.is_none())
+}
+
+/// One delivery's outcome as `pier_record_deliveries` (migration 0015) returns it.
+#[derive(serde::Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+enum Answer {
+    Recorded {
+        delivery_id: Uuid,
+        deployments: Vec<Enqueued>,
+        pinned: Vec<Pin>,
+    },
+    Duplicate {
+        delivery_id: Uuid,
+    },
+    Replay {
+        delivery_id: Uuid,
+    },
+}
+
+/// Records deliveries in arrival order with ONE statement, outside any explicit
+/// transaction: one round trip and one commit for the whole batch, and the sender is still
+/// answered only after that commit. The server-side function keeps [`record_in`]'s rules
+/// (app locks in key order, repeats counted on the first row, pins, the same digest not
+/// queued twice, supersede); none of `reqs` may carry a version guard
+/// ([`one_statement_can_record`]).
+pub(super) async fn record_all(
+    pool: &sqlx::PgPool,
+    reqs: &[&DeliveryRequest],
+) -> Result<Vec<DeliveryOutcome>> {
+    debug_assert!(reqs.iter().all(|r| one_statement_can_record(r)));
+    let n = reqs.len();
+    let sources: Vec<Cow<'_, str>> = reqs.iter().map(|r| pg_text(&r.delivery.source)).collect();
+    let keys: Vec<Option<Cow<'_, str>>> = reqs
+        .iter()
+        .map(|r| pg_opt(r.delivery.event_key.as_deref()))
+        .collect();
+    let reasons: Vec<Cow<'_, str>> = reqs.iter().map(|r| pg_text(&r.delivery.reason)).collect();
+    let events: Vec<String> = reqs
+        .iter()
+        .map(|r| pg_json(&r.delivery.events).to_string())
+        .collect();
+    let bodies: Vec<Option<&[u8]>> = reqs.iter().map(|r| r.body_sha256.as_deref()).collect();
+    let redeliveries: Vec<Option<Uuid>> = reqs.iter().map(|r| r.redelivery_of).collect();
+    let wanted = || {
+        reqs.iter()
+            .enumerate()
+            .flat_map(|(i, r)| r.wanted.iter().map(move |w| (i, &w.deployment)))
+    };
+    // 1-based, ascending: the function walks deliveries and their deployments together.
+    let w_delivery: Vec<i32> = wanted().map(|(i, _)| i as i32 + 1).collect();
+    let w_app: Vec<&str> = wanted().map(|(_, d)| d.app.as_str()).collect();
+    let w_trigger: Vec<&str> = wanted().map(|(_, d)| d.trigger.as_str()).collect();
+    let w_image: Vec<&str> = wanted().map(|(_, d)| d.image.as_str()).collect();
+    let w_tag: Vec<Option<&str>> = wanted().map(|(_, d)| d.requested_tag.as_deref()).collect();
+    let w_digest: Vec<Option<&str>> = wanted().map(|(_, d)| d.claimed_digest.as_deref()).collect();
+    let w_pinned: Vec<bool> = wanted().map(|(_, d)| d.pinned).collect();
+    let sqlx::types::Json(answers): sqlx::types::Json<Vec<Answer>> = sqlx::query_scalar(
+        "SELECT pier_record_deliveries($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+    )
+    .bind(&sources)
+    .bind(&keys)
+    .bind(&reasons)
+    .bind(&events)
+    .bind(&bodies)
+    .bind(&redeliveries)
+    .bind(&w_delivery)
+    .bind(&w_app)
+    .bind(&w_trigger)
+    .bind(&w_image)
+    .bind(&w_tag)
+    .bind(&w_digest)
+    .bind(&w_pinned)
+    .fetch_one(pool)
+    .await?;
+    if answers.len() != n {
+        return Err(super::StoreError::Query(sqlx::Error::Protocol(format!(
+            "pier_record_deliveries answered {} outcomes for {n} deliveries",
+            answers.len()
+        ))));
+    }
+    Ok(answers
+        .into_iter()
+        .map(|a| match a {
+            Answer::Recorded {
+                delivery_id,
+                deployments,
+                pinned,
+            } => DeliveryOutcome::Recorded {
+                delivery_id,
+                deployments,
+                held_back: Vec::new(),
+                pinned,
+            },
+            Answer::Duplicate { delivery_id } => DeliveryOutcome::Duplicate { delivery_id },
+            Answer::Replay { delivery_id } => DeliveryOutcome::Replay { delivery_id },
+        })
+        .collect())
 }
 
 impl Store {
