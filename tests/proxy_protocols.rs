@@ -131,6 +131,18 @@ async fn header_echo() -> SocketAddr {
     .await
 }
 
+/// An upstream that answers every request with its body's length and SHA-256.
+async fn digest_echo() -> SocketAddr {
+    serve_upstream(|req: Request<Incoming>| async move {
+        let bytes = req.into_body().collect().await.map(|b| b.to_bytes());
+        let digest = bytes
+            .map(|b| format!("{} {}", b.len(), sha256_digest(&b)))
+            .unwrap_or_else(|e| format!("error {e}"));
+        Response::new(full(digest))
+    })
+    .await
+}
+
 type UpBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 
 fn full(s: impl Into<Bytes>) -> UpBody {
@@ -334,14 +346,7 @@ fn tokio_stream_of<T: Send + 'static>(
 #[tokio::test]
 async fn a_large_upload_streams_through_whole() {
     // Larger than what the proxy reads ahead for a retry: it must stream, in order, whole.
-    let up = serve_upstream(|req: Request<Incoming>| async move {
-        let bytes = req.into_body().collect().await.map(|b| b.to_bytes());
-        let digest = bytes
-            .map(|b| format!("{} {}", b.len(), sha256_digest(&b)))
-            .unwrap_or_else(|e| format!("error {e}"));
-        Response::new(full(digest))
-    })
-    .await;
+    let up = digest_echo().await;
     let proxy = proxy_to(up).await;
     let payload: Vec<u8> = (0..(1024 * 1024u32)).map(|i| (i % 251) as u8).collect();
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(
@@ -549,14 +554,7 @@ async fn a_kept_alive_app_connection_the_app_closed_is_replaced_before_the_next_
 
 #[tokio::test]
 async fn a_large_upload_with_a_length_streams_through_and_the_connection_goes_on() {
-    let up = serve_upstream(|req: Request<Incoming>| async move {
-        let bytes = req.into_body().collect().await.map(|b| b.to_bytes());
-        let digest = bytes
-            .map(|b| format!("{} {}", b.len(), sha256_digest(&b)))
-            .unwrap_or_else(|e| format!("error {e}"));
-        Response::new(full(digest))
-    })
-    .await;
+    let up = digest_echo().await;
     let proxy = proxy_to(up).await;
     let payload: Vec<u8> = (0..(1024 * 1024u32)).map(|i| (i % 251) as u8).collect();
     let c = TcpStream::connect(proxy.listen).await.unwrap();

@@ -99,12 +99,12 @@ async fn route(
     let Some(entry) = entry else {
         return Err(page(StatusCode::NOT_FOUND, "No app is routed here."));
     };
-    let Some(upstream) = entry.upstream.clone() else {
+    if entry.upstream.is_none() {
         return Err(page(
             StatusCode::SERVICE_UNAVAILABLE,
             "This app has no running version yet.",
         ));
-    };
+    }
     let announced = req
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -160,8 +160,6 @@ async fn route(
         (None, Some(limited))
     };
     let idempotent = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS);
-    let standby = entry.standby.as_deref().zip(entry.counters.1.as_ref());
-    let first = (upstream.as_str(), entry.counters.0.as_ref());
     let mut last_error = String::new();
     // Origin-form (`/path?query`), as HTTP/1.1 to the app wants it; an HTTP/2 request's
     // scheme and authority are dropped (the authority went into `Host` above). The parts
@@ -177,11 +175,8 @@ async fn route(
         }
         hyper::Uri::from_parts(u).unwrap_or_else(|_| hyper::Uri::from_static("/"))
     };
-    for (target, counter) in [Some(first), standby.map(|(t, c)| (t, Some(c)))]
-        .into_iter()
-        .flatten()
-    {
-        let is_last = target != upstream.as_str() || standby.is_none();
+    for attempt in entry.attempts() {
+        let (target, is_last) = (attempt.target, attempt.is_last);
         let body = match (&buffered, streamed.take()) {
             (Some(b), _) => Full::new(b.clone())
                 .map_err(|e| -> BoxError { match e {} })
@@ -201,10 +196,7 @@ async fn route(
         } else {
             parts.headers.clone()
         };
-        let guard = match counter {
-            Some(c) => c.start(),
-            None => shared.counters.start(target),
-        };
+        let guard = attempt.start(&shared.counters);
         let sending = async {
             if upgrade {
                 upstreams.send_upgrade(target, out).await

@@ -34,6 +34,42 @@ pub struct Entry {
     pub counters: (Option<Arc<Counter>>, Option<Arc<Counter>>),
 }
 
+/// One place a request may go: the serving generation, or after it the standby.
+pub struct Attempt<'a> {
+    pub target: &'a str,
+    counter: Option<&'a Arc<Counter>>,
+    /// No other place is left to try after this one.
+    pub is_last: bool,
+}
+
+impl Attempt<'_> {
+    /// Counts the request in flight to this target until the guard is dropped.
+    pub fn start(&self, counters: &Counters) -> InFlight {
+        match self.counter {
+            Some(c) => c.start(),
+            None => counters.start(self.target),
+        }
+    }
+}
+
+impl Entry {
+    /// Where a request goes, in order: the serving generation, then the standby (the
+    /// previous generation during a soak) for a request that cannot have reached it.
+    pub fn attempts(&self) -> impl Iterator<Item = Attempt<'_>> {
+        let standby = self.standby.as_deref().zip(self.counters.1.as_ref());
+        let first = self.upstream.as_deref().map(|target| Attempt {
+            target,
+            counter: self.counters.0.as_ref(),
+            is_last: standby.is_none(),
+        });
+        first.into_iter().chain(standby.map(|(target, c)| Attempt {
+            target,
+            counter: Some(c),
+            is_last: true,
+        }))
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Table {
     by_listen: HashMap<SocketAddr, Vec<Arc<Entry>>>,

@@ -194,31 +194,16 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<'_, IO> {
             .extend_from_slice(&self.buf[head.len..head.len + in_buf]);
         self.buf.advance(head.len + in_buf);
         let streamed = head.body - in_buf as u64;
-        let upstream = entry.upstream.as_deref().expect("refused above when none");
-        self.attempts(&entry, upstream, &head, streamed).await
+        self.attempts(&entry, &head, streamed).await
     }
 
     /// The serving generation, then (for what cannot have reached it) the standby.
-    async fn attempts(
-        &mut self,
-        entry: &Entry,
-        upstream: &str,
-        head: &RequestHead,
-        streamed: u64,
-    ) -> Flow {
+    async fn attempts(&mut self, entry: &Entry, head: &RequestHead, streamed: u64) -> Flow {
         let shared = &self.client.shared;
-        let standby = entry.standby.as_deref().zip(entry.counters.1.as_ref());
-        let first = (upstream, entry.counters.0.as_ref());
         let mut last_error = String::new();
-        for (target, counter) in [Some(first), standby.map(|(t, c)| (t, Some(c)))]
-            .into_iter()
-            .flatten()
-        {
-            let is_last = target != upstream || standby.is_none();
-            let guard = match counter {
-                Some(c) => c.start(),
-                None => shared.counters.start(target),
-            };
+        for attempt in entry.attempts() {
+            let (target, is_last) = (attempt.target, attempt.is_last);
+            let guard = attempt.start(&shared.counters);
             let sent = timeout(entry.timeout, self.send(target, head, streamed)).await;
             match sent {
                 Ok(Ok((up, answer))) => return self.relay(up, answer, head, guard).await,
