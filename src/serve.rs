@@ -171,6 +171,7 @@ pub async fn run_until_with(
     let (wake_tx, wake_rx) = watch::channel(0u64);
     let (alive_tx, alive_rx) = watch::channel(false);
     let liveness_key = worker::liveness_key();
+    let deploying = worker::Deploying::default();
 
     // Before any claim: remove what crashed runs left behind and that nothing will resume.
     run_reconcile(&config, &store, &engine).await;
@@ -184,6 +185,7 @@ pub async fn run_until_with(
         Signals {
             wake: wake_tx,
             alive: alive_tx,
+            deploying: deploying.clone(),
         },
         listener_stop.clone(),
     ));
@@ -242,6 +244,7 @@ pub async fn run_until_with(
             liveness_key,
             wake: wake_rx,
             alive: alive_rx,
+            deploying,
             shutdown: shutdown.clone(),
         }
         .run(),

@@ -183,6 +183,41 @@ async fn a_delivery_is_stored_with_one_statement_whatever_it_queues() {
     db.cleanup().await;
 }
 
+#[tokio::test]
+async fn a_delivery_costs_one_round_trip_to_postgres_with_no_pings() {
+    let db = TestDb::create().await;
+    db.migrate().await;
+    let (store, proxy) = counted_store(&db).await;
+    // The first one opens the group commit's connection.
+    store
+        .record_delivery(delivery(0), None, vec![])
+        .await
+        .unwrap();
+    // One at a time, as a sender that waits for each answer: through sqlx's pool each
+    // statement also cost a ping when the connection was lent and one when it came back.
+    const N: usize = 20;
+    let before = proxy.round_trips();
+    for n in 1..=N {
+        let wants = if n % 2 == 0 {
+            vec![wanted("a", n)]
+        } else {
+            vec![]
+        };
+        store
+            .record_delivery(delivery(n), None, wants)
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        proxy.round_trips() - before,
+        N as u64,
+        "{N} deliveries one after another: one round trip each"
+    );
+    assert_eq!(store.count_deliveries().await.unwrap(), N as i64 + 1);
+    let mut db = db;
+    db.cleanup().await;
+}
+
 /// What a delivery's rows look like once stored, for comparing the two ways of storing it.
 async fn stored(store: &Store, outcome: &DeliveryOutcome) -> (String, String, Vec<String>) {
     let DeliveryOutcome::Recorded {

@@ -93,3 +93,47 @@ async fn a_short_sweep_costs_a_bounded_handful_of_statements_per_sweep() {
     drop(pier);
     env.cleanup().await;
 }
+
+#[tokio::test]
+async fn a_burst_of_pushes_for_an_app_being_deployed_sends_no_idle_worker_to_claim() {
+    let (env, proxy, pier, _receiver) = proxied_pier("1h").await;
+    // The app is being deployed: v1 answers its health check only after 8 s.
+    env.push(&TestImage::slow_start("v1", 8), "main").await;
+    wait_until("v1's health check runs", DEPLOY, || async {
+        let probing: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM deployment_steps WHERE step = 'health' AND state = 'started'",
+        )
+        .fetch_one(&env.db.pool)
+        .await
+        .ok()?;
+        (probing == 1).then_some(())
+    })
+    .await;
+    // Twenty pushes for the app meanwhile: each is one statement, and each one's NOTIFY
+    // used to send the idle worker to claim (nothing: the app is busy) and to read when
+    // to wake next, three statements per push in all.
+    const PUSHES: u64 = 20;
+    let before = proxy.statements();
+    let mut last = String::new();
+    for n in 0..PUSHES {
+        let body = format!(
+            r#"{{"repository":"{}/{}","tag":"main","digest":"sha256:{:064x}","id":"burst-{n}"}}"#,
+            env.registry_host(),
+            env.repo(),
+            n + 1
+        );
+        let (status, answer) = env.post_generic(body.as_bytes()).await;
+        assert_eq!(status, 202, "{answer}");
+        let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+        last = answer["deployments"][0]["id"].as_str().unwrap().to_owned();
+    }
+    let sent = proxy.statements() - before;
+    eprintln!("statements during {PUSHES} pushes for a busy app: {sent}");
+    // The deliveries, plus room for a heartbeat of the deployment in hand.
+    assert!(sent <= PUSHES + 3, "{sent} statements for {PUSHES} pushes");
+    // Nothing is stranded: once v1 is done, the newest push is taken up at once.
+    let final_state = env.deployment_final(&last, DEPLOY).await;
+    assert_ne!(final_state["state"], "superseded", "{final_state}");
+    drop(pier);
+    env.cleanup().await;
+}

@@ -346,7 +346,7 @@ enum Answer {
 /// queued twice, supersede); none of `reqs` may carry a version guard
 /// ([`one_statement_can_record`]).
 pub(super) async fn record_all(
-    pool: &sqlx::PgPool,
+    conn: &mut sqlx::PgConnection,
     reqs: &[&DeliveryRequest],
 ) -> Result<Vec<DeliveryOutcome>> {
     debug_assert!(reqs.iter().all(|r| one_statement_can_record(r)));
@@ -392,7 +392,7 @@ pub(super) async fn record_all(
     .bind(&w_tag)
     .bind(&w_digest)
     .bind(&w_pinned)
-    .fetch_one(pool)
+    .fetch_one(conn)
     .await?;
     if answers.len() != n {
         return Err(super::StoreError::Query(sqlx::Error::Protocol(format!(

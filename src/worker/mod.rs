@@ -24,7 +24,7 @@ use crate::config::Config;
 use crate::pipeline::{self, Context, Outcome, error_chain};
 use crate::store::{Deployment, DeploymentState, StoreError};
 
-pub use wake::{CHANNEL, Signals, listen};
+pub use wake::{CHANNEL, Deploying, Signals, listen};
 
 /// How long a deployment in flight may take to finish after shutdown is asked before its
 /// lease is released for another worker to resume it from the journal.
@@ -43,6 +43,7 @@ pub struct Workers {
     pub liveness_key: i64,
     pub wake: watch::Receiver<u64>,
     pub alive: watch::Receiver<bool>,
+    pub deploying: Deploying,
     pub shutdown: CancellationToken,
 }
 
@@ -76,6 +77,7 @@ impl Workers {
                 liveness_key: self.liveness_key,
                 wake: baton.clone(),
                 alive: self.alive.clone(),
+                deploying: self.deploying.clone(),
                 shutdown: self.shutdown.clone(),
             };
             tasks.spawn(w.run());
@@ -91,6 +93,7 @@ struct Worker {
     liveness_key: i64,
     wake: Arc<Notify>,
     alive: watch::Receiver<bool>,
+    deploying: Deploying,
     shutdown: CancellationToken,
 }
 
@@ -180,6 +183,9 @@ impl Worker {
     }
 
     async fn run_one(&self, dep: Deployment) {
+        // Until it ends, the queue's NOTIFYs for this app wake no other worker here; this
+        // one claims again right after.
+        let _deploying = self.deploying.enter(&dep.app);
         let span =
             tracing::info_span!("deployment", id = %dep.id, app = %dep.app, attempt = dep.attempt);
         self.run_claimed(dep).instrument(span).await

@@ -1,6 +1,9 @@
 //! The process's one listening connection: it turns NOTIFYs into wake-ups for every
 //! worker, and it holds the process's liveness lock.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use sqlx::postgres::PgListener;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -21,6 +24,52 @@ pub struct Signals {
     /// deployment claimed under a key nobody holds would look abandoned to every other
     /// process at once.
     pub alive: watch::Sender<bool>,
+    /// A queue change of an app this process is deploying wakes nobody (see [`Deploying`]).
+    pub deploying: Deploying,
+}
+
+/// The apps this process's workers are deploying right now. A queue NOTIFY naming one of
+/// them wakes no idle worker: nothing of that app can be claimed while its deployment runs
+/// here, and the worker running it looks at the queue again as soon as it ends. Without
+/// this, a burst of pushes for an app being deployed sent the idle workers to claim (and
+/// find nothing) for every push.
+#[derive(Clone, Debug, Default)]
+pub struct Deploying(Arc<Mutex<HashMap<String, usize>>>);
+
+impl Deploying {
+    /// Marks `app` as deployed here until the guard is dropped.
+    pub fn enter(&self, app: &str) -> DeployingGuard {
+        *self.map().entry(app.to_owned()).or_default() += 1;
+        DeployingGuard {
+            set: self.clone(),
+            app: app.to_owned(),
+        }
+    }
+
+    pub fn contains(&self, app: &str) -> bool {
+        self.map().contains_key(app)
+    }
+
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+pub struct DeployingGuard {
+    set: Deploying,
+    app: String,
+}
+
+impl Drop for DeployingGuard {
+    fn drop(&mut self) {
+        let mut map = self.set.map();
+        if let Some(n) = map.get_mut(&self.app) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.app);
+            }
+        }
+    }
 }
 
 /// Listens for queue changes on one connection that also holds the session-level advisory
@@ -85,7 +134,11 @@ async fn relay(
     loop {
         tokio::select! {
             msg = listener.try_recv() => match msg {
-                Ok(Some(_)) => signals.wake.send_modify(|n| *n += 1),
+                Ok(Some(n)) => {
+                    if !signals.deploying.contains(n.payload()) {
+                        signals.wake.send_modify(|n| *n += 1);
+                    }
+                }
                 // The connection dropped, and the liveness lock with it.
                 Ok(None) => return Some("connection closed".into()),
                 Err(e) => return Some(error_chain(&e)),

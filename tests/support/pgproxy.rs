@@ -1,6 +1,8 @@
 //! A TCP relay between a `pier` process and Postgres, as a fault injector and a counter:
 //! it counts the statements the client sends (simple `Query` and extended-protocol
-//! `Execute` messages), and it can freeze: connections stay open but no byte moves either
+//! `Execute` messages) and its round trips (`Sync` and simple `Query` messages, each
+//! answered by one `ReadyForQuery`; a ping is a `Sync` alone), and
+//! it can freeze: connections stay open but no byte moves either
 //! way, as when a network path stalls while both ends are alive.
 //!
 //! The client must not use TLS (`sslmode=disable`), or the relay could not read the
@@ -18,6 +20,7 @@ use super::*;
 #[derive(Default)]
 struct Shared {
     statements: AtomicU64,
+    syncs: AtomicU64,
     frozen: AtomicBool,
     thawed: Notify,
 }
@@ -68,6 +71,12 @@ impl PgProxy {
         self.shared.statements.load(Ordering::SeqCst)
     }
 
+    /// Round trips the clients asked for so far: a simple query, an extended-protocol
+    /// statement's `Sync`, or a ping's.
+    pub fn round_trips(&self) -> u64 {
+        self.shared.syncs.load(Ordering::SeqCst)
+    }
+
     /// Stops every byte in both directions; connections stay open.
     pub fn freeze(&self) {
         self.shared.frozen.store(true, Ordering::SeqCst);
@@ -110,8 +119,9 @@ async fn pump(
         };
         wait_thawed(&shared).await;
         if let Some(c) = counter.as_mut() {
-            let found = c.feed(&buf[..n]);
-            shared.statements.fetch_add(found, Ordering::SeqCst);
+            let (statements, syncs) = c.feed(&buf[..n]);
+            shared.statements.fetch_add(statements, Ordering::SeqCst);
+            shared.syncs.fetch_add(syncs, Ordering::SeqCst);
         }
         if to.write_all(&buf[..n]).await.is_err() {
             break;
@@ -140,18 +150,19 @@ struct MessageCounter {
 }
 
 impl MessageCounter {
-    fn feed(&mut self, bytes: &[u8]) -> u64 {
+    /// Statements and round trips completed by these bytes.
+    fn feed(&mut self, bytes: &[u8]) -> (u64, u64) {
         self.pending.extend_from_slice(bytes);
-        let mut found = 0;
+        let (mut found, mut syncs) = (0, 0);
         loop {
             if !self.started {
                 if self.pending.len() < 8 {
-                    return found;
+                    return (found, syncs);
                 }
                 let len = u32::from_be_bytes(self.pending[0..4].try_into().unwrap()) as usize;
                 let code = u32::from_be_bytes(self.pending[4..8].try_into().unwrap());
                 if self.pending.len() < len {
-                    return found;
+                    return (found, syncs);
                 }
                 self.pending.drain(..len);
                 // 80877103 asks for TLS and 80877104 for GSS encryption: the startup
@@ -162,15 +173,18 @@ impl MessageCounter {
                 continue;
             }
             if self.pending.len() < 5 {
-                return found;
+                return (found, syncs);
             }
             let kind = self.pending[0];
             let len = u32::from_be_bytes(self.pending[1..5].try_into().unwrap()) as usize;
             if self.pending.len() < 1 + len {
-                return found;
+                return (found, syncs);
             }
             if kind == b'Q' || kind == b'E' {
                 found += 1;
+            }
+            if kind == b'S' || kind == b'Q' {
+                syncs += 1;
             }
             self.pending.drain(..1 + len);
         }
