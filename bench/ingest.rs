@@ -2,8 +2,11 @@
 //!
 //! `cargo bench --bench ingest` (needs what `scripts/test` sets up, plus `pgbench` and,
 //! for the third column, Debian's `webhook`). Environment: `BENCH_SECS` (default 5) per
-//! measurement, `BENCH_IDLE_SECS` (default 30) for the idle window. Prints markdown tables;
-//! asserts nothing about time. Under `cargo test` it does nothing.
+//! measurement, `BENCH_IDLE_SECS` (default 30) for the idle window; to repeat a few rows
+//! only, `BENCH_ROWS` (a comma list of `no app`, `one app`, `many apps`), `BENCH_CONC`
+//! (a comma list of concurrencies) and `BENCH_ROUNDS` (times to run each row, default 1),
+//! and `BENCH_REST=0` to skip duplicates, pickup and forged deliveries. Prints markdown
+//! tables; asserts nothing about time. Under `cargo test` it does nothing.
 //!
 //! Ingest: authentic, unique, HMAC-signed deliveries to Pier's generic source, at
 //! concurrency 1, 16 and 64, for a repository no app follows, for one app (every push
@@ -314,12 +317,34 @@ async fn main() {
     );
     println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
     let mut salt = 1u64;
-    for conc in [1usize, 16, 64] {
-        for (what, floor_sql) in [
+    let list = |var: &str, all: &str| -> Vec<String> {
+        std::env::var(var)
+            .unwrap_or_else(|_| all.into())
+            .split(',')
+            .map(|s| s.trim().to_owned())
+            .collect()
+    };
+    let rows = list("BENCH_ROWS", "no app,one app,many apps");
+    let concs: Vec<usize> = list("BENCH_CONC", "1,16,64")
+        .iter()
+        .map(|c| c.parse().expect("BENCH_CONC: numbers"))
+        .collect();
+    let rounds: usize = std::env::var("BENCH_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(1);
+    let runs = concs.iter().flat_map(|&conc| {
+        [
             ("no app", FLOOR_DELIVERY),
             ("one app", FLOOR_QUEUED),
             ("many apps", FLOOR_QUEUED),
-        ] {
+        ]
+        .into_iter()
+        .filter(|(what, _)| rows.iter().any(|r| r == what))
+        .flat_map(move |row| std::iter::repeat_n((conc, row), rounds))
+    });
+    for (conc, (what, floor_sql)) in runs {
+        {
             salt += 1;
             let make = match what {
                 "no app" => signed(nobody.clone(), salt),
@@ -371,6 +396,12 @@ async fn main() {
         }
     }
 
+    if std::env::var("BENCH_REST").is_ok_and(|v| v == "0") {
+        let mut floor_db = floor_db;
+        floor_db.cleanup().await;
+        env.cleanup().await;
+        return;
+    }
     // Duplicates (retries of deliveries already stored) and forged signatures.
     let seen = 1000u64;
     let dup = signed(nobody.clone(), 0xd0d0);

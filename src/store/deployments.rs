@@ -152,39 +152,58 @@ pub(super) async fn enqueue_locked(
     d: NewDeployment,
     requested_by: Option<&str>,
 ) -> Result<Enqueued> {
+    // Per app at most one queued and one running row exist: one probe of each partial
+    // unique index. Planned with each use (unnamed), with the table as it is then: a plan
+    // cached on a pooled connection while the table was empty took the app's
+    // whole-history index instead, and every enqueue then read every earlier deployment of
+    // the app (migration 0016 says more).
+    let pending: Vec<(String, Uuid, Option<String>, Option<String>)> = sqlx::query_as(
+        "SELECT state, id, claimed_digest, resolved_digest FROM deployments
+          WHERE app = $1 AND state = 'queued'
+         UNION ALL
+         SELECT state, id, claimed_digest, resolved_digest FROM deployments
+          WHERE app = $1 AND state = 'running'",
+    )
+    .bind(&d.app)
+    .persistent(false)
+    .fetch_all(&mut **tx)
+    .await?;
+    let queued = pending.iter().find(|p| p.0 == "queued").map(|p| p.1);
     if let Some(digest) = &d.claimed_digest {
-        // Per app at most one queued and one running row exist: each branch is one probe
-        // of its partial unique index. (Ordered by `created_at` over the app's whole
-        // history, this scanned every superseded and finished deployment of the app, and a
-        // burst of pushes for one app slowed down as it went.) The queued one is the newer.
-        let existing: Option<Uuid> = sqlx::query_scalar(
-            "(SELECT id FROM deployments WHERE app = $1 AND state = 'queued'
-                AND (claimed_digest = $2 OR resolved_digest = $2))
-             UNION ALL
-             (SELECT id FROM deployments WHERE app = $1 AND state = 'running'
-                AND (claimed_digest = $2 OR resolved_digest = $2))
-             LIMIT 1",
-        )
-        .bind(&d.app)
-        .bind(digest)
-        .fetch_optional(&mut **tx)
-        .await?;
-        if let Some(id) = existing {
-            return Ok(Enqueued::AlreadyPending { id, app: d.app });
+        // The queued one is the newer: it is the one named.
+        let same = |p: &&(String, Uuid, Option<String>, Option<String>)| {
+            p.2.as_ref() == Some(digest) || p.3.as_ref() == Some(digest)
+        };
+        let hit = ["queued", "running"]
+            .iter()
+            .find_map(|state| pending.iter().filter(|p| p.0 == *state).find(same));
+        if let Some(p) = hit {
+            return Ok(Enqueued::AlreadyPending {
+                id: p.1,
+                app: d.app,
+            });
         }
     }
     let id = Uuid::new_v4();
-    let superseded: Vec<Uuid> = sqlx::query_scalar(
-        "UPDATE deployments
-         SET state = 'superseded', superseded_by = $2, finished_at = now(), updated_at = now(),
-             outcome = 'superseded by a newer deployment before it started'
-         WHERE app = $1 AND state = 'queued'
-         RETURNING id",
-    )
-    .bind(&d.app)
-    .bind(id)
-    .fetch_all(&mut **tx)
-    .await?;
+    let superseded: Vec<Uuid> = match queued {
+        // By key; under the app's lock only a worker's claim can change it meanwhile, and
+        // a claimed deployment runs: it is not superseded.
+        Some(q) => {
+            sqlx::query_scalar(
+                "UPDATE deployments
+                 SET state = 'superseded', superseded_by = $2, finished_at = now(),
+                     updated_at = now(),
+                     outcome = 'superseded by a newer deployment before it started'
+                 WHERE id = $1 AND state = 'queued'
+                 RETURNING id",
+            )
+            .bind(q)
+            .bind(id)
+            .fetch_all(&mut **tx)
+            .await?
+        }
+        None => Vec::new(),
+    };
     sqlx::query(
         "INSERT INTO deployments
            (id, app, trigger, delivery_id, image, requested_tag, claimed_digest, pinned,
