@@ -73,11 +73,13 @@ async fn drive(
     let tally = Arc::new(Tally::default());
     let next = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
-    let mut tasks = Vec::new();
+    // A JoinSet aborts its tasks when dropped: a driver that is itself aborted (the pickup
+    // measurement's background load) stops sending instead of running on unseen.
+    let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..conc {
         let (client, tally, next, make) =
             (client.clone(), tally.clone(), next.clone(), make.clone());
-        tasks.push(tokio::spawn(async move {
+        tasks.spawn(async move {
             while start.elapsed() < dur {
                 let (url, body, sig) = make(next.fetch_add(1, Ordering::Relaxed));
                 let r = client
@@ -108,10 +110,10 @@ async fn drive(
                     }
                 }
             }
-        }));
+        });
     }
-    for t in tasks {
-        t.await.unwrap();
+    while let Some(t) = tasks.join_next().await {
+        t.unwrap();
     }
     let elapsed = start.elapsed().as_secs_f64();
     (
