@@ -190,9 +190,14 @@ async fn a_delivery_costs_one_round_trip_to_postgres_with_no_pings() {
     let db = TestDb::create().await;
     db.migrate().await;
     let (store, proxy) = counted_store(&db).await;
-    // The first one opens the group commit's connection.
+    // The first ones open the group commit's connection and prepare its two statements
+    // (one for deliveries that queue nothing, one for the rest).
     store
         .record_delivery(delivery(0), None, vec![])
+        .await
+        .unwrap();
+    store
+        .record_delivery(delivery(100), None, vec![wanted("a", 100)])
         .await
         .unwrap();
     // One at a time, as a sender that waits for each answer: through sqlx's pool each
@@ -215,7 +220,64 @@ async fn a_delivery_costs_one_round_trip_to_postgres_with_no_pings() {
         N as u64,
         "{N} deliveries one after another: one round trip each"
     );
-    assert_eq!(store.count_deliveries().await.unwrap(), N as i64 + 1);
+    assert_eq!(store.count_deliveries().await.unwrap(), N as i64 + 2);
+    let mut db = db;
+    db.cleanup().await;
+}
+
+#[tokio::test]
+async fn deliveries_that_queue_nothing_are_stored_and_their_repeats_still_counted() {
+    let db = TestDb::create().await;
+    db.migrate().await;
+    let store = Store::from_pool(db.pool.clone());
+    store
+        .record_delivery(delivery(0), None, vec![])
+        .await
+        .unwrap();
+    // A burst for repositories no app follows (a plain INSERT per batch), one event of it
+    // twice and one an earlier delivery's repeat (left to the function).
+    let burst = [1, 2, 2, 3, 0, 4];
+    let outcomes = futures_util::future::join_all(
+        burst
+            .iter()
+            .map(|&n| store.record_delivery(delivery(n), None, vec![])),
+    )
+    .await;
+    let mut twos = Vec::new();
+    for (n, outcome) in burst.iter().zip(outcomes) {
+        match (n, outcome.unwrap()) {
+            (0, DeliveryOutcome::Duplicate { .. }) => {}
+            (2, o) => twos.push(o),
+            (1 | 3 | 4, DeliveryOutcome::Recorded { deployments, .. }) => {
+                assert!(deployments.is_empty())
+            }
+            (n, other) => panic!("delivery {n}: {other:?}"),
+        }
+    }
+    // Whichever of the two came first is stored; the other is counted on it.
+    match &twos[..] {
+        [
+            DeliveryOutcome::Recorded { delivery_id: a, .. },
+            DeliveryOutcome::Duplicate { delivery_id: b },
+        ]
+        | [
+            DeliveryOutcome::Duplicate { delivery_id: b },
+            DeliveryOutcome::Recorded { delivery_id: a, .. },
+        ] => {
+            assert_eq!(a, b)
+        }
+        other => panic!("one event twice: {other:?}"),
+    }
+    let rows: Vec<(String, String, i32)> = sqlx::query_as(
+        "SELECT verdict, reason, seen_count FROM deliveries WHERE event_key IN ('event-0', 'event-2')
+         ORDER BY event_key",
+    )
+    .fetch_all(&db.pool)
+    .await
+    .unwrap();
+    let want = ("ignored".to_owned(), "deploys".to_owned(), 2);
+    assert_eq!(rows, vec![want.clone(), want]);
+    assert_eq!(store.count_deliveries().await.unwrap(), 5);
     let mut db = db;
     db.cleanup().await;
 }

@@ -32,13 +32,14 @@ use super::lanes::Lanes;
 use super::{Result, Store, StoreError};
 use queue::Pending;
 
+mod plain;
 mod queue;
 
 /// Deliveries one transaction records at most: bounds how long a batch holds its locks.
 const MAX_BATCH: usize = 64;
 /// Batches in flight at once (each holds one connection while it runs).
 const MAX_DRAINERS: usize = 4;
-/// Deadline for the one statement that records a batch. Past it the senders are answered
+/// Deadline for the statement that records a batch (and the one for its repeats). Past it the senders are answered
 /// 503 and retry; if it committed after all, their retries are counted as repeats.
 const STATEMENT_DEADLINE: Duration = Duration::from_secs(10);
 
@@ -159,8 +160,14 @@ impl Store {
         if reqs.iter().all(|r| one_statement_can_record(r)) {
             let lanes = &self.batch.lanes;
             let mut conn = lanes.take(&self.pool.connect_options()).await?;
-            return match tokio::time::timeout(STATEMENT_DEADLINE, record_all(&mut conn, reqs)).await
-            {
+            let recorded = async {
+                if plain::queues_nothing(reqs) {
+                    plain::record_plain(&mut conn, reqs).await
+                } else {
+                    record_all(&mut conn, reqs).await
+                }
+            };
+            return match tokio::time::timeout(STATEMENT_DEADLINE, recorded).await {
                 Ok(Ok(outcomes)) => {
                     lanes.give_back(conn);
                     Ok(outcomes)
