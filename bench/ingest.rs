@@ -399,6 +399,9 @@ async fn main() {
     }
 
     if std::env::var("BENCH_REST").is_ok_and(|v| v == "0") {
+        if let Some((mut child, _)) = webhook {
+            let _ = child.kill();
+        }
         let mut floor_db = floor_db;
         floor_db.cleanup().await;
         env.cleanup().await;
