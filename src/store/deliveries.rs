@@ -339,6 +339,36 @@ enum Answer {
     },
 }
 
+/// A batch's deliveries as the column arrays that both batch statements bind (the
+/// function's and the plain `INSERT`'s), in arrival order.
+pub(super) struct DeliveryColumns<'a> {
+    pub sources: Vec<Cow<'a, str>>,
+    pub keys: Vec<Option<Cow<'a, str>>>,
+    pub reasons: Vec<Cow<'a, str>>,
+    pub events: Vec<String>,
+    pub bodies: Vec<Option<&'a [u8]>>,
+    pub redeliveries: Vec<Option<Uuid>>,
+}
+
+impl<'a> DeliveryColumns<'a> {
+    pub fn of(reqs: &[&'a DeliveryRequest]) -> Self {
+        Self {
+            sources: reqs.iter().map(|r| pg_text(&r.delivery.source)).collect(),
+            keys: reqs
+                .iter()
+                .map(|r| pg_opt(r.delivery.event_key.as_deref()))
+                .collect(),
+            reasons: reqs.iter().map(|r| pg_text(&r.delivery.reason)).collect(),
+            events: reqs
+                .iter()
+                .map(|r| pg_json(&r.delivery.events).to_string())
+                .collect(),
+            bodies: reqs.iter().map(|r| r.body_sha256.as_deref()).collect(),
+            redeliveries: reqs.iter().map(|r| r.redelivery_of).collect(),
+        }
+    }
+}
+
 /// Records deliveries in arrival order with ONE statement, outside any explicit
 /// transaction: one round trip and one commit for the whole batch, and the sender is still
 /// answered only after that commit. The server-side function keeps [`record_in`]'s rules
@@ -351,18 +381,7 @@ pub(super) async fn record_all(
 ) -> Result<Vec<DeliveryOutcome>> {
     debug_assert!(reqs.iter().all(|r| one_statement_can_record(r)));
     let n = reqs.len();
-    let sources: Vec<Cow<'_, str>> = reqs.iter().map(|r| pg_text(&r.delivery.source)).collect();
-    let keys: Vec<Option<Cow<'_, str>>> = reqs
-        .iter()
-        .map(|r| pg_opt(r.delivery.event_key.as_deref()))
-        .collect();
-    let reasons: Vec<Cow<'_, str>> = reqs.iter().map(|r| pg_text(&r.delivery.reason)).collect();
-    let events: Vec<String> = reqs
-        .iter()
-        .map(|r| pg_json(&r.delivery.events).to_string())
-        .collect();
-    let bodies: Vec<Option<&[u8]>> = reqs.iter().map(|r| r.body_sha256.as_deref()).collect();
-    let redeliveries: Vec<Option<Uuid>> = reqs.iter().map(|r| r.redelivery_of).collect();
+    let c = DeliveryColumns::of(reqs);
     let wanted = || {
         reqs.iter()
             .enumerate()
@@ -379,12 +398,12 @@ pub(super) async fn record_all(
     let sqlx::types::Json(answers): sqlx::types::Json<Vec<Answer>> = sqlx::query_scalar(
         "SELECT pier_record_deliveries($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
     )
-    .bind(&sources)
-    .bind(&keys)
-    .bind(&reasons)
-    .bind(&events)
-    .bind(&bodies)
-    .bind(&redeliveries)
+    .bind(&c.sources)
+    .bind(&c.keys)
+    .bind(&c.reasons)
+    .bind(&c.events)
+    .bind(&c.bodies)
+    .bind(&c.redeliveries)
     .bind(&w_delivery)
     .bind(&w_app)
     .bind(&w_trigger)

@@ -5,13 +5,10 @@
 //! event key, or the same body where the source stores its hash); those go to the
 //! function, which counts each on its first row, exactly as before.
 
-use std::borrow::Cow;
-
 use uuid::Uuid;
 
 use super::super::Result;
-use super::super::deliveries::{DeliveryOutcome, DeliveryRequest, record_all};
-use super::super::text::{pg_json, pg_opt, pg_text};
+use super::super::deliveries::{DeliveryColumns, DeliveryOutcome, DeliveryRequest, record_all};
 
 /// Whether [`record_plain`] can take this batch: nothing in it asks for a deployment.
 pub(super) fn queues_nothing(reqs: &[&DeliveryRequest]) -> bool {
@@ -27,18 +24,7 @@ pub(super) async fn record_plain(
 ) -> Result<Vec<DeliveryOutcome>> {
     debug_assert!(queues_nothing(reqs));
     let ids: Vec<Uuid> = reqs.iter().map(|_| Uuid::new_v4()).collect();
-    let sources: Vec<Cow<'_, str>> = reqs.iter().map(|r| pg_text(&r.delivery.source)).collect();
-    let keys: Vec<Option<Cow<'_, str>>> = reqs
-        .iter()
-        .map(|r| pg_opt(r.delivery.event_key.as_deref()))
-        .collect();
-    let reasons: Vec<Cow<'_, str>> = reqs.iter().map(|r| pg_text(&r.delivery.reason)).collect();
-    let events: Vec<String> = reqs
-        .iter()
-        .map(|r| pg_json(&r.delivery.events).to_string())
-        .collect();
-    let bodies: Vec<Option<&[u8]>> = reqs.iter().map(|r| r.body_sha256.as_deref()).collect();
-    let redeliveries: Vec<Option<Uuid>> = reqs.iter().map(|r| r.redelivery_of).collect();
+    let c = DeliveryColumns::of(reqs);
     let inserted: Vec<Uuid> = sqlx::query_scalar(
         "INSERT INTO deliveries
            (id, source, event_key, verdict, reason, events, body_sha256, redelivery_of)
@@ -50,12 +36,12 @@ pub(super) async fn record_plain(
          RETURNING id",
     )
     .bind(&ids)
-    .bind(&sources)
-    .bind(&keys)
-    .bind(&reasons)
-    .bind(&events)
-    .bind(&bodies)
-    .bind(&redeliveries)
+    .bind(&c.sources)
+    .bind(&c.keys)
+    .bind(&c.reasons)
+    .bind(&c.events)
+    .bind(&c.bodies)
+    .bind(&c.redeliveries)
     .fetch_all(&mut *conn)
     .await?;
     let repeats: Vec<&DeliveryRequest> = reqs
