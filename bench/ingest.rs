@@ -5,8 +5,11 @@
 //! measurement, `BENCH_IDLE_SECS` (default 30) for the idle window; to repeat a few rows
 //! only, `BENCH_ROWS` (a comma list of `no app`, `one app`, `many apps`), `BENCH_CONC`
 //! (a comma list of concurrencies) and `BENCH_ROUNDS` (times to run each row, default 1),
-//! and `BENCH_REST=0` to skip duplicates, pickup and forged deliveries. Prints markdown
-//! tables; asserts nothing about time. Under `cargo test` it does nothing.
+//! and `BENCH_REST=0` to skip duplicates, pickup and forged deliveries. The ingest table's
+//! requests are sent by `wrk` (Debian's) with signatures made beforehand, as the issue
+//! measured; `BENCH_CLIENT=reqwest` (or no `wrk`) sends them from this process instead. Its
+//! last column is Pier's CPU time per delivery (user plus system, from `/proc`). Prints
+//! markdown tables; asserts nothing about time. Under `cargo test` it does nothing.
 //!
 //! Ingest: authentic, unique, HMAC-signed deliveries to Pier's generic source, at
 //! concurrency 1, 16 and 64, for a repository no app follows, for one app (every push
@@ -241,6 +244,23 @@ fn cpu_ticks(pid: u32) -> u64 {
     n(11) + n(12)
 }
 
+/// Waits (at most a minute) until a process has stopped using CPU: adnanh/webhook answers
+/// before its command has run, so a fast client leaves it a backlog of `/bin/true` to spawn,
+/// which would otherwise run on into the next measurement of Pier.
+async fn settle(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = cpu_ticks(pid);
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let now = cpu_ticks(pid);
+        if now == last {
+            return;
+        }
+        last = now;
+    }
+    eprintln!("  webhook still busy after a minute");
+}
+
 /// Statements Postgres counted for a database (committed plus rolled-back transactions).
 async fn db_transactions(pool: &sqlx::PgPool, db: &str) -> i64 {
     // Statistics are flushed every second or so: wait for them to settle.
@@ -260,6 +280,32 @@ fn row(cells: &[String]) {
 
 #[path = "ingest_pickup.rs"]
 mod pickup;
+#[path = "ingest_wrk.rs"]
+mod wrk;
+
+/// Requests signed ahead per second of a `wrk` run: above any rate seen here.
+const WRK_RATE_CAP: u64 = 15_000;
+
+/// The ingest table's client: `wrk` when installed (see `ingest_wrk.rs`), else `drive`.
+async fn drive_table(
+    conc: usize,
+    dur: Duration,
+    expect: &'static [u16],
+    make: Arc<dyn Fn(u64) -> (String, Vec<u8>, String) + Send + Sync>,
+) -> (f64, u64) {
+    if std::env::var("BENCH_CLIENT").map_or(true, |c| c != "reqwest") {
+        let m = make.clone();
+        let sent = tokio::task::spawn_blocking(move || {
+            wrk::drive_wrk(conc, dur, expect[0], &*m, WRK_RATE_CAP)
+        })
+        .await
+        .unwrap();
+        if let Some(r) = sent {
+            return r;
+        }
+    }
+    drive(conc, dur, expect, make).await
+}
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
@@ -315,9 +361,9 @@ async fn main() {
         };
 
     println!(
-        "| deliveries | concurrency | pier /s | floor /s | pier/floor | webhook /s | pier/webhook |"
+        "| deliveries | concurrency | pier /s | floor /s | pier/floor | webhook /s | pier/webhook | pier CPU µs each |"
     );
-    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     let mut salt = 1u64;
     let list = |var: &str, all: &str| -> Vec<String> {
         std::env::var(var)
@@ -363,7 +409,10 @@ async fn main() {
                 }
             };
             let expect: &'static [u16] = if what == "no app" { &[200] } else { &[202] };
-            let (pier, bad) = drive(conc, dur, expect, make).await;
+            let ticks = cpu_ticks(pid);
+            let (pier, bad) = drive_table(conc, dur, expect, make).await;
+            // Clock ticks are 10 ms: over a run of thousands of deliveries, within a few %.
+            let cpu_us = (cpu_ticks(pid) - ticks) as f64 * 10_000.0 / (pier * dur.as_secs_f64());
             let floor = pgbench(&floor_db.url, floor_sql, conc, dur);
             let (hooked, ratio_hooked) = match (&webhook, what) {
                 (Some((_, url)), "no app") => {
@@ -374,7 +423,10 @@ async fn main() {
                         let sig = sign_hmac_sha256(&secret, &b);
                         (url.clone(), b, sig)
                     });
-                    let (w, _) = drive(conc, dur, &[200], make).await;
+                    let (w, _) = drive_table(conc, dur, &[200], make).await;
+                    if let Some((child, _)) = &webhook {
+                        settle(child.id()).await;
+                    }
                     (format!("{w:.0}"), format!("{:.2}x", pier / w))
                 }
                 _ => ("".into(), "".into()),
@@ -394,6 +446,7 @@ async fn main() {
                 format!("{:.2}x", pier / floor),
                 hooked,
                 ratio_hooked,
+                format!("{cpu_us:.0}"),
             ]);
         }
     }

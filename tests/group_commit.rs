@@ -439,3 +439,79 @@ async fn the_one_statement_keeps_the_rules_of_the_transaction_it_replaces() {
     let mut db = db;
     db.cleanup().await;
 }
+
+/// A waker that counts the wake-ups arriving while its task is being polled. Each is a
+/// re-poll for nothing, and on the multi-thread runtime it also wakes an idle worker thread
+/// that finds nothing to do: two futex calls and a context switch per delivery.
+struct WakesWhilePolled {
+    polling: std::sync::atomic::AtomicBool,
+    counted: std::sync::atomic::AtomicUsize,
+    task: std::task::Waker,
+}
+
+impl std::task::Wake for WakesWhilePolled {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &std::sync::Arc<Self>) {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.polling.load(SeqCst) {
+            self.counted.fetch_add(1, SeqCst);
+        }
+        self.task.wake_by_ref();
+    }
+}
+
+/// Polls `fut` to its end under a [`WakesWhilePolled`] waker: its output, and how many
+/// times it woke its own task while being polled.
+async fn self_wakes<T>(fut: impl std::future::Future<Output = T>) -> (T, usize) {
+    use std::sync::atomic::Ordering::SeqCst;
+    let mut fut = std::pin::pin!(fut);
+    let task = std::future::poll_fn(|cx| std::task::Poll::Ready(cx.waker().clone())).await;
+    let counter = std::sync::Arc::new(WakesWhilePolled {
+        polling: false.into(),
+        counted: 0.into(),
+        task,
+    });
+    let waker = std::task::Waker::from(counter.clone());
+    let out = std::future::poll_fn(|_| {
+        counter.polling.store(true, SeqCst);
+        let polled = fut
+            .as_mut()
+            .poll(&mut std::task::Context::from_waker(&waker));
+        counter.polling.store(false, SeqCst);
+        polled
+    })
+    .await;
+    (out, counter.counted.load(SeqCst))
+}
+
+#[tokio::test]
+async fn a_sender_that_drains_its_own_delivery_does_not_wake_itself() {
+    let db = TestDb::create().await;
+    db.migrate().await;
+    let store = Store::from_pool(db.pool.clone());
+    // The first opens the batch's connection; what is counted is a delivery's usual path.
+    store
+        .record_delivery(delivery(0), None, vec![])
+        .await
+        .unwrap();
+    for n in 1..=4 {
+        // Alternately one that queues nothing (the plain INSERT) and one that queues a
+        // deployment (the function), each alone, so that its sender drains it.
+        let wanted = if n % 2 == 0 {
+            vec![wanted("a", n)]
+        } else {
+            vec![]
+        };
+        let (outcome, woke) = self_wakes(store.record_delivery(delivery(n), None, wanted)).await;
+        assert!(
+            matches!(outcome, Ok(DeliveryOutcome::Recorded { .. })),
+            "{outcome:?}"
+        );
+        assert_eq!(woke, 0, "delivery {n} woke its own task while it ran");
+    }
+    let mut db = db;
+    db.cleanup().await;
+}

@@ -22,8 +22,6 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::sync::oneshot;
-
 use super::deliveries::{
     DeliveryOutcome, DeliveryRequest, one_statement_can_record, record_all, record_in,
 };
@@ -34,6 +32,7 @@ use queue::Pending;
 
 mod plain;
 mod queue;
+mod reply;
 
 /// Deliveries one transaction records at most: bounds how long a batch holds its locks.
 const MAX_BATCH: usize = 64;
@@ -43,7 +42,7 @@ const MAX_DRAINERS: usize = 4;
 /// 503 and retry; if it committed after all, their retries are counted as repeats.
 const STATEMENT_DEADLINE: Duration = Duration::from_secs(10);
 
-type Reply = oneshot::Sender<Result<DeliveryOutcome>>;
+type Reply = reply::Reply<Result<DeliveryOutcome>>;
 type Job = (DeliveryRequest, Reply);
 
 pub(super) struct Batcher {
@@ -73,21 +72,29 @@ impl Batcher {
 impl Store {
     /// Records a delivery in the next group commit and waits for that commit.
     pub(super) async fn record_batched(&self, req: DeliveryRequest) -> Result<DeliveryOutcome> {
-        let (reply, mut answer) = oneshot::channel();
+        let (reply, mut answer) = reply::channel();
         let apps = req.apps().map(str::to_owned).collect();
         let drains = self.batch.pending().push(apps, (req, reply));
         let answered = if drains {
             let store = self.clone();
             let mut drain = FinishOnDrop::new(async move { store.drain().await });
-            tokio::select! {
-                biased;
-                out = &mut answer => out,
-                () = &mut drain => answer.await,
-            }
+            std::future::poll_fn(|cx| {
+                // Registered first: another drainer may take this delivery and wake us.
+                if let Poll::Ready(out) = Pin::new(&mut answer).poll(cx) {
+                    return Poll::Ready(out);
+                }
+                // Done or waiting on Postgres (which wakes us), the drain has had its turn.
+                let _: Poll<()> = Pin::new(&mut drain).poll(cx);
+                // Our own drain answers without waking us (reply.rs): look now. Nothing
+                // yet means our drain waits on Postgres, or our delivery is another
+                // drainer's, which wakes us.
+                answer.ready().map_or(Poll::Pending, Poll::Ready)
+            })
+            .await
         } else {
             answer.await
         };
-        answered.unwrap_or_else(|_| {
+        answered.unwrap_or_else(|| {
             Err(StoreError::Query(sqlx::Error::Protocol(
                 "the delivery batch ended without an answer".into(),
             )))
@@ -127,10 +134,14 @@ impl Store {
     /// is tried again alone, so one request's failure is never another's.
     async fn record_batch(&self, jobs: Vec<(DeliveryRequest, Reply)>) {
         let reqs: Vec<&DeliveryRequest> = jobs.iter().map(|(r, _)| r).collect();
-        match self.record_together(&reqs).await {
+        let recorded = self.record_together(&reqs).await;
+        // Taken after the await: the task running this step now, which may be a task of
+        // its own since the drainer's caller went away (FinishOnDrop).
+        let giver = reply::current_waker().await;
+        match recorded {
             Ok(outcomes) => {
                 for ((_, reply), outcome) in jobs.into_iter().zip(outcomes) {
-                    let _ = reply.send(Ok(outcome));
+                    reply.send(Ok(outcome), &giver);
                 }
             }
             Err(e) if e.is_unavailable() || jobs.len() == 1 => {
@@ -140,15 +151,16 @@ impl Store {
                     let e = first.take().unwrap_or_else(|| {
                         StoreError::Unavailable(sqlx::Error::Protocol(shared.clone()))
                     });
-                    let _ = reply.send(Err(e));
+                    reply.send(Err(e), &giver);
                 }
             }
             Err(_) => {
                 for (req, reply) in jobs {
-                    let _ =
-                        reply.send(self.record_together(&[&req]).await.map(|mut o| {
-                            o.pop().expect("one outcome for one request, or an error")
-                        }));
+                    let out = self
+                        .record_together(&[&req])
+                        .await
+                        .map(|mut o| o.pop().expect("one outcome for one request, or an error"));
+                    reply.send(out, &reply::current_waker().await);
                 }
             }
         }
@@ -231,7 +243,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_drainer_dropped_before_it_finished_finishes_in_a_task_of_its_own() {
-        let (done, finished) = oneshot::channel();
+        let (done, finished) = tokio::sync::oneshot::channel();
         let gate = Arc::new(tokio::sync::Notify::new());
         let opened = gate.clone();
         let mut drain = FinishOnDrop::new(async move {
