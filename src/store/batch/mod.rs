@@ -43,6 +43,7 @@ const MAX_DRAINERS: usize = 4;
 const STATEMENT_DEADLINE: Duration = Duration::from_secs(10);
 
 type Reply = reply::Reply<Result<DeliveryOutcome>>;
+type Own = reply::Own<Result<DeliveryOutcome>>;
 type Job = (DeliveryRequest, Reply);
 
 pub(super) struct Batcher {
@@ -76,8 +77,8 @@ impl Store {
         let apps = req.apps().map(str::to_owned).collect();
         let drains = self.batch.pending().push(apps, (req, reply));
         let answered = if drains {
-            let store = self.clone();
-            let mut drain = FinishOnDrop::new(async move { store.drain().await });
+            let (store, own) = (self.clone(), answer.own());
+            let mut drain = FinishOnDrop::new(async move { store.drain(&own).await });
             std::future::poll_fn(|cx| {
                 // Registered first: another drainer may take this delivery and wake us.
                 if let Poll::Ready(out) = Pin::new(&mut answer).poll(cx) {
@@ -101,7 +102,7 @@ impl Store {
         })
     }
 
-    async fn drain(&self) {
+    async fn drain(&self, own: &Own) {
         // A drainer that panics mid-batch must still give back its slot and its apps, or
         // deliveries for those apps would wait for good.
         struct Slot<'a> {
@@ -125,23 +126,19 @@ impl Store {
             if taken.items.is_empty() {
                 return;
             }
-            self.record_batch(taken.items).await;
+            self.record_batch(taken.items, own).await;
         }
     }
 
     /// One transaction for the whole batch. If it fails for a reason other than the
     /// database being down (a deadlock with another process, one bad row), each delivery
     /// is tried again alone, so one request's failure is never another's.
-    async fn record_batch(&self, jobs: Vec<(DeliveryRequest, Reply)>) {
+    async fn record_batch(&self, jobs: Vec<(DeliveryRequest, Reply)>, own: &Own) {
         let reqs: Vec<&DeliveryRequest> = jobs.iter().map(|(r, _)| r).collect();
-        let recorded = self.record_together(&reqs).await;
-        // Taken after the await: the task running this step now, which may be a task of
-        // its own since the drainer's caller went away (FinishOnDrop).
-        let giver = reply::current_waker().await;
-        match recorded {
+        match self.record_together(&reqs).await {
             Ok(outcomes) => {
                 for ((_, reply), outcome) in jobs.into_iter().zip(outcomes) {
-                    reply.send(Ok(outcome), &giver);
+                    reply.send(Ok(outcome), own);
                 }
             }
             Err(e) if e.is_unavailable() || jobs.len() == 1 => {
@@ -151,7 +148,7 @@ impl Store {
                     let e = first.take().unwrap_or_else(|| {
                         StoreError::Unavailable(sqlx::Error::Protocol(shared.clone()))
                     });
-                    reply.send(Err(e), &giver);
+                    reply.send(Err(e), own);
                 }
             }
             Err(_) => {
@@ -160,7 +157,7 @@ impl Store {
                         .record_together(&[&req])
                         .await
                         .map(|mut o| o.pop().expect("one outcome for one request, or an error"));
-                    reply.send(out, &reply::current_waker().await);
+                    reply.send(out, own);
                 }
             }
         }

@@ -4,9 +4,10 @@
 //! it runs is polled again at once, and on the multi-thread runtime that re-poll also
 //! wakes an idle worker thread, which finds nothing to do and sleeps again: two futex calls
 //! and a context switch on the other core for each delivery, paid while Postgres and the
-//! sender share that core. So an outcome given to the very task that is giving it wakes
-//! nobody: that task looks at its slot as soon as its drain step returns
-//! ([`Answer::ready`]). Any other waiter is woken as usual.
+//! sender share that core. So the outcome of the drainer's own delivery wakes nobody: the
+//! sender that started the drain looks at its slot as soon as each drain step returns
+//! ([`Answer::ready`]). Every other waiter is woken, even one in the same task: a future
+//! beside it (`join!`) may have been polled already in this pass and would never be again.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -42,20 +43,24 @@ pub(super) fn channel<T>() -> (Reply<T>, Answer<T>) {
 }
 
 impl<T> Reply<T> {
-    /// Leaves the outcome; wakes the waiter unless `giver` is the waiter's own task.
-    pub fn send(mut self, out: T, giver: &Waker) {
+    /// Leaves the outcome and wakes its waiter, unless the waiter is `own`: the sender
+    /// whose drain is giving it, which looks without being woken.
+    pub fn send(mut self, out: T, own: &Own<T>) {
         if let Some(s) = self.0.take() {
             let waker = {
                 let mut slot = lock(&s);
                 slot.out = Some(out);
                 slot.waker.take()
             };
-            if let Some(w) = waker.filter(|w| !w.will_wake(giver)) {
+            if let Some(w) = waker.filter(|_| !Arc::ptr_eq(&s, &own.0)) {
                 w.wake();
             }
         }
     }
 }
+
+/// Which waiter a drainer serves itself: the sender that started it.
+pub(super) struct Own<T>(Shared<T>);
 
 impl<T> Drop for Reply<T> {
     fn drop(&mut self) {
@@ -73,6 +78,11 @@ impl<T> Drop for Reply<T> {
 }
 
 impl<T> Answer<T> {
+    /// What the sender's own drain carries, to answer it without a wake-up.
+    pub fn own(&self) -> Own<T> {
+        Own(self.0.clone())
+    }
+
     /// The outcome if it is there (or `Some(None)` if none will come), without waiting.
     /// The sender's task calls this after each step of its own drain, which does not wake it.
     pub fn ready(&self) -> Option<Option<T>> {
@@ -104,11 +114,6 @@ impl<T> Future for Answer<T> {
     }
 }
 
-/// The waker of the task running this: what a drainer passes to [`Reply::send`].
-pub(super) async fn current_waker() -> Waker {
-    std::future::poll_fn(|cx| Poll::Ready(cx.waker().clone())).await
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,26 +133,27 @@ mod tests {
     }
 
     #[test]
-    fn an_outcome_given_by_the_waiting_task_itself_wakes_nobody() {
+    fn the_drainers_own_sender_is_not_woken() {
         let (reply, mut answer) = channel::<u32>();
         let (wakes, waker) = counting();
         let mut cx = Context::from_waker(&waker);
         assert!(Pin::new(&mut answer).poll(&mut cx).is_pending());
-        reply.send(7, &waker);
+        reply.send(7, &answer.own());
         assert_eq!(wakes.0.load(Ordering::SeqCst), 0);
         assert_eq!(answer.ready(), Some(Some(7)));
     }
 
     #[test]
-    fn an_outcome_given_by_another_task_wakes_the_waiter_once() {
-        let (reply, mut answer) = channel::<u32>();
+    fn another_sender_is_woken_once_even_in_the_same_task() {
+        // Two senders polled with one waker, as by `join!`: the drainer's own is `first`.
+        let (_, first) = channel::<u32>();
+        let (reply, mut second) = channel::<u32>();
         let (wakes, waker) = counting();
-        let (_, other) = counting();
         let mut cx = Context::from_waker(&waker);
-        assert!(Pin::new(&mut answer).poll(&mut cx).is_pending());
-        reply.send(7, &other);
+        assert!(Pin::new(&mut second).poll(&mut cx).is_pending());
+        reply.send(7, &first.own());
         assert_eq!(wakes.0.load(Ordering::SeqCst), 1);
-        assert_eq!(Pin::new(&mut answer).poll(&mut cx), Poll::Ready(Some(7)));
+        assert_eq!(Pin::new(&mut second).poll(&mut cx), Poll::Ready(Some(7)));
     }
 
     #[test]
