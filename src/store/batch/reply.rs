@@ -33,6 +33,9 @@ pub(super) struct Reply<T>(Option<Shared<T>>);
 /// The sender's end: a future of the outcome, `None` if none will come.
 pub(super) struct Answer<T>(Shared<T>);
 
+/// Which waiter a drainer serves itself: the sender that started it.
+pub(super) struct Own<T>(Shared<T>);
+
 pub(super) fn channel<T>() -> (Reply<T>, Answer<T>) {
     let s = Arc::new(Mutex::new(Slot {
         out: None,
@@ -58,9 +61,6 @@ impl<T> Reply<T> {
         }
     }
 }
-
-/// Which waiter a drainer serves itself: the sender that started it.
-pub(super) struct Own<T>(Shared<T>);
 
 impl<T> Drop for Reply<T> {
     fn drop(&mut self) {
