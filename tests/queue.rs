@@ -118,8 +118,18 @@ async fn the_same_digest_already_queued_or_running_is_not_queued_again() {
 #[tokio::test]
 async fn pushes_of_v1_to_v5_in_quick_succession_end_with_v5_and_never_overlap() {
     let env = TestEnv::start().await;
-    // v1 takes two seconds to become healthy, so v2..v5 arrive while it runs.
-    let mut digests = vec![env.push(&TestImage::slow_start("v1", 2), "main").await];
+    // v2..v5 are in the registry beforehand (a tag Pier does not follow), so their pushes
+    // to `main` below are quick, and v1 takes six seconds to become healthy: several of
+    // them arrive while it runs, however loaded the machine (under CI load a full push
+    // took as long as a deploy, and each version was deployed in turn).
+    for v in 2..=5 {
+        env.push(
+            &TestImage::healthy(&format!("v{v}")),
+            &format!("staged-v{v}"),
+        )
+        .await;
+    }
+    let mut digests = vec![env.push(&TestImage::slow_start("v1", 6), "main").await];
     wait_until("v1 is running", DEPLOY, || async {
         let rows = env.deployment_rows(env.app()).await;
         rows.iter().any(|r| r.state == "running").then_some(())
