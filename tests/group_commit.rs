@@ -341,6 +341,72 @@ async fn a_burst_of_pushes_for_one_app_never_scans_the_apps_history() {
     db.cleanup().await;
 }
 
+/// Runs `script` through `psql` on `db` with every planning reported: the `PLANNER
+/// STATISTICS` lines of its stderr between the `\\warn` markers `from` and `to`.
+fn plannings_between(db: &TestDb, script: &str, from: &str, to: &str) -> usize {
+    use std::io::Write;
+    let mut psql = std::process::Command::new("psql")
+        .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", &db.url])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run psql (Debian: postgresql-client)");
+    let mut stdin = psql.stdin.take().unwrap();
+    stdin
+        .write_all(
+            format!("SET log_planner_stats = on;\nSET client_min_messages = log;\n{script}")
+                .as_bytes(),
+        )
+        .unwrap();
+    drop(stdin);
+    let out = psql.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "psql failed: {err}");
+    let start = err.find(from).expect("the first marker");
+    let end = err.find(to).expect("the second marker");
+    err[start..end].matches("PLANNER STATISTICS").count()
+}
+
+#[tokio::test]
+async fn a_connection_plans_the_batch_statements_once_not_for_every_push() {
+    let db = TestDb::create().await;
+    db.migrate().await;
+    // Pushes for one app, each superseding the one before, on one connection from an
+    // empty table. The first few calls plan each statement inside (a cached plan is made
+    // generic from the sixth use); after that only the call itself is planned. A lookup
+    // planned afresh on every call (migration 0016) cost a fifth of a push's time.
+    let push = |n: usize| {
+        format!(
+            "SELECT pier_record_deliveries(ARRAY['local'], ARRAY['event-{n}'],
+               ARRAY['deploys a'], ARRAY['[]'], ARRAY[sha256('event-{n}'::bytea)],
+               ARRAY[NULL::uuid], ARRAY[1], ARRAY['a'], ARRAY['webhook'],
+               ARRAY['127.0.0.1:5000/demo/a'], ARRAY['main'], ARRAY['sha256:{n:064x}'],
+               ARRAY[false]);\n"
+        )
+    };
+    const WARM: usize = 8;
+    const MEASURED: usize = 10;
+    let mut script: String = (0..WARM).map(push).collect();
+    script.push_str("\\warn measured-from\n");
+    script.extend((WARM..WARM + MEASURED).map(push));
+    script.push_str("\\warn measured-to\n");
+    let plannings = plannings_between(&db, &script, "measured-from", "measured-to");
+    assert_eq!(
+        plannings, MEASURED,
+        "{MEASURED} pushes after the first {WARM} were planned {plannings} times: \
+         one planning per call is the call itself; more means a statement inside the \
+         function is planned on every push"
+    );
+    // And they were recorded: every push superseded the one before.
+    let store = Store::from_pool(db.pool.clone());
+    let recent = store.app_deployments("a", 2).await.unwrap();
+    assert_eq!(recent[0].state, DeploymentState::Queued);
+    assert_eq!(recent[1].state, DeploymentState::Superseded);
+    let mut db = db;
+    db.cleanup().await;
+}
+
 /// What a delivery's rows look like once stored, for comparing the two ways of storing it.
 async fn stored(store: &Store, outcome: &DeliveryOutcome) -> (String, String, Vec<String>) {
     let DeliveryOutcome::Recorded {

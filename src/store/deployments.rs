@@ -156,7 +156,7 @@ pub(super) async fn enqueue_locked(
     // unique index. Planned with each use (unnamed), with the table as it is then: a plan
     // cached on a pooled connection while the table was empty took the app's
     // whole-history index instead, and every enqueue then read every earlier deployment of
-    // the app (migration 0016 says more).
+    // the app (migrations 0016 and 0017 say more).
     let pending: Vec<(String, Uuid, Option<String>, Option<String>)> = sqlx::query_as(
         "SELECT state, id, claimed_digest, resolved_digest FROM deployments
           WHERE app = $1 AND state = 'queued'
