@@ -347,6 +347,9 @@ fn plannings_between(db: &TestDb, script: &str, from: &str, to: &str) -> usize {
     use std::io::Write;
     let mut psql = std::process::Command::new("psql")
         .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", &db.url])
+        // Bounded: a database that does not answer fails the test instead of hanging it.
+        .env("PGCONNECT_TIMEOUT", "10")
+        .env("PGOPTIONS", "-c statement_timeout=30000")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
