@@ -9,6 +9,7 @@ pub mod config;
 pub mod contain;
 pub mod engine;
 pub mod faults;
+pub mod image_name;
 pub mod intake;
 pub mod log_budget;
 pub mod notify;

@@ -91,18 +91,6 @@ async fn state_badge(c: &Client) -> String {
     }
 }
 
-async fn wait_url(c: &Client, part: &str) -> String {
-    wait_until(
-        &format!("the browser is at {part}"),
-        Duration::from_secs(20),
-        || async {
-            let url = c.current_url().await.ok()?.to_string();
-            url.contains(part).then_some(url)
-        },
-    )
-    .await
-}
-
 /// Marks the document: a reload would lose the mark.
 async fn mark(c: &Client) {
     c.execute("window.__pierMark = 'kept';", vec![])
@@ -138,15 +126,36 @@ fn short(digest: &str) -> String {
     digest["sha256:".len().."sha256:".len() + 12].to_owned()
 }
 
-/// Clicks the button and waits for the browser to land on a page whose URL has `part`.
+/// Clicks the button and waits for the browser to land on a new page whose URL has
+/// `part`. The document is marked before the click, so a button that posts and redirects
+/// back to the same URL is not taken as done while the old page is still shown.
 async fn press(c: &Client, css: &str, part: &str) -> String {
+    mark(c).await;
     c.find(Locator::Css(css))
         .await
         .unwrap_or_else(|e| panic!("no {css}: {e}"))
         .click()
         .await
         .unwrap();
-    wait_url(c, part).await
+    wait_until(
+        &format!("the browser has left the page for a new one at {part}"),
+        Duration::from_secs(30),
+        || async {
+            // While the browser navigates, scripts may fail to run: not there yet.
+            let marked = c
+                .execute("return window.__pierMark === 'kept';", vec![])
+                .await
+                .ok()?
+                .as_bool()?;
+            let ready = c
+                .execute("return document.readyState;", vec![])
+                .await
+                .ok()?;
+            let url = c.current_url().await.ok()?.to_string();
+            (!marked && ready == "complete" && url.contains(part)).then_some(url)
+        },
+    )
+    .await
 }
 
 /// Watches the deployment page the browser is on until its timeline says `succeeded`,
@@ -282,7 +291,10 @@ async fn an_operator_signs_in_redeploys_rolls_back_pins_and_unpins_in_a_real_bro
     // Unpin; the newest push deploys, and the overview shows it without a reload.
     c.goto(&format!("{base}/apps/{app}")).await.unwrap();
     press(&c, "#unpin", &format!("/apps/{app}")).await;
-    assert!(!source(&c).await.contains("id=\"pin\""), "unpinned");
+    until_page(&c, "the app page no longer shows the pin", DEPLOY, |h| {
+        !h.contains("id=\"pin\"")
+    })
+    .await;
     c.goto(&format!("{base}/")).await.unwrap();
     mark(&c).await;
     let v4 = env.push(&TestImage::slow_start("v4", 2), "main").await;

@@ -142,6 +142,78 @@ async fn credentials_are_checked_from_the_head_and_must_not_be_ambiguous() {
     env.cleanup().await;
 }
 
+/// A forged generic delivery, with `extra` headers.
+async fn forge(env: &TestEnv, i: usize, extra: &[(&str, &str)]) -> u16 {
+    let body = format!(r#"{{"repository": "demo/x", "tag": "main", "id": "forged-{i}"}}"#);
+    let mut headers = vec![
+        ("Content-Type", "application/json"),
+        ("X-Pier-Signature", "sha256=00"),
+    ];
+    headers.extend_from_slice(extra);
+    env.post_hook("gen", &headers, body.as_bytes()).await.0
+}
+
+/// An authentic generic delivery for a repository no app follows: 200, stored.
+async fn authentic(env: &TestEnv, id: &str, extra: &[(&str, &str)]) -> (u16, String) {
+    let body = format!(r#"{{"repository": "demo/nobody", "tag": "main", "id": "{id}"}}"#);
+    let sig = sign_hmac_sha256(&env.generic_secret, body.as_bytes());
+    let mut headers = vec![
+        ("Content-Type", "application/json"),
+        ("X-Pier-Signature", sig.as_str()),
+    ];
+    headers.extend_from_slice(extra);
+    env.post_hook("gen", &headers, body.as_bytes()).await
+}
+
+#[tokio::test]
+async fn an_authentic_delivery_is_accepted_from_an_address_braked_by_forgeries() {
+    let env = TestEnv::builder().without_notifications().start().await;
+    for i in 0..30 {
+        forge(&env, i, &[]).await;
+    }
+    assert_eq!(forge(&env, 30, &[]).await, 429, "the address is braked");
+    let (status, answer) = authentic(&env, "honest-1", &[]).await;
+    assert_eq!(status, 200, "a signed delivery is never braked: {answer}");
+    assert_eq!(deliveries(&env).await, 1, "and it is recorded");
+    // The brake still holds for what fails.
+    assert_eq!(forge(&env, 31, &[]).await, 429);
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_forwarded_for_header_names_the_client_only_from_a_trusted_proxy() {
+    // Not trusted (the default): a forger cannot escape the brake by naming other clients,
+    // nor brake someone else by naming them.
+    let env = TestEnv::builder().without_notifications().start().await;
+    for i in 0..20 {
+        let xff = format!("198.51.100.{i}");
+        assert_eq!(forge(&env, i, &[("X-Forwarded-For", &xff)]).await, 401);
+    }
+    let xff = [("X-Forwarded-For", "198.51.100.200")];
+    assert_eq!(forge(&env, 20, &xff).await, 429, "braked as 127.0.0.1");
+    env.cleanup().await;
+
+    // Trusted: the brake is per client behind the proxy.
+    let env = TestEnv::builder()
+        .without_notifications()
+        .server_toml("trusted_proxies = [\"127.0.0.0/8\"]")
+        .start()
+        .await;
+    let forger = [("X-Forwarded-For", "6.6.6.6, 198.51.100.7")];
+    for i in 0..20 {
+        assert_eq!(forge(&env, i, &forger).await, 401, "attempt {i}");
+    }
+    assert_eq!(forge(&env, 20, &forger).await, 429, "the forger is braked");
+    let other = [("X-Forwarded-For", "198.51.100.8")];
+    assert_eq!(forge(&env, 21, &other).await, 401, "another client is not");
+    let log = env.pier().log();
+    assert!(
+        log.contains("198.51.100.7"),
+        "the log names the client:\n{log}"
+    );
+    env.cleanup().await;
+}
+
 #[tokio::test]
 async fn a_flood_of_forgeries_is_braked_counted_and_logged_a_few_lines_at_a_time() {
     let env = TestEnv::builder().without_notifications().start().await;

@@ -497,7 +497,9 @@ async fn artifactory_token_and_signing_modes_deploy_the_bare_hex_digest() {
     let secret = random_hex(32);
     let env = start(&format!(
         "[[sources]]\nname = \"jf\"\nkind = \"artifactory\"\ntoken = \"{token}\"\n\
-         [[sources]]\nname = \"jf-signed\"\nkind = \"artifactory\"\nmode = \"signing\"\nsecrets = [\"{secret}\"]\n"
+         access_method = \"port\"\nregistry = \"{{registry}}\"\n\
+         [[sources]]\nname = \"jf-signed\"\nkind = \"artifactory\"\nmode = \"signing\"\nsecrets = [\"{secret}\"]\n\
+         access_method = \"port\"\nregistry = \"{{registry}}\"\n"
     ))
     .await;
     let v1 = env.push(&TestImage::healthy("v1"), "main").await;
@@ -527,6 +529,34 @@ async fn artifactory_token_and_signing_modes_deploy_the_bare_hex_digest() {
         &v2,
     )
     .await;
+    env.cleanup().await;
+}
+
+/// JFrog Cloud's default access method: the image is `<host>/<repo_key>/<image_name>`,
+/// and the event names the two parts apart. Here the Artifactory repository is the test
+/// repository's owner and the image its name.
+#[tokio::test]
+async fn artifactory_repository_path_events_deploy_by_repo_key_and_image_name() {
+    let token = random_hex(32);
+    let env = start(&format!(
+        "[[sources]]\nname = \"jf\"\nkind = \"artifactory\"\ntoken = \"{token}\"\n"
+    ))
+    .await;
+    let v1 = env.push(&TestImage::healthy("v1"), "main").await;
+    let auth: Headers = vec![json(), ("X-JFrog-Event-Auth", token.clone())];
+    // The same push reported as the subdomain/port methods report it matches nothing here.
+    let by_name = render("artifactory_docker_pushed.json", &env, "main", &v1);
+    let (status, answer) = post(&env, "jf", &auth, &by_name).await;
+    assert_eq!(
+        status, 200,
+        "no app is docker-local/<owner>/<name>: {answer:#}"
+    );
+    assert!(
+        answer["deployments"].as_array().unwrap().is_empty(),
+        "{answer:#}"
+    );
+    let body = render("artifactory_repository_path_pushed.json", &env, "main", &v1);
+    deploys(&env, "jf", &auth, &body, &v1).await;
     env.cleanup().await;
 }
 

@@ -5,7 +5,7 @@
 
 use axum::http::{HeaderMap, HeaderValue};
 use libfuzzer_sys::fuzz_target;
-use pier::config::{SourceKind, SourceMode};
+use pier::config::{ArtifactoryAccess, SourceKind, SourceMode};
 use pier::intake;
 
 const KINDS: &[(SourceKind, SourceMode)] = &[
@@ -40,6 +40,11 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let (kind, mode) = KINDS[selector as usize % KINDS.len()];
+    let access = [
+        ArtifactoryAccess::RepositoryPath,
+        ArtifactoryAccess::Subdomain,
+        ArtifactoryAccess::Port,
+    ][selector as usize / KINDS.len() % 3];
     let (line, body) = match rest.iter().position(|&b| b == b'\n') {
         Some(i) => (&rest[..i], &rest[i + 1..]),
         None => (&[][..], rest),
@@ -50,7 +55,7 @@ fuzz_target!(|data: &[u8]| {
             headers.insert(*name, v);
         }
     }
-    if let Ok(parsed) = intake::parse(kind, mode, &headers, body) {
+    if let Ok(parsed) = intake::parse(kind, mode, access, &headers, body) {
         // What a parser accepts is bounded by what it was given.
         assert!(parsed.events.len() <= body.len() + 1);
         for e in &parsed.events {

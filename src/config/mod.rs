@@ -129,6 +129,9 @@ pub struct ServerConfig {
     pub sign_in: SignInConfig,
     /// Where apps' private networks get their `/27`s; `None`: the engine's default pools.
     pub app_subnets: Option<SubnetPool>,
+    /// Proxies in front of Pier whose forwarding header names the client, for the brakes
+    /// and the logs; an empty list trusts no header.
+    pub trusted_proxies: TrustedProxies,
 }
 
 #[derive(Debug, Clone)]
@@ -170,8 +173,9 @@ impl Default for RegistryLimits {
 pub use notify::{NotificationConfig, NotifyFormat, standard_webhooks_key};
 pub use proxy::{ProxyConfig, RouteConfig, TlsFiles};
 pub use signin::SignInConfig;
-pub use source::{HmacKey, SourceConfig, SourceKind, SourceMode};
+pub use source::{ArtifactoryAccess, HmacKey, SourceConfig, SourceKind, SourceMode};
 pub use tags::{TagRule, glob_match, tag_version};
+pub use trusted::{ClientIpHeader, TrustedProxies};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
@@ -218,8 +222,11 @@ pub struct HealthConfig {
 #[derive(Debug, Clone)]
 pub struct AppConfig {
     pub name: String,
-    /// Repository with its registry host, no tag: `127.0.0.1:5000/demo/web`.
+    /// The repository as written, no tag: `127.0.0.1:5000/demo/web`, `acme/web`. Given
+    /// to the engine as it is; what it means is [`AppConfig::image_name`].
     pub image: String,
+    /// `image` parsed by the distribution grammar: its registry and repository.
+    pub image_name: crate::image_name::ImageName,
     /// The rule's text (`main`, `v1.*`, `>=1.2, <2`), as the pages show it. Only an exact
     /// rule's text is a tag that can be resolved: see [`TagRule::fixed`].
     pub tag: String,
@@ -258,18 +265,18 @@ pub struct AppConfig {
 }
 
 impl AppConfig {
-    /// The registry host part of `image` (`127.0.0.1:5000`).
+    /// The registry of `image` as `docker pull` reads it (`127.0.0.1:5000`, `docker.io`).
     pub fn registry_host(&self) -> &str {
-        self.image.split_once('/').map_or("docker.io", |(h, _)| h)
+        self.image_name.registry()
     }
-    /// The repository path inside the registry (`demo/web`).
+    /// The repository path inside the registry (`demo/web`, `library/nginx`).
     pub fn repository(&self) -> &str {
-        self.image.split_once('/').map_or(&self.image, |(_, r)| r)
+        self.image_name.repository()
     }
     /// Whether the further service `svc` of this app runs an image of its own repository
     /// (resolved, pulled and verified on its own) rather than the app's digest.
     pub fn own_image(&self, svc: &AppConfig) -> bool {
-        svc.image != self.image
+        svc.image_name != self.image_name
     }
     /// The primary service's name, then the others', in the order they are deployed.
     pub fn service_names(&self) -> Vec<&str> {
@@ -351,6 +358,7 @@ pub use retention::RetentionConfig;
 mod signin;
 mod source;
 mod tags;
+mod trusted;
 pub use raw::DEFAULT_POLL;
 
 #[cfg(test)]
@@ -386,6 +394,27 @@ mod tests {
         assert_eq!(c.apps[0].registry_host(), "127.0.0.1:5000");
         assert_eq!(c.apps[0].repository(), "demo/web");
         assert_eq!(c.apps[0].health.as_ref().unwrap().timeout.as_secs(), 60);
+    }
+
+    #[test]
+    fn a_docker_hub_image_is_read_as_docker_pull_reads_it() {
+        let hub = MINIMAL
+            .replace("127.0.0.1:5000/demo/web", "acme/web")
+            .replace("token = \"env:PIER_TEST_CONFIG_TOKEN\"", "token = \"t\"");
+        let c = Config::parse(&hub, Path::new(".")).unwrap();
+        assert_eq!(c.apps[0].registry_host(), "docker.io");
+        assert_eq!(c.apps[0].repository(), "acme/web");
+        let official = hub.replace("\"acme/web\"", "\"nginx\"");
+        let c = Config::parse(&official, Path::new(".")).unwrap();
+        assert_eq!(c.apps[0].repository(), "library/nginx");
+        let tagged = hub.replace("\"acme/web\"", "\"acme/web:v1\"");
+        let e = Config::parse(&tagged, Path::new("."))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("app `web`") && e.contains("without tag"), "{e}");
+        let bad = hub.replace("\"acme/web\"", "\"Acme/Web\"");
+        let e = Config::parse(&bad, Path::new(".")).unwrap_err().to_string();
+        assert!(e.contains("not an image reference"), "{e}");
     }
 
     #[test]

@@ -107,6 +107,11 @@ struct Server {
     #[serde(default = "default_retry_budget", with = "humantime_serde")]
     retry_budget: Duration,
     app_subnets: Option<String>,
+    /// Peers (CIDRs) whose forwarding header names the client (src/config/trusted.rs).
+    #[serde(default)]
+    trusted_proxies: Vec<String>,
+    #[serde(default)]
+    client_ip_header: super::trusted::ClientIpHeader,
     // Sign-in to the status page (src/config/signin.rs).
     public_url: Option<String>,
     admin_password_hash: Option<String>,
@@ -412,6 +417,8 @@ impl Config {
                 .map(super::SubnetPool::parse)
                 .transpose()
                 .map_err(|e| invalid(format!("server.app_subnets: {e}")))?,
+            trusted_proxies: super::TrustedProxies::parse(&s.trusted_proxies, s.client_ip_header)
+                .map_err(|e| invalid(format!("server.trusted_proxies: {e}")))?,
             sign_in: super::signin::RawSignIn {
                 public_url: s.public_url,
                 admin_password_hash: s.admin_password_hash,
@@ -466,21 +473,8 @@ impl Config {
             if apps.iter().any(|o| o.name == a.name) {
                 return Err(invalid(format!("app `{}` is defined twice", a.name)));
             }
-            if a.image.contains('@') || a.image.rsplit('/').next().is_some_and(|l| l.contains(':'))
-            {
-                return Err(invalid(format!(
-                    "app `{}`: image `{}` must be a repository without tag or digest; \
-                     put the tag in `tag`",
-                    a.name, a.image
-                )));
-            }
-            if !a.image.contains('/') {
-                return Err(invalid(format!(
-                    "app `{}`: image `{}` must name its registry host, e.g. \
-                     127.0.0.1:5000/{}",
-                    a.name, a.image, a.image
-                )));
-            }
+            let image_name = crate::image_name::ImageName::parse(&a.image)
+                .map_err(|e| invalid(format!("app `{}`: image {e}", a.name)))?;
             let route = a.route.map(|r| r.resolve(&a.name, base)).transpose()?;
             match (a.strategy, &route, a.publish) {
                 (Strategy::BlueGreen, None, _) => {
@@ -565,6 +559,7 @@ impl Config {
             let mut app = AppConfig {
                 name: a.name,
                 image: a.image,
+                image_name,
                 tag: rule.text().to_owned(),
                 rule,
                 poll: poll.unwrap_or(None),

@@ -15,6 +15,7 @@ use serde::de::IgnoredAny;
 
 use super::contained::{RawContained, RawHostMount, RawVolume};
 use super::*;
+use crate::image_name::ImageName;
 
 /// How long a service without a health check must keep running before it counts as
 /// healthy: long enough for a process that dies at start-up to have died.
@@ -118,20 +119,15 @@ pub(super) fn resolve(
                 ),
             ));
         }
-        if let Some(i) = &s.image
-            && (i.contains('@')
-                || i.rsplit('/').next().is_some_and(|l| l.contains(':'))
-                || !i.contains('/'))
-        {
-            return Err(bad(
-                &name,
-                format!(
-                    "image `{i}` must be a repository with its registry host and without tag \
-                     or digest, e.g. `ghcr.io/acme/worker`: it is deployed at the tag the push \
-                     named for the app"
-                ),
-            ));
-        }
+        let image_name = match &s.image {
+            Some(i) => ImageName::parse(i).map_err(|e| {
+                bad(
+                    &name,
+                    format!("image {e}; it is deployed at the tag the push named for the app"),
+                )
+            })?,
+            None => primary.image_name.clone(),
+        };
         let refused = [
             (s.port.is_some(), "port"),
             (s.publish.is_some(), "publish"),
@@ -199,6 +195,7 @@ pub(super) fn resolve(
             settle: s.settle.unwrap_or(DEFAULT_SETTLE),
             services: vec![],
             image: s.image.unwrap_or_else(|| primary.image.clone()),
+            image_name,
             ..primary.clone()
         });
     }
@@ -279,8 +276,8 @@ mod tests {
                 "without tag",
             ),
             (
-                "[apps.services.worker]\nimage = \"worker\"\n",
-                "registry host",
+                "[apps.services.worker]\nimage = \"Worker\"\n",
+                "not an image reference",
             ),
             ("[apps.services.worker]\ncommand = []\n", "command"),
         ];

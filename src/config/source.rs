@@ -80,6 +80,23 @@ pub enum SourceMode {
     Signing,
 }
 
+/// How Artifactory names a Docker image (its "Docker access method"), which decides the
+/// registry host and repository an event is matched by. The payload names the Artifactory
+/// repository (`repo_key`) and the image inside it (`image_name`) apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ArtifactoryAccess {
+    /// `<host>/<repo_key>/<image_name>` (JFrog Cloud's default): the repository is
+    /// `repo_key/image_name` on the host of `jpd_origin`.
+    #[default]
+    RepositoryPath,
+    /// `<repo_key>.<host>/<image_name>`: the repository is `image_name` on the subdomain.
+    Subdomain,
+    /// `<host>:<port>/<image_name>`, one port per Artifactory repository: the repository is
+    /// `image_name` on the source's `registry` (required), which names host and port.
+    Port,
+}
+
 /// An HMAC key's bytes. Never printed.
 #[derive(Clone, PartialEq, Eq)]
 pub struct HmacKey(Vec<u8>);
@@ -116,6 +133,8 @@ pub struct SourceConfig {
     /// The registry host of every image this source reports: supplies the host where the
     /// sender names none (Docker Hub, Nexus, Zot) and replaces the one it names (an alias).
     pub registry: Option<String>,
+    /// `artifactory` only: how its events name an image.
+    pub access_method: ArtifactoryAccess,
 }
 
 fn default_tolerance() -> Duration {
@@ -138,6 +157,7 @@ pub(super) struct RawSource {
     #[serde(default = "default_tolerance", with = "humantime_serde")]
     tolerance: Duration,
     registry: Option<String>,
+    access_method: Option<ArtifactoryAccess>,
 }
 
 fn invalid(msg: impl Into<String>) -> ConfigError {
@@ -334,6 +354,25 @@ impl RawSource {
             )));
         }
 
+        let access_method = match (kind, self.access_method) {
+            (SourceKind::Artifactory, m) => m.unwrap_or_default(),
+            (_, None) => ArtifactoryAccess::default(),
+            (k, Some(_)) => {
+                return Err(invalid(format!(
+                    "source `{name}`: `access_method` is for kind artifactory, not {}",
+                    k.as_str()
+                )));
+            }
+        };
+        if kind == SourceKind::Artifactory
+            && access_method == ArtifactoryAccess::Port
+            && self.registry.is_none()
+        {
+            return Err(invalid(format!(
+                "source `{name}`: with access_method = \"port\" the payload names no host and \
+                 port; set `registry` to the host:port your apps pull this repository from"
+            )));
+        }
         let registry = match (self.registry, kind) {
             (Some(host), _) => {
                 if !valid_host(&host) {
@@ -369,6 +408,7 @@ impl RawSource {
             signature_header,
             tolerance: self.tolerance,
             registry,
+            access_method,
         })
     }
 }

@@ -1,10 +1,16 @@
 //! JFrog Artifactory platform webhooks, domain `docker`: `{"domain": "docker",
 //! "event_type": "pushed", "data": {"image_name", "tag", "sha256"}, "jpd_origin"}`. The
 //! digest is bare hex (the manifest file's sha256, which is the manifest digest).
+//!
+//! Where the image lives depends on the source's Docker access method
+//! ([`ArtifactoryAccess`]): `repo_key` is part of the repository path, part of the host,
+//! or implied by the port. Matching by `image_name` alone would miss every push under
+//! JFrog Cloud's default (the repository path).
 
 use serde::Deserialize;
 
 use super::{Malformed, Parsed, PushEvent, host_of_url, is_digest, malformed};
+use crate::config::ArtifactoryAccess;
 
 #[derive(Deserialize)]
 struct Body {
@@ -16,12 +22,13 @@ struct Body {
 
 #[derive(Deserialize)]
 struct Data {
+    repo_key: Option<String>,
     image_name: Option<String>,
     tag: Option<String>,
     sha256: Option<String>,
 }
 
-pub fn parse(json: &[u8]) -> Result<Parsed, Malformed> {
+pub fn parse(access: ArtifactoryAccess, json: &[u8]) -> Result<Parsed, Malformed> {
     let b: Body = serde_json::from_slice(json).map_err(|e| malformed("invalid payload", e))?;
     if b.domain != "docker" {
         return Ok(Parsed::nothing(
@@ -35,7 +42,36 @@ pub fn parse(json: &[u8]) -> Result<Parsed, Malformed> {
     let data = b
         .data
         .ok_or_else(|| Malformed("an event without data".into()))?;
-    let repository = data.image_name.unwrap_or_default();
+    let image_name = data.image_name.unwrap_or_default();
+    let origin = b.jpd_origin.as_deref().and_then(host_of_url);
+    let repo_key = data
+        .repo_key
+        .filter(|k| !k.is_empty() && !k.contains(['/', '.', ':']));
+    let place = match (access, repo_key) {
+        (ArtifactoryAccess::RepositoryPath, Some(key)) => {
+            Ok((origin, format!("{key}/{image_name}")))
+        }
+        (ArtifactoryAccess::Subdomain, Some(key)) => {
+            Ok((origin.map(|h| format!("{key}.{h}")), image_name))
+        }
+        // The source's `registry` (required with this method) supplies host and port.
+        (ArtifactoryAccess::Port, _) => Ok((None, image_name)),
+        (_, None) => Err(image_name),
+    };
+    let (host, repository) = match place {
+        Ok(p) => p,
+        Err(image_name) => {
+            return Ok(Parsed::events(
+                None,
+                vec![PushEvent::ignored(
+                    image_name,
+                    "the event names no Artifactory repository (`repo_key`), which this \
+                     source's access method needs to place the image"
+                        .to_owned(),
+                )],
+            ));
+        }
+    };
     if b.event_type != "pushed" {
         return Ok(Parsed::events(
             None,
@@ -52,7 +88,6 @@ pub fn parse(json: &[u8]) -> Result<Parsed, Malformed> {
         .sha256
         .map(|hex| format!("sha256:{}", hex.to_ascii_lowercase()))
         .filter(|d| is_digest(d));
-    let host = b.jpd_origin.as_deref().and_then(host_of_url);
     Ok(Parsed::events(
         None,
         vec![PushEvent::push(host, repository, data.tag, digest)],
@@ -63,30 +98,69 @@ pub fn parse(json: &[u8]) -> Result<Parsed, Malformed> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_bare_hex_digest_gets_its_algorithm() {
-        let body = format!(
+    fn body(hex: &str) -> String {
+        format!(
             r#"{{"domain":"docker","event_type":"pushed","subscription_key":"k","jpd_origin":"https://acme.jfrog.io",
             "source":"jfrog/admin","data":{{"repo_key":"docker-local","event_type":"pushed","path":"demo/web/main/manifest.json",
-            "name":"manifest.json","sha256":"{h}","size":1,"image_name":"demo/web","tag":"main",
-            "platforms":[{{"architecture":"amd64","os":"linux"}}]}}}}"#,
-            h = "F".repeat(64)
-        );
-        let p = parse(body.as_bytes()).unwrap();
+            "name":"manifest.json","sha256":"{hex}","size":1,"image_name":"demo/web","tag":"main",
+            "platforms":[{{"architecture":"amd64","os":"linux"}}]}}}}"#
+        )
+    }
+
+    #[test]
+    fn a_bare_hex_digest_gets_its_algorithm() {
+        let body = body(&"F".repeat(64));
+        let p = parse(ArtifactoryAccess::Port, body.as_bytes()).unwrap();
         let e = &p.events[0];
         assert_eq!(e.digest, Some(format!("sha256:{}", "f".repeat(64))));
-        assert_eq!(e.registry.as_deref(), Some("acme.jfrog.io"));
         assert_eq!(e.repository, "demo/web");
         let deleted = body.replace(
             "\"event_type\":\"pushed\",\"subscription",
             "\"event_type\":\"deleted\",\"subscription",
         );
         assert!(
-            parse(deleted.as_bytes()).unwrap().events[0]
+            parse(ArtifactoryAccess::Port, deleted.as_bytes())
+                .unwrap()
+                .events[0]
                 .ignore
                 .is_some()
         );
-        let npm = parse(br#"{"domain":"artifact","event_type":"deployed"}"#).unwrap();
+        let npm = parse(
+            ArtifactoryAccess::Port,
+            br#"{"domain":"artifact","event_type":"deployed"}"#,
+        )
+        .unwrap();
         assert!(npm.events.is_empty());
+    }
+
+    #[test]
+    fn each_access_method_places_the_image_where_docker_pulls_it() {
+        let body = body(&"a".repeat(64));
+        let place = |access| {
+            let e = parse(access, body.as_bytes()).unwrap().events.remove(0);
+            (e.registry, e.repository)
+        };
+        assert_eq!(
+            place(ArtifactoryAccess::RepositoryPath),
+            (
+                Some("acme.jfrog.io".to_owned()),
+                "docker-local/demo/web".to_owned()
+            )
+        );
+        assert_eq!(
+            place(ArtifactoryAccess::Subdomain),
+            (
+                Some("docker-local.acme.jfrog.io".to_owned()),
+                "demo/web".to_owned()
+            )
+        );
+        assert_eq!(
+            place(ArtifactoryAccess::Port),
+            (None, "demo/web".to_owned())
+        );
+        // Without `repo_key` the path and subdomain methods cannot place it: ignored, said why.
+        let keyless = body.replace("\"repo_key\":\"docker-local\",", "");
+        let p = parse(ArtifactoryAccess::RepositoryPath, keyless.as_bytes()).unwrap();
+        assert!(p.events[0].ignore.as_deref().unwrap().contains("repo_key"));
     }
 }

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 use uuid::Uuid;
 
-use crate::config::{Config, SourceConfig, SourceKind, SourceMode};
+use crate::config::{ArtifactoryAccess, Config, SourceConfig, SourceKind, SourceMode};
 use crate::store::{
     DeliveryOutcome, DeploymentRequest, Enqueued, HeldBack, NewDelivery, NewDeployment, Store,
     StoreError, Trigger,
@@ -214,9 +214,11 @@ fn check_content_type(source: &SourceConfig, req: Incoming<'_>) -> Result<(), In
 }
 
 /// Reads an authentic delivery of `kind`. `json` is the JSON text (a form's `payload`).
+/// `access` matters to `artifactory` only.
 pub fn parse(
     kind: SourceKind,
     mode: SourceMode,
+    access: ArtifactoryAccess,
     headers: &HeaderMap,
     json: &[u8],
 ) -> Result<Parsed, Malformed> {
@@ -232,7 +234,7 @@ pub fn parse(
         SourceKind::Zot => zot::parse(headers, json),
         SourceKind::Dockerhub => dockerhub::parse(json),
         SourceKind::Quay => quay::parse(json),
-        SourceKind::Artifactory => artifactory::parse(json),
+        SourceKind::Artifactory => artifactory::parse(access, json),
         SourceKind::Nexus => nexus::parse(headers, json),
         SourceKind::Acr => acr::parse(json),
     }
@@ -292,7 +294,14 @@ pub async fn receive(
     } else {
         signed
     };
-    let parsed = parse(source.kind, source.mode, headers, &json).map_err(IntakeError::Malformed)?;
+    let parsed = parse(
+        source.kind,
+        source.mode,
+        source.access_method,
+        headers,
+        &json,
+    )
+    .map_err(IntakeError::Malformed)?;
     check_parsed(&parsed)?;
     let body_sha256 = source
         .kind

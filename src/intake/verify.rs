@@ -22,7 +22,8 @@ pub enum Rejected {
     StaleTimestamp,
     /// A credential header given twice: which one counts is ambiguous, so neither does.
     Ambiguous,
-    /// Too many failed attempts from this address lately: not even checked.
+    /// Checked and not authentic, from an address that failed too often lately: answered
+    /// 429 (back off) and only counted, not logged.
     Throttled,
 }
 

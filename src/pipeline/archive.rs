@@ -8,6 +8,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::image::VerifiedImage;
+use super::records::ImportIntent;
 use super::{PipelineError, Run, Step, StepError};
 use crate::engine::RESERVED_LABELS;
 use crate::registry::Resolved;
@@ -34,11 +35,11 @@ impl Run<'_> {
             .platform
             .clone()
             .unwrap_or_else(|| self.ctx.platform.to_string());
-        let intent = serde_json::json!({
-            "archive": import.archive,
-            "image_id": digest,
-            "platform": platform,
-        });
+        let intent = ImportIntent {
+            archive: import.archive.clone(),
+            image_id: digest.clone(),
+            platform: platform.clone(),
+        };
         let loaded: Loaded = self
             .step(Step::Resolve, &intent, || async {
                 let path = Path::new(&import.archive);

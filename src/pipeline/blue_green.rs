@@ -18,7 +18,12 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::container::Candidate;
+use super::container::OldGeneration;
 use super::health::Probe;
+use super::records::{
+    Applied, AppliedIntent, DrainIntent, RetireIntent, RevertIntent, SoakIntent, StartIntent,
+    SwitchIntent,
+};
 use super::{PipelineError, Run, Step, StepError, error_chain};
 use crate::backoff::Backoff;
 use crate::config::RouteConfig;
@@ -176,7 +181,10 @@ impl Run<'_> {
 
     /// Starts the candidate and journals the loopback address the engine bound for it.
     async fn start_published(&self, candidate: &Candidate) -> Result<SocketAddr, PipelineError> {
-        let intent = serde_json::json!({ "container": candidate.id, "publish": "127.0.0.1:0" });
+        let intent = StartIntent {
+            container: candidate.id.clone(),
+            publish: Some("127.0.0.1:0".into()),
+        };
         let started: Started = self
             .step(Step::Start, &intent, || async {
                 self.ctx
@@ -222,9 +230,11 @@ impl Run<'_> {
         // result, never in the intent, so a replay after the commit (when the candidate
         // itself serves) finds the intent unchanged.
         let previous = self.previous_generation(&candidate.id).await?;
-        let intent = serde_json::json!({
-            "container": candidate.id, "digest": r.digest, "upstream": upstream.to_string(),
-        });
+        let intent = SwitchIntent {
+            container: candidate.id.clone(),
+            digest: r.digest.clone(),
+            upstream: Some(upstream.to_string()),
+        };
         let version = self
             .store_retry(|| self.ctx.store.next_route_version())
             .await?;
@@ -283,11 +293,11 @@ impl Run<'_> {
 
     /// Waits until the proxy reports route `version` (or a later one) applied for the app.
     async fn wait_applied(&self, step: Step, version: i64) -> Result<(), PipelineError> {
-        let intent = serde_json::json!({ "version": version });
-        let _: serde_json::Value = self
+        let intent = AppliedIntent { version };
+        let _: Applied = self
             .step(step, &intent, || async {
                 let waited_ms = self.proxy_applied(version).await?;
-                Ok(serde_json::json!({ "version": version, "waited_ms": waited_ms }))
+                Ok(Applied { version, waited_ms })
             })
             .await?;
         Ok(())
@@ -311,7 +321,9 @@ impl Run<'_> {
     /// New requests already go to the new generation; this waits until the ones in flight
     /// on the old one are done, up to the route's `drain_timeout`.
     async fn drain(&self, old: &str) -> Result<Drained, PipelineError> {
-        let intent = serde_json::json!({ "upstream": old });
+        let intent = DrainIntent {
+            upstream: old.to_owned(),
+        };
         let timeout = self.route().drain_timeout;
         self.step(Step::Drain, &intent, || async {
             let started = Instant::now();
@@ -338,8 +350,11 @@ impl Run<'_> {
 
     /// The old generation, drained, is stopped but kept: a failed soak starts it again.
     async fn stop_previous(&self, prev: &Previous) -> Result<(), PipelineError> {
-        let intent = serde_json::json!({ "running": [prev.container] });
-        let _: serde_json::Value = self
+        let intent = OldGeneration {
+            running: vec![prev.container.clone()],
+            ..OldGeneration::default()
+        };
+        let _: OldGeneration = self
             .step(Step::StopOld, &intent, || async {
                 match self
                     .ctx
@@ -349,7 +364,7 @@ impl Run<'_> {
                 {
                     Stopped::Stopped | Stopped::WasNotRunning | Stopped::Gone => {}
                 }
-                Ok(serde_json::json!({ "running": [prev.container] }))
+                Ok(intent.clone())
             })
             .await?;
         Ok(())
@@ -361,11 +376,11 @@ impl Run<'_> {
     async fn soak(&self, candidate: &Candidate, upstream: SocketAddr) -> Result<(), PipelineError> {
         let route = self.route().clone();
         let probe = self.probe(Some(upstream));
-        let intent = serde_json::json!({
-            "container": candidate.id,
-            "soak_ms": route.soak.as_millis() as u64,
-            "failures": route.soak_failures,
-        });
+        let intent = SoakIntent {
+            container: candidate.id.clone(),
+            soak_ms: route.soak.as_millis() as u64,
+            failures: route.soak_failures,
+        };
         let _: Soaked = self
             .step(Step::Soak, &intent, || async {
                 let until = Instant::now() + route.soak;
@@ -442,7 +457,7 @@ impl Run<'_> {
             .iter()
             .map(|p| p.container.clone())
             .collect();
-        let intent = serde_json::json!({ "containers": containers });
+        let intent = RetireIntent { containers };
         let version = self
             .store_retry(|| self.ctx.store.next_route_version())
             .await?;
@@ -464,7 +479,7 @@ impl Run<'_> {
                 |_| Some(change.clone()),
                 || async {
                     let mut r = super::container::Retired::default();
-                    for id in &containers {
+                    for id in &intent.containers {
                         match self.ctx.engine.remove_container(id).await {
                             Ok(Removed::Removed) => r.removed.push(id.clone()),
                             Ok(Removed::AlreadyGone) => r.already_gone.push(id.clone()),
@@ -500,7 +515,7 @@ impl Run<'_> {
         let Some(prev) = switched.previous else {
             return Ok(None);
         };
-        let intent = serde_json::json!({ "to": prev });
+        let intent = RevertIntent { to: prev.clone() };
         let version = self
             .store_retry(|| self.ctx.store.next_route_version())
             .await?;

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 use super::container::Candidate;
+use super::records::{ConnectIntent, Connected, NetworkIntent};
 use super::{PipelineError, Run, Step, StepError};
 use crate::config::Contained;
 use crate::engine::{ContainedSpec, LABEL_APP, LABEL_INCARNATION, LABEL_MANAGED, LABEL_SERVICE};
@@ -102,7 +103,9 @@ impl Run<'_> {
     /// this app is never joined: another app's containers could be on it.
     pub(super) async fn network(&self) -> Result<String, PipelineError> {
         let name = Contained::network(&self.app.name);
-        let intent = serde_json::json!({ "network": name });
+        let intent = NetworkIntent {
+            network: name.clone(),
+        };
         self.step(Step::Network, &intent, || async {
             self.policy_check()?;
             match self.ctx.engine.network(&name).await? {
@@ -209,7 +212,10 @@ impl Run<'_> {
         if c.networks.is_empty() {
             return Ok(());
         }
-        let intent = serde_json::json!({ "container": candidate.id, "networks": c.networks });
+        let intent = ConnectIntent {
+            container: candidate.id.clone(),
+            networks: c.networks.clone(),
+        };
         self.step(Step::Connect, &intent, || async {
             self.policy_check()?;
             let aliases = vec![c.service.clone()];
@@ -224,9 +230,11 @@ impl Run<'_> {
                     .join_network(n, &candidate.id, &aliases)
                     .await?;
             }
-            Ok(serde_json::json!({ "joined": c.networks }))
+            Ok(Connected {
+                joined: c.networks.clone(),
+            })
         })
         .await
-        .map(|_: serde_json::Value| ())
+        .map(|_: Connected| ())
     }
 }

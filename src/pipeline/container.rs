@@ -9,6 +9,7 @@ use hmac::{Hmac, KeyInit, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
+use super::records::{CreateIntent, RetireIntent, StartIntent};
 use super::{PipelineError, Run, Step, error_chain};
 use crate::config::{Origin, Strategy};
 use crate::engine::{
@@ -16,39 +17,6 @@ use crate::engine::{
     Removed, Stopped,
 };
 use crate::registry::Resolved;
-
-/// What `create` asks for. Env values are journaled only as a keyed hash (HMAC-SHA256 with
-/// the installation's key): a changed value shows as a change, but a plain hash would let
-/// anyone who reads the page confirm a guessed secret.
-#[derive(Serialize)]
-struct CreateIntent<'a> {
-    name: &'a str,
-    image: &'a str,
-    env_names: Vec<&'a str>,
-    env_hmac: String,
-    port: u16,
-    publish: Option<SocketAddr>,
-    memory_bytes: Option<i64>,
-    nano_cpus: Option<i64>,
-    no_new_privileges: bool,
-    pids_limit: Option<i64>,
-    restart: &'static str,
-    /// Issue 10: secret keys (values only inside `env_hmac`), network, mounts, hardening.
-    secret_names: Vec<&'a str>,
-    network: Option<&'a str>,
-    aliases: Vec<&'a str>,
-    volumes: Vec<String>,
-    /// Host mounts and devices by container path, each with a keyed hash of its host path:
-    /// a changed path shows as a change, and no host path is written to the journal.
-    host_mounts: Vec<String>,
-    cap_keep: Option<Vec<String>>,
-    read_only_root: bool,
-    tmpfs: Vec<String>,
-    user: Option<String>,
-    /// Several services: the program that replaces the image's entrypoint.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    command: Option<&'a [String]>,
-}
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Candidate {
@@ -64,11 +32,14 @@ pub struct OldGeneration {
     /// Containers that were running when the step began: stopped now, and started
     /// again if the deployment fails.
     pub running: Vec<String>,
-    /// Other containers of the app (stopped leftovers): removed by `retire`.
+    /// Other containers of the app (stopped leftovers): removed by `retire`. Left out of
+    /// the JSON when empty, so a blue-green stop (one running container) journals
+    /// `{"running": [id]}` as it always has.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub idle: Vec<String>,
     /// Containers labelled for the app that Pier's journal does not know (started by hand,
     /// say): never stopped or removed, only reported.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unaccounted: Vec<String>,
 }
 
@@ -162,9 +133,9 @@ impl Run<'_> {
             }))
             .collect();
         let intent = CreateIntent {
-            name: &spec.name,
-            image: &spec.image,
-            env_names: self.app.env.keys().map(String::as_str).collect(),
+            name: spec.name.clone(),
+            image: spec.image.clone(),
+            env_names: self.app.env.keys().cloned().collect(),
             env_hmac,
             port: spec.port,
             publish: spec.publish,
@@ -172,19 +143,13 @@ impl Run<'_> {
             nano_cpus: spec.nano_cpus,
             no_new_privileges: spec.no_new_privileges,
             pids_limit: spec.pids_limit,
-            restart: spec.restart.as_str(),
-            secret_names: self
-                .app
-                .contained
-                .secrets
-                .keys()
-                .map(String::as_str)
-                .collect(),
-            network: c.network.as_ref().map(|(n, _)| n.as_str()),
+            restart: spec.restart.as_str().to_owned(),
+            secret_names: self.app.contained.secrets.keys().cloned().collect(),
+            network: c.network.as_ref().map(|(n, _)| n.clone()),
             aliases: c
                 .network
                 .iter()
-                .flat_map(|(_, a)| a.iter().map(String::as_str))
+                .flat_map(|(_, a)| a.iter().cloned())
                 .collect(),
             volumes: c
                 .volumes
@@ -196,7 +161,7 @@ impl Run<'_> {
             read_only_root: c.read_only_root,
             tmpfs: c.tmpfs.clone(),
             user: c.user.clone(),
-            command: self.app.command.as_deref(),
+            command: self.app.command.clone(),
         };
         self.step(Step::Create, &intent, || async {
             let dep = self.dep.id.to_string();
@@ -290,7 +255,10 @@ impl Run<'_> {
     }
 
     pub(super) async fn start(&self, candidate: &Candidate) -> Result<(), PipelineError> {
-        let intent = serde_json::json!({ "container": candidate.id });
+        let intent = StartIntent {
+            container: candidate.id.clone(),
+            publish: None,
+        };
         self.step(Step::Start, &intent, || async {
             Ok(self
                 .ctx
@@ -312,10 +280,10 @@ impl Run<'_> {
     ) -> Result<Retired, PipelineError> {
         let mut ids: Vec<String> = old.running.iter().chain(&old.idle).cloned().collect();
         ids.retain(|i| candidates.iter().all(|c| &c.id != i));
-        let intent = serde_json::json!({ "containers": ids });
+        let intent = RetireIntent { containers: ids };
         self.step(Step::Retire, &intent, || async {
             let mut retired = Retired::default();
-            for id in &ids {
+            for id in &intent.containers {
                 match self.ctx.engine.remove_container(id).await {
                     Ok(Removed::Removed) => retired.removed.push(id.clone()),
                     Ok(Removed::AlreadyGone) => retired.already_gone.push(id.clone()),

@@ -9,6 +9,7 @@ use tokio::time::Instant;
 
 use super::container::Candidate;
 use super::image::VerifiedImage;
+use super::records::{SwitchIntent, SwitchedTo};
 use super::{PipelineError, Run, Step, StepError};
 use crate::engine::Health;
 use crate::registry::Resolved;
@@ -17,7 +18,7 @@ use crate::store::GenerationSwitch;
 /// How the candidate is judged healthy.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "mode", rename_all = "snake_case")]
-pub(super) enum Probe {
+pub enum Probe {
     /// HTTP GET on the published port until a 2xx (whose JSON body has `json`'s fields,
     /// when some are required).
     Http {
@@ -233,19 +234,26 @@ impl Run<'_> {
         r: &Resolved,
         candidate: &Candidate,
     ) -> Result<(), PipelineError> {
-        let intent = serde_json::json!({ "container": candidate.id, "digest": r.digest });
+        let intent = SwitchIntent {
+            container: candidate.id.clone(),
+            digest: r.digest.clone(),
+            upstream: None,
+        };
         let generation = GenerationSwitch {
             app: self.app.name.clone(),
             generation: Some((self.dep.id, r.digest.clone(), candidate.id.clone())),
             route: None,
         };
-        let _: serde_json::Value = self
+        let _: SwitchedTo = self
             .switching_step(
                 Step::Switch,
                 &intent,
                 |_| Some(generation.clone()),
                 || async {
-                    Ok(serde_json::json!({ "container": candidate.id, "name": candidate.name }))
+                    Ok(SwitchedTo {
+                        container: candidate.id.clone(),
+                        name: candidate.name.clone(),
+                    })
                 },
             )
             .await?;

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use std::time::Duration;
 
+use super::records::{ImageIntent, ResolveIntent};
 use super::{PipelineError, Run, Step, StepError};
 use crate::backoff::Backoff;
 use crate::engine::RESERVED_LABELS;
@@ -12,19 +13,6 @@ use crate::registry::{RegistryError, Resolved, Wanted};
 
 /// How long a resolve waits for the tag to name the digest the sender said it pushed.
 const SETTLE: Duration = Duration::from_secs(3);
-
-#[derive(Serialize)]
-struct ResolveIntent<'a> {
-    image: &'a str,
-    tag: Option<&'a str>,
-    digest: Option<&'a str>,
-    platform: String,
-}
-
-#[derive(Serialize)]
-struct ImageIntent<'a> {
-    reference: &'a str,
-}
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct VerifiedImage {
@@ -50,13 +38,13 @@ impl Run<'_> {
             .then_some(self.dep.claimed_digest.as_deref())
             .flatten();
         let intent = ResolveIntent {
-            image: &self.app.image,
+            image: self.app.image.clone(),
             tag: if pinned.is_some() {
                 None
             } else {
-                self.dep.requested_tag.as_deref()
+                self.dep.requested_tag.clone()
             },
-            digest: pinned,
+            digest: pinned.map(str::to_owned),
             platform: self.ctx.platform.to_string(),
         };
         let wanted = match (pinned, self.dep.requested_tag.as_deref()) {
@@ -144,7 +132,7 @@ impl Run<'_> {
     pub(super) async fn pull(&self, r: &Resolved) -> Result<(), PipelineError> {
         let reference = self.reference(r);
         let intent = ImageIntent {
-            reference: &reference,
+            reference: reference.clone(),
         };
         let creds = self.ctx.registry.credentials(self.app.registry_host());
         self.step(Step::Pull, &intent, || async {
@@ -162,7 +150,7 @@ impl Run<'_> {
     pub(super) async fn verify(&self, r: &Resolved) -> Result<VerifiedImage, PipelineError> {
         let reference = self.reference(r);
         let intent = ImageIntent {
-            reference: &reference,
+            reference: reference.clone(),
         };
         self.step(Step::Verify, &intent, || async {
             let image = match self.ctx.engine.image(&reference).await? {
@@ -179,7 +167,8 @@ impl Run<'_> {
                     })?
                 }
             };
-            if !image.repo_digests.iter().any(|d| d == &reference) {
+            let named = |d: &String| self.app.image_name.is_repo_digest(d, &r.digest);
+            if !image.repo_digests.iter().any(named) {
                 return Err(StepError::Check(format!(
                     "digest mismatch: the engine's image {} has repo digests [{}], not {reference}",
                     image.id,

@@ -16,6 +16,7 @@ mod health;
 mod image;
 mod journal;
 mod outcome;
+pub mod records;
 mod redact;
 mod rollback;
 mod service_images;

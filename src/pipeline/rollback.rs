@@ -45,14 +45,14 @@ fn short(ids: &[String]) -> String {
         .join(", ")
 }
 
-#[derive(Clone, Serialize, Deserialize)]
-struct RollbackIntent {
-    candidates: Vec<String>,
-    restore: Vec<String>,
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RollbackIntent {
+    pub candidates: Vec<String>,
+    pub restore: Vec<String>,
     /// Blue-green, after a revert: the route version the proxy must serve before the
     /// candidate is removed, so that no request is sent to a container being removed.
     #[serde(default)]
-    after_route: Option<i64>,
+    pub after_route: Option<i64>,
 }
 
 impl Run<'_> {

@@ -19,9 +19,8 @@
 //!   generation keeps serving;
 //! - a service's resolve is journaled before its pull; a replay uses the recorded digest.
 
-use serde::{Deserialize, Serialize};
-
 use super::image::VerifiedImage;
+use super::records::ServiceResolveIntent;
 use super::{PipelineError, Run, Step, StepError};
 use crate::registry::{Resolved, Wanted};
 
@@ -30,21 +29,6 @@ use crate::registry::{Resolved, Wanted};
 pub(super) struct ServiceImage {
     pub resolved: Resolved,
     pub image: VerifiedImage,
-}
-
-/// `resolve@<service>`'s intent: which repository, at which tag or digest, and where a
-/// pinned digest came from.
-#[derive(Serialize, Deserialize, Clone)]
-struct ServiceResolveIntent {
-    image: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tag: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    digest: Option<String>,
-    /// The deployment whose journal named `digest` for this service.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    from_deployment: Option<uuid::Uuid>,
-    platform: String,
 }
 
 impl Run<'_> {

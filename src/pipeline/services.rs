@@ -15,12 +15,12 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
 use tokio::time::Instant;
 
 use super::container::Candidate;
 use super::health::{Healthy, Probe};
 use super::image::VerifiedImage;
+use super::records::{ServiceHealthIntent, ServiceProbe};
 use super::service_images::ServiceImage;
 use super::{PipelineError, Run, Step, StepError};
 use crate::config::AppConfig;
@@ -29,24 +29,6 @@ use crate::config::AppConfig;
 const SETTLE_POLL: Duration = Duration::from_millis(100);
 /// A service whose image has a HEALTHCHECK gets this long to report healthy.
 const HEALTHCHECK_TIMEOUT_MS: u64 = 120_000;
-
-/// A further service's `health` intent: its container, and how it is judged.
-#[derive(Serialize)]
-struct ServiceHealthIntent<'a> {
-    container: &'a str,
-    #[serde(flatten)]
-    probe: &'a ServiceProbe,
-}
-
-/// How a further service is judged healthy: it has no port to probe.
-#[derive(Serialize, Clone, Copy)]
-#[serde(tag = "mode", rename_all = "snake_case")]
-enum ServiceProbe {
-    /// The image's own HEALTHCHECK, as the engine reports it.
-    Healthcheck { timeout_ms: u64 },
-    /// Running, and still running (never restarted) after `settle_ms`.
-    Settle { settle_ms: u64 },
-}
 
 impl<'a> Run<'a> {
     /// The run as the further service `svc` sees it: the same deployment, lease and
@@ -134,11 +116,11 @@ impl<'a> Run<'a> {
         };
         let name = self.service;
         let intent = ServiceHealthIntent {
-            container: &candidate.id,
-            probe: &probe,
+            container: candidate.id.clone(),
+            probe,
         };
         self.step(Step::Health, &intent, || async {
-            let res = match *intent.probe {
+            let res = match intent.probe {
                 ServiceProbe::Healthcheck { timeout_ms } => {
                     self.wait_healthy(&Probe::Healthcheck { timeout_ms }, &candidate.id)
                         .await

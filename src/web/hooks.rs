@@ -7,6 +7,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use uuid::Uuid;
 
+use super::client::client_addr;
 use super::guard::BodyError;
 use super::{AppState, WebError};
 use crate::intake::{self, EventVerdict, IntakeError, Rejected};
@@ -69,14 +70,21 @@ pub(super) async fn receive_with_token(
     handle(s, source, Some(token), req).await
 }
 
-/// The head is judged before the body is read: an unknown source, a wrong token or an
-/// address that failed too often costs no body read and no memory. Only then does the
-/// body get one of a bounded number of slots, and a size cap.
+/// The head is judged before the body is read: an unknown source or a wrong header token
+/// costs no body read and no memory. Only then does the body get one of a bounded number
+/// of slots, and a size cap.
+///
+/// The failure brake never stands before a check: a delivery whose credentials verify is
+/// accepted from any address, however many forgeries came from it (behind a TLS proxy
+/// every sender shares one address, and 20 forged requests would otherwise stop every
+/// deploy). Checking costs microseconds; what the brake saves is the work a failure
+/// causes: from a braked address a failure is answered 429 and gets no log line.
 async fn handle(s: AppState, name: String, token: Option<String>, req: Request) -> Response {
-    let addr = req
+    let peer = req
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0.ip());
+        .map(|c| c.0);
+    let addr = client_addr(&s.config.server.trusted_proxies, peer, req.headers());
     let (parts, body) = req.into_parts();
     // Only configured names become label values or log fields: random paths must not grow
     // the metrics, and a URL token sent where a source name belongs must not be logged.
@@ -84,10 +92,8 @@ async fn handle(s: AppState, name: String, token: Option<String>, req: Request) 
         Some(src) => src.name.clone(),
         None => "unknown".to_owned(),
     };
+    let braked = s.guard.throttled(addr);
     let result = async {
-        if s.guard.throttled(addr) {
-            return Err(IntakeError::Unauthenticated(Rejected::Throttled));
-        }
         let config = s.current();
         let source = intake::admit(&config, &name, token.as_deref(), &parts.headers)?;
         let (body, _hold) = s
@@ -104,6 +110,12 @@ async fn handle(s: AppState, name: String, token: Option<String>, req: Request) 
         intake::receive(&config, &s.store, source, &parts.headers, &body).await
     }
     .await;
+    let result = match result {
+        Err(IntakeError::Unauthenticated(_)) if braked => {
+            Err(IntakeError::Unauthenticated(Rejected::Throttled))
+        }
+        other => other,
+    };
     answer(&s, &label_source, addr, result)
 }
 
@@ -151,16 +163,16 @@ fn answer(
             (status, Json(answer)).into_response()
         }
         Err(e) => {
-            if let IntakeError::Unauthenticated(why) = &e
-                && *why != Rejected::Throttled
-            {
+            if let IntakeError::Unauthenticated(_) = &e {
                 s.guard.record_failure(addr);
             }
-            // A flood of bad requests is counted (above), and logged a few lines at a time.
-            if s.guard.log_rejection() {
+            // A flood of bad requests is counted (above), and logged a few lines at a time;
+            // a braked address's failures are only counted.
+            let braked = matches!(e, IntakeError::Unauthenticated(Rejected::Throttled));
+            if !braked && s.guard.log_rejection() {
                 match &e {
                     IntakeError::Unauthenticated(why) => {
-                        tracing::warn!(%source, reason = why.as_str(), "unauthenticated webhook rejected")
+                        tracing::warn!(%source, client = ?addr, reason = why.as_str(), "unauthenticated webhook rejected")
                     }
                     other => {
                         tracing::info!(%source, error = %log_safe(&other.to_string()), "webhook not accepted")

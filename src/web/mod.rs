@@ -7,6 +7,7 @@
 
 mod api;
 mod api_actions;
+pub mod client;
 mod error;
 pub mod guard;
 mod hooks;

@@ -6,11 +6,9 @@
 //! API's bearer token, for scripts); cross-site requests are refused before that by
 //! tower-http's CSRF layer (`Sec-Fetch-Site`, `Origin`), see `ui.rs`.
 
-use std::net::SocketAddr;
-
 use askama::Template;
 use askama_web::WebTemplate;
-use axum::extract::{ConnectInfo, Form, Query, Request, State};
+use axum::extract::{Form, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
@@ -18,6 +16,7 @@ use base64::Engine as _;
 use serde::Deserialize;
 use sha2::{Digest as _, Sha256};
 
+use super::client::ClientAddr;
 use super::error::PageError;
 use super::{AppState, WebError};
 use crate::intake::verify;
@@ -224,15 +223,17 @@ pub(super) struct LoginForm {
     next: Option<String>,
 }
 
-/// `POST /login`. An address that failed too often lately gets 429 before its secret is
-/// looked at; a failure counts against it. A password is checked on a blocking thread, two
-/// at a time at most: hashing is slow on purpose.
+/// `POST /login`. Every attempt is checked, from any address: a right secret always
+/// signs in, however many wrong ones came from the same address (behind a TLS proxy every
+/// operator shares one). What a braked address loses is speed: its password checks share
+/// one slot instead of the usual two, so a guessing flood gets at most one hash at a time,
+/// and its failures are answered 429. A password is checked on a blocking thread: hashing
+/// is slow on purpose.
 pub(super) async fn login(
     State(s): State<AppState>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    ClientAddr(addr): ClientAddr,
     Form(f): Form<LoginForm>,
 ) -> Result<Response, PageError> {
-    let addr = Some(peer.ip());
     // Shown on pages (escaped) and written to the log: no control characters, no forged lines.
     let user: String = f
         .user
@@ -246,14 +247,15 @@ pub(super) async fn login(
     } else {
         user
     };
-    if s.pages.sign_in_brake.throttled(addr) {
-        return Err(WebError::TooManyRequests.into());
-    }
-    let method = match check_secret(&s, f.secret).await {
+    let braked = s.pages.sign_in_brake.throttled(addr);
+    let method = match check_secret(&s, f.secret, braked).await {
         Some(m) => m,
         None => {
             s.pages.sign_in_brake.record_failure(addr);
-            tracing::warn!(client = %peer.ip(), "failed sign-in");
+            if braked {
+                return Err(WebError::TooManyRequests.into());
+            }
+            tracing::warn!(client = ?addr, "failed sign-in");
             let page = login_page(&s, f.next, user, Some("Wrong token or password.".into()));
             return Ok((StatusCode::UNAUTHORIZED, page).into_response());
         }
@@ -282,7 +284,7 @@ pub(super) async fn login(
     Ok(resp)
 }
 
-async fn check_secret(s: &AppState, secret: String) -> Option<SignInMethod> {
+async fn check_secret(s: &AppState, secret: String, braked: bool) -> Option<SignInMethod> {
     if secret.is_empty() || secret.len() > 1024 {
         return None;
     }
@@ -292,7 +294,12 @@ async fn check_secret(s: &AppState, secret: String) -> Option<SignInMethod> {
         return Some(SignInMethod::Token);
     }
     let hash = s.config.server.sign_in.password_hash.clone()?;
-    let _slot = s.pages.password_slots.acquire().await.ok()?;
+    let slots = if braked {
+        &s.pages.braked_password_slot
+    } else {
+        &s.pages.password_slots
+    };
+    let _slot = slots.acquire().await.ok()?;
     let ok = tokio::task::spawn_blocking(move || password_matches(&secret, hash.expose()))
         .await
         .unwrap_or(false);

@@ -7,6 +7,12 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use super::views::{short_digest, took};
+use crate::pipeline::records::{
+    Applied, AppliedIntent, Candidate, ConnectIntent, CreateIntent, DrainIntent, Healthy,
+    ImageIntent, ImportIntent, NetworkIntent, OldGeneration, Probe, Resolved, RetireIntent,
+    Retired, RevertIntent, RollbackIntent, ServiceHealthIntent, ServiceProbe, ServiceResolveIntent,
+    SoakIntent, StartIntent, SwitchIntent, Switched, SwitchedTo, VerifiedImage,
+};
 use crate::store::{Deployment, Step, StepRecord, StepState};
 
 pub struct TimelineRow {
@@ -57,10 +63,6 @@ pub fn rows(d: &Deployment, steps: &[StepRecord], now: DateTime<Utc>) -> Vec<Tim
         .collect()
 }
 
-fn text<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
-    v.get(key).and_then(Value::as_str)
-}
-
 fn short_id(id: &str) -> String {
     if id.starts_with("sha256:") {
         return short_digest(id);
@@ -68,103 +70,187 @@ fn short_id(id: &str) -> String {
     id.chars().take(12).collect()
 }
 
-fn list(v: &Value, key: &str) -> Vec<String> {
-    v.get(key)
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .map(|x| x.as_str().map_or_else(|| x.to_string(), short_id))
-                .collect()
-        })
-        .unwrap_or_default()
+fn short_ids(ids: &[String]) -> String {
+    ids.iter()
+        .map(|i| short_id(i))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A record as the step that wrote it typed it; `None` if it is not that shape (a journal
+/// from before the type, or a record that step kinds share): the page then says what the
+/// step is for in general, and the raw JSON beside it says the rest.
+fn read<T: serde::de::DeserializeOwned>(v: &Value) -> Option<T> {
+    serde_json::from_value(v.clone()).ok()
 }
 
 /// What the step set out to do, in a sentence.
 pub fn intent_words(step: Step, i: &Value) -> String {
-    let container = text(i, "container").map(short_id).unwrap_or_default();
+    intent_sentence(step, i).unwrap_or_else(|| generic_intent(step).to_owned())
+}
+
+fn generic_intent(step: Step) -> &'static str {
     match step {
-        Step::Resolve => {
-            let what = match (text(i, "digest"), text(i, "tag")) {
-                // A further service's digest, taken from an earlier deployment's journal.
-                (Some(d), _) if text(i, "from_deployment").is_some() => format!(
-                    "digest {} (as deployment {} ran it)",
-                    short_digest(d),
-                    text(i, "from_deployment").unwrap_or("?")
-                ),
-                (Some(d), _) => format!("digest {}", short_digest(d)),
-                (None, Some(t)) => format!("tag {t}"),
-                _ => "the app's tag".into(),
-            };
+        Step::Resolve => "Ask the registry which image the tag is",
+        Step::Pull => "Pull the image by digest",
+        Step::Verify => "Check that the engine's image carries exactly that digest",
+        Step::Create => "Create the new container",
+        Step::StopOld => "Stop the previous generation",
+        Step::Start => "Start the new container",
+        Step::Health => "Wait until the new container is healthy",
+        Step::Switch => "Make the new container the app's serving generation",
+        Step::Applied => "Wait until pier proxy serves the new route",
+        Step::Drain => "Let requests in flight on the old generation finish",
+        Step::Soak => "Watch the new generation before retiring the old one",
+        Step::Network => "Make sure the app's private network exists",
+        Step::Volumes => "Record the app's volumes as its own, then create them",
+        Step::Connect => "Join the shared networks",
+        Step::Revert => "Switch traffic back to the previous generation",
+        Step::Retire => "Remove the previous generation",
+        Step::Rollback => "Roll back: remove the candidate and keep the previous generation",
+    }
+}
+
+fn intent_sentence(step: Step, i: &Value) -> Option<String> {
+    Some(match step {
+        Step::Resolve => match read::<ImportIntent>(i) {
+            Some(imp) => format!(
+                "Load the archive {} and check that it holds image {} for {}",
+                imp.archive,
+                short_id(&imp.image_id),
+                imp.platform
+            ),
+            None => {
+                let r: ServiceResolveIntent = read(i)?;
+                let what = match (&r.digest, &r.tag, r.from_deployment) {
+                    // A further service's digest, taken from an earlier deployment's journal.
+                    (Some(d), _, Some(from)) => {
+                        format!("digest {} (as deployment {from} ran it)", short_digest(d))
+                    }
+                    (Some(d), _, None) => format!("digest {}", short_digest(d)),
+                    (None, Some(t), _) => format!("tag {t}"),
+                    _ => "the app's tag".into(),
+                };
+                format!(
+                    "Ask the registry which image {what} of {} is, for {}",
+                    r.image, r.platform
+                )
+            }
+        },
+        Step::Pull => format!("Pull {} by digest", read::<ImageIntent>(i)?.reference),
+        Step::Verify => format!(
+            "Check that the engine's image {} carries exactly that digest",
+            read::<ImageIntent>(i)?.reference
+        ),
+        Step::Create => {
+            let c: CreateIntent = read(i)?;
             format!(
-                "Ask the registry which image {what} of {} is, for {}",
-                text(i, "image").unwrap_or("the image"),
-                text(i, "platform").unwrap_or("this engine's platform")
+                "Create container {} from {} (port {}{})",
+                c.name,
+                c.image,
+                c.port,
+                c.publish
+                    .map(|p| format!(", published on {p}"))
+                    .unwrap_or_default()
             )
         }
-        Step::Pull => format!(
-            "Pull {} by digest",
-            text(i, "reference").unwrap_or("the image")
-        ),
-        Step::Verify => "Check that the engine's image carries exactly that digest".into(),
-        Step::Create => format!(
-            "Create container {} from {} (port {}{})",
-            text(i, "name").unwrap_or("?"),
-            text(i, "image").map(|r| r.to_string()).unwrap_or_default(),
-            i.get("port").map(Value::to_string).unwrap_or_default(),
-            text(i, "publish")
-                .map(|p| format!(", published on {p}"))
-                .unwrap_or_default()
-        ),
-        Step::StopOld => match list(i, "containers") {
+        Step::StopOld => match read::<OldGeneration>(i)?.running {
             c if c.is_empty() => "Stop the previous generation (none runs)".into(),
-            c => format!("Stop the previous generation ({})", c.join(", ")),
+            c => format!("Stop the previous generation ({})", short_ids(&c)),
         },
-        Step::Start => format!("Start container {container}"),
-        Step::Health => match (text(i, "mode"), i.get("settle_ms")) {
-            (Some("settle"), Some(ms)) => {
-                format!("Check that container {container} keeps running for {ms} ms")
+        Step::Start => {
+            let s: StartIntent = read(i)?;
+            match s.publish {
+                Some(p) => format!(
+                    "Start container {} published on {p}",
+                    short_id(&s.container)
+                ),
+                None => format!("Start container {}", short_id(&s.container)),
             }
-            _ => format!("Wait until container {container} answers its health check"),
-        },
-        Step::Switch => "Make the new container the app's serving generation".into(),
+        }
+        Step::Health => health_sentence(i)?,
+        Step::Switch => format!(
+            "Make container {} the app's serving generation",
+            short_id(&read::<SwitchIntent>(i)?.container)
+        ),
         Step::Applied => format!(
             "Wait until pier proxy serves route version {}",
-            i.get("version").map(Value::to_string).unwrap_or_default()
+            read::<AppliedIntent>(i)?.version
         ),
-        Step::Drain => "Let requests in flight on the old generation finish".into(),
-        Step::Soak => "Watch the new generation before retiring the old one".into(),
+        Step::Drain => format!(
+            "Let requests in flight on the old generation ({}) finish",
+            read::<DrainIntent>(i)?.upstream
+        ),
+        Step::Soak => {
+            let s: SoakIntent = read(i)?;
+            format!(
+                "Watch container {} for {} ms before retiring the old one ({} failed checks in \
+                 a row fail it)",
+                short_id(&s.container),
+                s.soak_ms,
+                s.failures
+            )
+        }
         Step::Network => format!(
             "Make sure the app's private network {} exists",
-            text(i, "network").unwrap_or("?")
+            read::<NetworkIntent>(i)?.network
         ),
-        Step::Volumes => "Record the app's volumes as its own, then create them".into(),
-        Step::Connect => format!(
-            "Join container {container} to the shared networks {}",
-            list(i, "networks").join(", ")
+        Step::Volumes => return None,
+        Step::Connect => {
+            let c: ConnectIntent = read(i)?;
+            format!(
+                "Join container {} to the shared networks {}",
+                short_id(&c.container),
+                c.networks.join(", ")
+            )
+        }
+        Step::Revert => format!(
+            "Switch traffic back to the previous generation ({})",
+            short_id(&read::<RevertIntent>(i)?.to.container)
         ),
-        Step::Revert => "Switch traffic back to the previous generation".into(),
-        Step::Retire => match list(i, "containers") {
-            c if c.is_empty() => "Remove the previous generation".into(),
-            c => format!("Remove the previous generation ({})", c.join(", ")),
+        Step::Retire => match read::<RetireIntent>(i)?.containers {
+            c if c.is_empty() => "Remove the previous generation (none is left)".into(),
+            c => format!("Remove the previous generation ({})", short_ids(&c)),
         },
         Step::Rollback => {
-            let c = list(i, "candidates");
-            let r = list(i, "restore");
+            let r: RollbackIntent = read(i)?;
             format!(
                 "Roll back: remove {} and keep {} serving",
-                if c.is_empty() {
+                if r.candidates.is_empty() {
                     "the candidate".into()
                 } else {
-                    c.join(", ")
+                    short_ids(&r.candidates)
                 },
-                if r.is_empty() {
+                if r.restore.is_empty() {
                     "the previous generation".into()
                 } else {
-                    r.join(", ")
+                    short_ids(&r.restore)
                 }
             )
         }
+    })
+}
+
+/// The app's own probe ([`Probe`]) or a further service's ([`ServiceHealthIntent`]).
+fn health_sentence(i: &Value) -> Option<String> {
+    if let Some(s) = read::<ServiceHealthIntent>(i) {
+        let c = short_id(&s.container);
+        return Some(match s.probe {
+            ServiceProbe::Settle { settle_ms } => {
+                format!("Check that container {c} keeps running for {settle_ms} ms")
+            }
+            ServiceProbe::Healthcheck { .. } => {
+                format!("Wait until container {c} reports its image's HEALTHCHECK healthy")
+            }
+        });
     }
+    Some(match read::<Probe>(i)? {
+        Probe::Http { url, .. } => format!("Wait until {url} answers 2xx"),
+        Probe::Healthcheck { .. } => {
+            "Wait until the container reports its image's HEALTHCHECK healthy".into()
+        }
+        Probe::Running => "Check that the container keeps running".into(),
+    })
 }
 
 /// What came of it, in a sentence; `None` while it runs.
@@ -180,27 +266,7 @@ pub fn result_words(s: &StepRecord) -> Option<String> {
         StepState::Succeeded => {}
     }
     let r = s.result.as_ref()?;
-    let words = match s.step {
-        Step::Resolve => text(r, "digest").map(|d| {
-            format!(
-                "Resolved to {}{}",
-                short_digest(d),
-                text(r, "platform")
-                    .map(|p| format!(" ({p})"))
-                    .unwrap_or_default()
-            )
-        }),
-        Step::Verify => text(r, "image_id").map(|id| format!("Image {} verified", short_id(id))),
-        Step::Create => text(r, "id")
-            .or_else(|| text(r, "container"))
-            .map(|id| format!("Created {}", short_id(id))),
-        Step::Applied => r
-            .get("waited_ms")
-            .map(|ms| format!("The proxy serves it (waited {ms} ms)")),
-        Step::Switch => text(r, "name").map(|n| format!("{n} serves now")),
-        _ => None,
-    };
-    Some(words.unwrap_or_else(|| {
+    Some(result_sentence(s.step, r).unwrap_or_else(|| {
         let scalars = scalars(r);
         if scalars.is_empty() {
             "Done".into()
@@ -208,6 +274,49 @@ pub fn result_words(s: &StepRecord) -> Option<String> {
             format!("Done: {scalars}")
         }
     }))
+}
+
+fn result_sentence(step: Step, r: &Value) -> Option<String> {
+    Some(match step {
+        Step::Resolve => {
+            let r: Resolved = read(r)?;
+            format!("Resolved to {} ({})", short_digest(&r.digest), r.platform)
+        }
+        Step::Verify => format!(
+            "Image {} verified",
+            short_id(&read::<VerifiedImage>(r)?.image_id)
+        ),
+        Step::Create => {
+            let c: Candidate = read(r)?;
+            let how = if c.adopted { "Took over" } else { "Created" };
+            format!("{how} {}", short_id(&c.id))
+        }
+        Step::StopOld => match read::<OldGeneration>(r)?.running {
+            c if c.is_empty() => "Nothing was running".into(),
+            c => format!("Stopped {}", short_ids(&c)),
+        },
+        Step::Health => {
+            let h: Healthy = read(r)?;
+            format!("Healthy after {} probes, {} ms", h.probes, h.elapsed_ms)
+        }
+        Step::Applied => format!(
+            "The proxy serves it (waited {} ms)",
+            read::<Applied>(r)?.waited_ms
+        ),
+        Step::Switch => match read::<SwitchedTo>(r) {
+            Some(to) => format!("{} serves now", to.name),
+            None => format!("{} serves now", read::<Switched>(r)?.upstream),
+        },
+        Step::Retire => {
+            let r: Retired = read(r)?;
+            match (r.removed.len() + r.already_gone.len(), r.warnings.len()) {
+                (0, 0) => "Nothing to remove".into(),
+                (n, 0) => format!("Removed {n}"),
+                (n, w) => format!("Removed {n}; {w} could not be removed (see the record)"),
+            }
+        }
+        _ => return None,
+    })
 }
 
 /// The top-level scalar fields of a JSON object, as `key value, …`.
@@ -240,13 +349,36 @@ mod tests {
     use chrono::TimeZone;
 
     use super::*;
+    use crate::pipeline::records::ResolveIntent;
     use crate::store::{DeploymentState, Trigger};
 
     fn at(ms: i64) -> DateTime<Utc> {
         Utc.timestamp_millis_opt(1_700_000_000_000 + ms).unwrap()
     }
 
+    /// A step row as the pipeline writes it: its intent and result are the records'
+    /// own types, serialized, so these tests fail if the page reads a field they lack.
     fn step(step: Step, from: i64, to: Option<i64>) -> StepRecord {
+        let intent = match step {
+            Step::Pull => serde_json::to_value(ImageIntent {
+                reference: "r@sha256:abc".into(),
+            }),
+            Step::Health => serde_json::to_value(ServiceHealthIntent {
+                container: "0123456789abcdef".into(),
+                probe: ServiceProbe::Healthcheck { timeout_ms: 1 },
+            }),
+            _ => Ok(serde_json::json!({})),
+        }
+        .unwrap();
+        let result = to.map(|_| {
+            serde_json::to_value(Resolved {
+                digest: "sha256:0123456789abcdef0123".into(),
+                index_digest: None,
+                media_type: "m".into(),
+                platform: "linux/amd64".into(),
+            })
+            .unwrap()
+        });
         StepRecord {
             id: from,
             deployment_id: uuid::Uuid::nil(),
@@ -257,10 +389,8 @@ mod tests {
             } else {
                 StepState::Started
             },
-            intent: serde_json::json!({ "reference": "r@sha256:abc", "container": "0123456789abcdef" }),
-            result: to.map(|_| {
-                serde_json::json!({ "digest": "sha256:0123456789abcdef0123", "platform": "linux/amd64" })
-            }),
+            intent,
+            result,
             error: None,
             attempt: 1,
             replays: 0,
@@ -330,7 +460,7 @@ mod tests {
         assert_eq!(rows[1].result_words.as_deref(), Some("running…"));
         assert_eq!(
             rows[1].intent_words,
-            "Wait until container 0123456789ab answers its health check"
+            "Wait until container 0123456789ab reports its image's HEALTHCHECK healthy"
         );
         // A step at the very end keeps a visible bar inside the track.
         let steps = [
@@ -339,5 +469,93 @@ mod tests {
         ];
         let end = super::rows(&deployment(Some(1000)), &steps, at(1000));
         assert!(end[1].width >= 0.4 && end[1].left + end[1].width <= 100.0);
+    }
+
+    fn words(step: Step, intent: impl serde::Serialize) -> String {
+        intent_words(step, &serde_json::to_value(intent).unwrap())
+    }
+
+    #[test]
+    fn a_recreate_stop_names_the_generation_it_stopped() {
+        let stopped = OldGeneration {
+            running: vec!["aaaaaaaaaaaaaaaa".into()],
+            idle: vec!["bbbbbbbbbbbbbbbb".into()],
+            unaccounted: vec![],
+        };
+        assert_eq!(
+            words(Step::StopOld, &stopped),
+            "Stop the previous generation (aaaaaaaaaaaa)"
+        );
+        assert_eq!(
+            words(Step::StopOld, OldGeneration::default()),
+            "Stop the previous generation (none runs)"
+        );
+    }
+
+    #[test]
+    fn every_step_says_what_its_own_record_holds() {
+        let c = || "0123456789abcdef".to_owned();
+        let cases: Vec<(Step, Value, &str)> = vec![
+            (
+                Step::Start,
+                serde_json::to_value(StartIntent {
+                    container: c(),
+                    publish: Some("127.0.0.1:0".into()),
+                })
+                .unwrap(),
+                "Start container 0123456789ab published on 127.0.0.1:0",
+            ),
+            (
+                Step::Retire,
+                serde_json::to_value(RetireIntent {
+                    containers: vec![c()],
+                })
+                .unwrap(),
+                "Remove the previous generation (0123456789ab)",
+            ),
+            (
+                Step::Applied,
+                serde_json::to_value(AppliedIntent { version: 7 }).unwrap(),
+                "Wait until pier proxy serves route version 7",
+            ),
+            (
+                Step::Network,
+                serde_json::to_value(NetworkIntent {
+                    network: "pier-web".into(),
+                })
+                .unwrap(),
+                "Make sure the app's private network pier-web exists",
+            ),
+            (
+                Step::Health,
+                serde_json::to_value(Probe::Http {
+                    url: "http://127.0.0.1:1/health".into(),
+                    timeout_ms: 1,
+                    json: Default::default(),
+                })
+                .unwrap(),
+                "Wait until http://127.0.0.1:1/health answers 2xx",
+            ),
+            (
+                Step::Resolve,
+                serde_json::to_value(ResolveIntent {
+                    image: "127.0.0.1:5000/demo/web".into(),
+                    tag: Some("main".into()),
+                    digest: None,
+                    platform: "linux/amd64".into(),
+                })
+                .unwrap(),
+                "Ask the registry which image tag main of 127.0.0.1:5000/demo/web is, for \
+                 linux/amd64",
+            ),
+        ];
+        for (step, intent, want) in cases {
+            assert_eq!(intent_words(step, &intent), want, "{step:?}");
+        }
+        // A record of another shape is not misread: the step's general sentence.
+        assert_eq!(
+            intent_words(Step::Retire, &serde_json::json!({ "running": ["x"] })),
+            "Remove the previous generation"
+        );
     }
 }

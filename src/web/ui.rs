@@ -25,6 +25,9 @@ pub struct PageState {
     /// Password hashes checked at once: hashing is slow on purpose, and must not take every
     /// core.
     pub password_slots: Semaphore,
+    /// The one slot that password checks from braked addresses share: a guessing flood
+    /// gets one hash at a time and cannot take the two above from honest operators.
+    pub braked_password_slot: Semaphore,
     pub live: Arc<live::Hub>,
 }
 
@@ -33,6 +36,7 @@ impl PageState {
         Arc::new(Self {
             sign_in_brake: Guard::new(0),
             password_slots: Semaphore::new(2),
+            braked_password_slot: Semaphore::new(1),
             live: live::Hub::new(store, shutdown),
         })
     }
