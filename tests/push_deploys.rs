@@ -19,6 +19,19 @@ async fn running_digests(env: &TestEnv) -> Vec<String> {
     env.running_digests_of(env.app()).await
 }
 
+/// The container a deployment created, from its journal.
+async fn created_container(env: &TestEnv, deployment: &str) -> String {
+    let (_, dep) = env.api_get(&format!("/deployments/{deployment}")).await;
+    dep["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["step"] == "create")
+        .and_then(|s| s["result"]["id"].as_str())
+        .expect("a created container in the journal")
+        .to_owned()
+}
+
 #[tokio::test]
 async fn push_of_v1_then_v2_runs_exactly_the_pushed_digest_in_one_container() {
     let env = TestEnv::builder()
@@ -131,6 +144,20 @@ async fn push_of_v1_then_v2_runs_exactly_the_pushed_digest_in_one_container() {
             .unwrap()
             .iter()
             .all(|s| s["state"] == "succeeded")
+    );
+
+    // The deployment's page says which container the stop step stopped: v1's.
+    let v1_container = created_container(&env, d1["id"].as_str().unwrap()).await;
+    let (_, page) =
+        http_get(&env.pier_url(&format!("/deployments/{}", d2["id"].as_str().unwrap())))
+            .await
+            .unwrap();
+    assert!(
+        page.contains(&format!(
+            "Stop the previous generation ({})",
+            &v1_container[..12]
+        )),
+        "the stop step names v1's container {v1_container}"
     );
 
     // The status page and the API tell the same story as the engine.
