@@ -152,6 +152,34 @@ fn container_path(app: &str, what: &str, p: &str) -> Result<String, ConfigError>
     Ok(p.to_owned())
 }
 
+/// `publish` on every interface (`0.0.0.0:…`, `[::]:…`) puts the app in front of anyone
+/// who reaches the host, past the TLS proxy the README recommends: refused unless the app
+/// says `publish_public = true`, so that it never happens by a copied example. The flag
+/// without any `publish` would acknowledge nothing and is refused as a mistake.
+pub(super) fn check_publish(
+    app: &str,
+    publish: Option<SocketAddr>,
+    public: bool,
+) -> Result<(), ConfigError> {
+    match publish {
+        Some(addr) if addr.ip().is_unspecified() && !public => Err(invalid(
+            app,
+            format!(
+                "publish = \"{addr}\" listens on every interface of the host, so anyone who \
+                 reaches the host reaches the app, past any proxy in front of it; publish on \
+                 127.0.0.1:{port} (behind a proxy) or on one address of the host, or set \
+                 publish_public = true if every interface is meant",
+                port = addr.port()
+            ),
+        )),
+        None if public => Err(invalid(
+            app,
+            "publish_public = true needs a `publish` address (a blue-green app has none)",
+        )),
+        _ => Ok(()),
+    }
+}
+
 fn env_name(n: &str) -> bool {
     !n.is_empty()
         && !n.starts_with(|c: char| c.is_ascii_digit())
@@ -361,6 +389,34 @@ mod tests {
             .to_string();
         assert!(e.contains("env: or file: reference"), "{e}");
         assert!(!e.contains("hunter2"), "{e}");
+    }
+
+    fn app_with(lines: &str) -> Result<super::super::Config, String> {
+        let text = format!(
+            "[server]\ndatabase_url = \"postgres://localhost/pier\"\n[[apps]]\nname = \"web\"\n\
+             image = \"127.0.0.1:5000/demo/web\"\nport = 8080\n{lines}\n"
+        );
+        super::super::Config::parse(&text, Path::new(".")).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn publish_on_every_interface_is_refused_unless_the_app_says_publish_public() {
+        for addr in ["0.0.0.0:8081", "[::]:8081"] {
+            let e = app_with(&format!("publish = \"{addr}\"")).unwrap_err();
+            assert!(e.contains("app `web`"), "{e}");
+            assert!(e.contains(&format!("publish = \"{addr}\"")), "{e}");
+            assert!(e.contains("every interface"), "{e}");
+            assert!(e.contains("publish_public = true"), "{e}");
+            let c = app_with(&format!("publish = \"{addr}\"\npublish_public = true")).unwrap();
+            assert!(c.apps[0].publish_public && c.apps[0].published_publicly());
+        }
+        let c = app_with("publish = \"127.0.0.1:8081\"").unwrap();
+        assert!(!c.apps[0].published_publicly());
+        // One address of the host is a deliberate choice, not every interface.
+        let c = app_with("publish = \"192.0.2.10:8081\"").unwrap();
+        assert!(!c.apps[0].published_publicly());
+        let e = app_with("publish_public = true").unwrap_err();
+        assert!(e.contains("publish_public = true needs a `publish`"), "{e}");
     }
 
     #[test]

@@ -232,6 +232,8 @@ pub struct AppConfig {
     pub poll_explicit: bool,
     pub port: u16,
     pub publish: Option<SocketAddr>,
+    /// The admin said `publish_public = true`: `publish` may be on every interface.
+    pub publish_public: bool,
     pub health: Option<HealthConfig>,
     pub env: BTreeMap<String, Secret>,
     pub memory_bytes: Option<i64>,
@@ -270,6 +272,11 @@ impl AppConfig {
     /// (resolved, pulled and verified on its own) rather than the app's digest.
     pub fn own_image(&self, svc: &AppConfig) -> bool {
         svc.image != self.image
+    }
+    /// Published on every interface of the host (`0.0.0.0`, `[::]`): reachable by anyone
+    /// who reaches the host, past any proxy in front of it. Only with `publish_public`.
+    pub fn published_publicly(&self) -> bool {
+        self.publish.is_some_and(|a| a.ip().is_unspecified())
     }
     /// The primary service's name, then the others', in the order they are deployed.
     pub fn service_names(&self) -> Vec<&str> {

@@ -188,6 +188,7 @@ pub(super) fn resolve(
         let pids_limit = s.pids_limit.unwrap_or(super::raw::DEFAULT_PIDS_LIMIT);
         out.push(AppConfig {
             publish: None,
+            publish_public: false,
             health: None,
             route: None,
             env,
