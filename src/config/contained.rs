@@ -68,7 +68,8 @@ pub struct Contained {
     /// Capabilities kept; all others are dropped.
     pub cap_keep: Vec<String>,
     pub read_only_root: bool,
-    pub tmpfs: Vec<String>,
+    /// In-memory mounts, each with its mode (default 1777); see `tmpfs.rs`.
+    pub tmpfs: Vec<super::TmpfsMount>,
     pub user: Option<String>,
     /// The env variable that is given the container port.
     pub port_env: Option<String>,
@@ -78,6 +79,11 @@ impl Contained {
     /// The app's private network.
     pub fn network(app: &str) -> String {
         format!("pier-{app}")
+    }
+
+    /// Who owns the tmpfs mounts: the `user` when it is a numeric uid (see `tmpfs.rs`).
+    pub fn tmpfs_owner(&self) -> Option<super::TmpfsOwner> {
+        self.user.as_deref().and_then(super::TmpfsOwner::of_user)
     }
 
     /// Whether any host path reaches the container: engine errors are then redacted.
@@ -115,7 +121,7 @@ pub(super) struct RawContained {
     pub devices: Vec<String>,
     pub cap_keep: Option<Vec<String>>,
     pub read_only: bool,
-    pub tmpfs: Vec<String>,
+    pub tmpfs: Vec<super::tmpfs::RawTmpfs>,
     pub user: Option<String>,
     pub port_env: Option<String>,
 }
@@ -267,7 +273,11 @@ impl RawContained {
         }
         let mut tmpfs = Vec::new();
         for t in self.tmpfs {
-            tmpfs.push(target(&t, "tmpfs")?);
+            let mode = t.mode().map_err(|e| invalid(app, e))?;
+            tmpfs.push(super::TmpfsMount {
+                target: target(&t.target, "tmpfs")?,
+                mode,
+            });
         }
         let mut secrets = BTreeMap::new();
         for (k, spec) in self.secrets {
@@ -417,6 +427,49 @@ mod tests {
         assert!(!c.apps[0].published_publicly());
         let e = app_with("publish_public = true").unwrap_err();
         assert!(e.contains("publish_public = true needs a `publish`"), "{e}");
+    }
+
+    #[test]
+    fn tmpfs_mounts_get_mode_1777_unless_they_name_one_and_a_numeric_user_owns_them() {
+        let c = app_with(
+            "tmpfs = [\"/tmp\", { target = \"/run/app\", mode = \"0700\" }]\nuser = \"10001:10002\"",
+        )
+        .unwrap();
+        let t = &c.apps[0].contained;
+        assert_eq!(t.tmpfs[0].target, "/tmp");
+        assert_eq!(t.tmpfs[0].mode, super::super::DEFAULT_TMPFS_MODE);
+        assert_eq!(
+            t.tmpfs[0].intent(),
+            "/tmp",
+            "journaled as before modes existed"
+        );
+        assert_eq!(t.tmpfs[1].mode.bits(), 0o700);
+        assert_eq!(t.tmpfs[1].intent(), "/run/app:mode=0700");
+        assert_eq!(
+            t.tmpfs_owner(),
+            Some(super::super::TmpfsOwner {
+                uid: 10001,
+                gid: Some(10002)
+            })
+        );
+        let named = app_with("tmpfs = [\"/tmp\"]\nuser = \"nobody\"").unwrap();
+        assert_eq!(named.apps[0].contained.tmpfs_owner(), None);
+        for (lines, want) in [
+            (
+                "tmpfs = [{ target = \"/run/app\", mode = \"999\" }]",
+                "mode `999`",
+            ),
+            (
+                "tmpfs = [{ target = \"/run/app\", mode = \"u+w\" }]",
+                "octal mode",
+            ),
+            ("tmpfs = [{ path = \"/run/app\" }]", "unknown field `path`"),
+            ("tmpfs = [{ mode = \"0700\" }]", "missing field `target`"),
+            ("tmpfs = [\"tmp\"]", "tmpfs `tmp` must be an absolute"),
+        ] {
+            let e = app_with(lines).unwrap_err();
+            assert!(e.contains(want), "{lines}: {e}");
+        }
     }
 
     #[test]

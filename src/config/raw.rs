@@ -300,7 +300,7 @@ struct App {
     #[serde(default)]
     read_only: bool,
     #[serde(default)]
-    tmpfs: Vec<String>,
+    tmpfs: Vec<super::tmpfs::RawTmpfs>,
     user: Option<String>,
     port_env: Option<String>,
     /// Replaces the image's entrypoint and command: the program, then its arguments.

@@ -47,7 +47,7 @@ pub(super) struct RawService {
     #[serde(default)]
     read_only: bool,
     #[serde(default)]
-    tmpfs: Vec<String>,
+    tmpfs: Vec<super::tmpfs::RawTmpfs>,
     user: Option<String>,
     #[serde(default, with = "humantime_serde")]
     settle: Option<Duration>,

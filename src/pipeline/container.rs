@@ -43,6 +43,7 @@ struct CreateIntent<'a> {
     host_mounts: Vec<String>,
     cap_keep: Option<Vec<String>>,
     read_only_root: bool,
+    /// Targets, with `:mode=…` when not the default 1777; the owner follows from `user`.
     tmpfs: Vec<String>,
     user: Option<String>,
     /// Several services: the program that replaces the image's entrypoint.
@@ -194,7 +195,7 @@ impl Run<'_> {
             host_mounts,
             cap_keep: c.cap_keep.clone(),
             read_only_root: c.read_only_root,
-            tmpfs: c.tmpfs.clone(),
+            tmpfs: c.tmpfs.iter().map(|t| t.intent()).collect(),
             user: c.user.clone(),
             command: self.app.command.as_deref(),
         };
