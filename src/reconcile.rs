@@ -9,6 +9,10 @@
 //!   account for.
 //! - An app whose serving container (or one of its further services' containers) is gone
 //!   gets a `reconcile` deployment of the digest it served, unless something is already queued or running for it.
+//! - The private network of an app that left the config is removed once nothing is
+//!   attached (`networks.rs`).
+
+mod networks;
 
 use std::collections::{HashMap, HashSet};
 
@@ -35,6 +39,8 @@ pub struct Reconciled {
     pub unaccounted: Vec<String>,
     pub requeued: Vec<Uuid>,
     pub routes_removed: Vec<String>,
+    /// Names of networks of apps no longer configured that were removed.
+    pub networks_removed: Vec<String>,
     pub warnings: Vec<String>,
 }
 
@@ -213,5 +219,6 @@ pub async fn reconcile(
             out.requeued.push(id);
         }
     }
+    networks::remove_networks_of_gone_apps(config, store, engine, &mut out).await?;
     Ok(out)
 }

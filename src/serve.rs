@@ -301,10 +301,11 @@ async fn run_reconcile(config: &Config, store: &Store, engine: &Engine) {
             for w in &r.warnings {
                 tracing::warn!("reconcile: {w}");
             }
-            if !r.removed.is_empty() || !r.requeued.is_empty() {
+            if !r.removed.is_empty() || !r.requeued.is_empty() || !r.networks_removed.is_empty() {
                 tracing::info!(
                     removed = r.removed.len(),
                     requeued = r.requeued.len(),
+                    networks_removed = r.networks_removed.len(),
                     "reconciled"
                 );
             }

@@ -372,3 +372,41 @@ async fn a_secret_reaches_the_container_and_nothing_else_and_a_changed_one_shows
     assert!(!pg_dump(&env.db.url).contains(&changed));
     env.cleanup().await;
 }
+
+#[tokio::test]
+async fn a_non_root_app_can_write_its_tmpfs_tmp_even_where_the_image_has_a_0755_tmp() {
+    let env = TestEnv::builder()
+        .app(|a| {
+            a.extra_toml = "read_only = true\nuser = \"65534:65534\"\n\
+                            tmpfs = [\"/tmp\", { target = \"/run/app\", mode = \"0700\" }]"
+                .to_owned()
+        })
+        .start()
+        .await;
+    let app = env.app().to_owned();
+    // The image writes /tmp/probe as its first act and exits 1 if it cannot.
+    env.push(&TestImage::writes_tmp("v1"), "main").await;
+    let d = env.latest_final_of(&app, &[], DEPLOY).await;
+    assert_eq!(d["state"], "succeeded", "{d:#}");
+    env.wait_app_version("v1", DEPLOY).await;
+
+    let id = only_container(&env, &app).await;
+    let tmpfs = inspect(&id).await.host_config.unwrap().tmpfs.unwrap();
+    assert!(tmpfs["/tmp"].contains("mode=1777"), "{tmpfs:?}");
+    assert!(tmpfs["/tmp"].contains("uid=65534,gid=65534"), "{tmpfs:?}");
+    assert!(tmpfs["/run/app"].contains("mode=0700"), "{tmpfs:?}");
+    // The running app's user writes both mounts; the root filesystem stays read-only.
+    for dir in ["/tmp", "/run/app"] {
+        let (ok, out) = docker_cli(&[
+            "exec",
+            &id,
+            "/bin/busybox",
+            "touch",
+            &format!("{dir}/written"),
+        ]);
+        assert!(ok, "{dir}: {out}");
+    }
+    let (ok, _) = docker_cli(&["exec", &id, "/bin/busybox", "touch", "/www/written"]);
+    assert!(!ok, "the root filesystem is read-only");
+    env.cleanup().await;
+}

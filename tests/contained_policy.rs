@@ -298,3 +298,56 @@ async fn a_health_check_that_requires_json_fields_fails_a_version_whose_body_lac
     env.wait_app_version("v1", Duration::from_secs(10)).await;
     env.cleanup().await;
 }
+
+#[tokio::test]
+async fn publish_on_every_interface_is_refused_at_load_and_warned_on_the_page_when_meant() {
+    let env = TestEnv::start().await;
+    let app = env.app().to_owned();
+    let start = env.config_text();
+    let loopback = format!("publish = \"127.0.0.1:{}\"", env.apps[0].publish_port);
+    assert!(start.contains(&loopback), "{start}");
+    let public = start.replace(
+        &loopback,
+        &format!("publish = \"0.0.0.0:{}\"", env.apps[0].publish_port),
+    );
+
+    // Refused by the load itself: `pier reload` checks the file before signalling anyone.
+    let bad = env.pier().config_path().with_extension("public.toml");
+    std::fs::write(&bad, &public).unwrap();
+    let pid = env.pier().pid().unwrap().to_string();
+    let out = run_pier_cli(&bad, &["reload", "--pid", &pid]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        stderr.contains(&format!("app `{app}`")) && stderr.contains("publish_public = true"),
+        "the error names the app and the field: {stderr}"
+    );
+    let (_, page) = http_get(&env.pier_url(&format!("/apps/{app}")))
+        .await
+        .unwrap();
+    assert!(!page.contains("publish-warning"), "{page}");
+
+    // Meant: accepted, and the page and the API say what it means.
+    let meant = public.replace(
+        &format!("name = \"{app}\"\n"),
+        &format!("name = \"{app}\"\npublish_public = true\n"),
+    );
+    assert_ne!(meant, public);
+    env.reload(&meant, 1, DEPLOY).await;
+    let (status, page) = http_get(&env.pier_url(&format!("/apps/{app}")))
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("publish-warning") && page.contains("every interface"),
+        "{page}"
+    );
+    let (_, view) = env.api_get(&format!("/apps/{app}")).await;
+    let warnings = view["warnings"].as_array().expect("warnings in the API");
+    assert_eq!(warnings.len(), 1, "{view:#}");
+    assert!(
+        warnings[0].as_str().unwrap().contains("0.0.0.0"),
+        "{view:#}"
+    );
+    env.cleanup().await;
+}

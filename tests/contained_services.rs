@@ -22,15 +22,16 @@ fn services_toml(fail_in: &str) -> String {
          command = [\"/bin/busybox\", \"sh\", \"-c\", \"trap 'exit 0' TERM; \
          if /bin/busybox grep -qx {fail_in} /www/version; then echo worker cannot start; exit 3; fi; \
          /bin/busybox sleep 3600 & wait\"]\n\
-         env = {{ ROLE = \"worker\" }}\n\
+         env = {{ ROLE = \"worker\", GREETING = \"hi from the worker\" }}\n\
          settle = \"1500ms\"\n"
     )
 }
 
 async fn env_with(crash: Option<&str>) -> TestEnv {
-    let mut b = TestEnv::builder()
-        .lease("3s")
-        .app(|a| a.extra_toml = services_toml("v2"));
+    let mut b = TestEnv::builder().lease("3s").app(|a| {
+        a.extra_toml = services_toml("v2");
+        a.env.insert("SHARED".into(), "for every service".into());
+    });
     if let Some(point) = crash {
         b = b.pier_env("PIER_CRASH_AT", point);
     }
@@ -90,13 +91,20 @@ async fn a_two_service_app_deploys_both_on_the_app_network_and_shows_both() {
         let aliases = nets[&network].aliases.clone().unwrap_or_default();
         assert!(aliases.contains(service), "{service}: {aliases:?}");
     }
-    // The worker got its own command and env, not the web's.
+    // The worker got its own command, the app-wide env, and its own env where it sets a
+    // key the app sets too.
     let worker = inspect(&found[1].1).await.config.unwrap();
     assert_eq!(worker.entrypoint.unwrap()[0], "/bin/busybox");
     let env_vars = worker.env.unwrap_or_default();
-    assert!(env_vars.contains(&"ROLE=worker".to_owned()), "{env_vars:?}");
+    for want in [
+        "ROLE=worker",
+        "SHARED=for every service",
+        "GREETING=hi from the worker",
+    ] {
+        assert!(env_vars.contains(&want.to_owned()), "{want}: {env_vars:?}");
+    }
     assert!(
-        !env_vars.iter().any(|e| e.starts_with("GREETING=")),
+        !env_vars.contains(&"GREETING=hello".to_owned()),
         "{env_vars:?}"
     );
     // web can reach the worker by its service name on the app's network.

@@ -11,31 +11,9 @@ use support::*;
 
 const DEPLOY: Duration = Duration::from_secs(60);
 
-/// The config text without the `[[apps]]` table (and its sub-tables) of `name`.
-fn without_app(toml: &str, name: &str) -> String {
-    let mut parts = toml.split("\n[[");
-    let mut out = parts.next().unwrap_or_default().to_owned();
-    for part in parts {
-        let is_it = part.starts_with("apps]]") && part.contains(&format!("name = \"{name}\""));
-        if !is_it {
-            out.push_str("\n[[");
-            out.push_str(part);
-        }
-    }
-    out
-}
-
-/// Makes the running `pier serve` reload `toml`, and waits until it has (the `n`th
-/// successful reload since start).
+/// Makes the running `pier serve` reload `toml` (the `n`th reload since start).
 async fn reload(env: &TestEnv, toml: &str, n: usize) {
-    std::fs::write(env.pier().config_path(), toml).unwrap();
-    let pid = env.pier().pid().unwrap().to_string();
-    let out = env.pier().run_cli(&["reload", "--pid", &pid]).await;
-    assert!(out.status.success(), "{out:?}");
-    wait_until("the reload is done", DEPLOY, || async {
-        (env.pier().log().matches("configuration reloaded").count() >= n).then_some(())
-    })
-    .await;
+    env.reload(toml, n, DEPLOY).await;
 }
 
 /// A delivery naming `repo` has been stored (whatever its verdict).
@@ -53,7 +31,7 @@ async fn apps_removed_and_added_by_a_reload_are_followed_by_pages_pushes_and_the
     polled.extra_toml = "poll = \"1s\"".to_owned();
     let env = TestEnv::builder().add_app(polled.clone()).start().await;
     let app = env.app().to_owned();
-    let start = std::fs::read_to_string(env.pier().config_path()).unwrap();
+    let start = env.config_text();
     env.push(&TestImage::healthy("v1"), "main").await;
     env.wait_app_version("v1", DEPLOY).await;
     let (code, _) = env.api_get(&format!("/apps/{}", polled.name)).await;

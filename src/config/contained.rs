@@ -68,7 +68,8 @@ pub struct Contained {
     /// Capabilities kept; all others are dropped.
     pub cap_keep: Vec<String>,
     pub read_only_root: bool,
-    pub tmpfs: Vec<String>,
+    /// In-memory mounts, each with its mode (default 1777); see `tmpfs.rs`.
+    pub tmpfs: Vec<super::TmpfsMount>,
     pub user: Option<String>,
     /// The env variable that is given the container port.
     pub port_env: Option<String>,
@@ -78,6 +79,11 @@ impl Contained {
     /// The app's private network.
     pub fn network(app: &str) -> String {
         format!("pier-{app}")
+    }
+
+    /// Who owns the tmpfs mounts: the `user` when it is a numeric uid (see `tmpfs.rs`).
+    pub fn tmpfs_owner(&self) -> Option<super::TmpfsOwner> {
+        self.user.as_deref().and_then(super::TmpfsOwner::of_user)
     }
 
     /// Whether any host path reaches the container: engine errors are then redacted.
@@ -115,7 +121,7 @@ pub(super) struct RawContained {
     pub devices: Vec<String>,
     pub cap_keep: Option<Vec<String>>,
     pub read_only: bool,
-    pub tmpfs: Vec<String>,
+    pub tmpfs: Vec<super::tmpfs::RawTmpfs>,
     pub user: Option<String>,
     pub port_env: Option<String>,
 }
@@ -150,6 +156,34 @@ fn container_path(app: &str, what: &str, p: &str) -> Result<String, ConfigError>
         ));
     }
     Ok(p.to_owned())
+}
+
+/// `publish` on every interface (`0.0.0.0:…`, `[::]:…`) puts the app in front of anyone
+/// who reaches the host, past the TLS proxy the README recommends: refused unless the app
+/// says `publish_public = true`, so that it never happens by a copied example. The flag
+/// without any `publish` would acknowledge nothing and is refused as a mistake.
+pub(super) fn check_publish(
+    app: &str,
+    publish: Option<SocketAddr>,
+    public: bool,
+) -> Result<(), ConfigError> {
+    match publish {
+        Some(addr) if addr.ip().is_unspecified() && !public => Err(invalid(
+            app,
+            format!(
+                "publish = \"{addr}\" listens on every interface of the host, so anyone who \
+                 reaches the host reaches the app, past any proxy in front of it; publish on \
+                 127.0.0.1:{port} (behind a proxy) or on one address of the host, or set \
+                 publish_public = true if every interface is meant",
+                port = addr.port()
+            ),
+        )),
+        None if public => Err(invalid(
+            app,
+            "publish_public = true needs a `publish` address (a blue-green app has none)",
+        )),
+        _ => Ok(()),
+    }
 }
 
 fn env_name(n: &str) -> bool {
@@ -239,7 +273,11 @@ impl RawContained {
         }
         let mut tmpfs = Vec::new();
         for t in self.tmpfs {
-            tmpfs.push(target(&t, "tmpfs")?);
+            let mode = t.mode().map_err(|e| invalid(app, e))?;
+            tmpfs.push(super::TmpfsMount {
+                target: target(&t.target, "tmpfs")?,
+                mode,
+            });
         }
         let mut secrets = BTreeMap::new();
         for (k, spec) in self.secrets {
@@ -361,6 +399,77 @@ mod tests {
             .to_string();
         assert!(e.contains("env: or file: reference"), "{e}");
         assert!(!e.contains("hunter2"), "{e}");
+    }
+
+    fn app_with(lines: &str) -> Result<super::super::Config, String> {
+        let text = format!(
+            "[server]\ndatabase_url = \"postgres://localhost/pier\"\n[[apps]]\nname = \"web\"\n\
+             image = \"127.0.0.1:5000/demo/web\"\nport = 8080\n{lines}\n"
+        );
+        super::super::Config::parse(&text, Path::new(".")).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn publish_on_every_interface_is_refused_unless_the_app_says_publish_public() {
+        for addr in ["0.0.0.0:8081", "[::]:8081"] {
+            let e = app_with(&format!("publish = \"{addr}\"")).unwrap_err();
+            assert!(e.contains("app `web`"), "{e}");
+            assert!(e.contains(&format!("publish = \"{addr}\"")), "{e}");
+            assert!(e.contains("every interface"), "{e}");
+            assert!(e.contains("publish_public = true"), "{e}");
+            let c = app_with(&format!("publish = \"{addr}\"\npublish_public = true")).unwrap();
+            assert!(c.apps[0].publish_public && c.apps[0].published_publicly());
+        }
+        let c = app_with("publish = \"127.0.0.1:8081\"").unwrap();
+        assert!(!c.apps[0].published_publicly());
+        // One address of the host is a deliberate choice, not every interface.
+        let c = app_with("publish = \"192.0.2.10:8081\"").unwrap();
+        assert!(!c.apps[0].published_publicly());
+        let e = app_with("publish_public = true").unwrap_err();
+        assert!(e.contains("publish_public = true needs a `publish`"), "{e}");
+    }
+
+    #[test]
+    fn tmpfs_mounts_get_mode_1777_unless_they_name_one_and_a_numeric_user_owns_them() {
+        let c = app_with(
+            "tmpfs = [\"/tmp\", { target = \"/run/app\", mode = \"0700\" }]\nuser = \"10001:10002\"",
+        )
+        .unwrap();
+        let t = &c.apps[0].contained;
+        assert_eq!(t.tmpfs[0].target, "/tmp");
+        assert_eq!(t.tmpfs[0].mode, super::super::DEFAULT_TMPFS_MODE);
+        assert_eq!(
+            t.tmpfs[0].intent(),
+            "/tmp",
+            "journaled as before modes existed"
+        );
+        assert_eq!(t.tmpfs[1].mode.bits(), 0o700);
+        assert_eq!(t.tmpfs[1].intent(), "/run/app:mode=0700");
+        assert_eq!(
+            t.tmpfs_owner(),
+            Some(super::super::TmpfsOwner {
+                uid: 10001,
+                gid: Some(10002)
+            })
+        );
+        let named = app_with("tmpfs = [\"/tmp\"]\nuser = \"nobody\"").unwrap();
+        assert_eq!(named.apps[0].contained.tmpfs_owner(), None);
+        for (lines, want) in [
+            (
+                "tmpfs = [{ target = \"/run/app\", mode = \"999\" }]",
+                "mode `999`",
+            ),
+            (
+                "tmpfs = [{ target = \"/run/app\", mode = \"u+w\" }]",
+                "octal mode",
+            ),
+            ("tmpfs = [{ path = \"/run/app\" }]", "unknown field `path`"),
+            ("tmpfs = [{ mode = \"0700\" }]", "missing field `target`"),
+            ("tmpfs = [\"tmp\"]", "tmpfs `tmp` must be an absolute"),
+        ] {
+            let e = app_with(lines).unwrap_err();
+            assert!(e.contains(want), "{lines}: {e}");
+        }
     }
 
     #[test]

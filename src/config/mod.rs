@@ -239,6 +239,8 @@ pub struct AppConfig {
     pub poll_explicit: bool,
     pub port: u16,
     pub publish: Option<SocketAddr>,
+    /// The admin said `publish_public = true`: `publish` may be on every interface.
+    pub publish_public: bool,
     pub health: Option<HealthConfig>,
     pub env: BTreeMap<String, Secret>,
     pub memory_bytes: Option<i64>,
@@ -277,6 +279,11 @@ impl AppConfig {
     /// (resolved, pulled and verified on its own) rather than the app's digest.
     pub fn own_image(&self, svc: &AppConfig) -> bool {
         svc.image_name != self.image_name
+    }
+    /// Published on every interface of the host (`0.0.0.0`, `[::]`): reachable by anyone
+    /// who reaches the host, past any proxy in front of it. Only with `publish_public`.
+    pub fn published_publicly(&self) -> bool {
+        self.publish.is_some_and(|a| a.ip().is_unspecified())
     }
     /// The primary service's name, then the others', in the order they are deployed.
     pub fn service_names(&self) -> Vec<&str> {
@@ -345,9 +352,11 @@ mod contained;
 mod live;
 mod policy;
 mod subnets;
+mod tmpfs;
 pub use contained::{Contained, DEFAULT_CAP_KEEP, HostMount, VolumeMount};
 pub use live::LiveConfig;
 pub use subnets::{APP_SUBNET_PREFIX, SubnetPool};
+pub use tmpfs::{DEFAULT_TMPFS_MODE, TmpfsMode, TmpfsMount, TmpfsOwner};
 mod notify;
 pub use policy::{Policy, Refused};
 mod proxy;

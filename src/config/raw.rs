@@ -268,6 +268,9 @@ struct App {
     poll: Option<String>,
     port: u16,
     publish: Option<SocketAddr>,
+    /// Acknowledges a `publish` on every interface (`0.0.0.0`, `[::]`); see `contained.rs`.
+    #[serde(default)]
+    publish_public: bool,
     health: Option<Health>,
     #[serde(default)]
     env: BTreeMap<String, String>,
@@ -302,7 +305,7 @@ struct App {
     #[serde(default)]
     read_only: bool,
     #[serde(default)]
-    tmpfs: Vec<String>,
+    tmpfs: Vec<super::tmpfs::RawTmpfs>,
     user: Option<String>,
     port_env: Option<String>,
     /// Replaces the image's entrypoint and command: the program, then its arguments.
@@ -498,6 +501,7 @@ impl Config {
                 }
                 _ => {}
             }
+            super::contained::check_publish(&a.name, a.publish, a.publish_public)?;
             if a.health.is_some() && a.publish.is_none() && a.strategy == Strategy::Recreate {
                 return Err(invalid(format!(
                     "app `{}`: an HTTP health check needs `publish`",
@@ -566,6 +570,7 @@ impl Config {
                 poll_explicit: poll.is_some(),
                 port: a.port,
                 publish: a.publish,
+                publish_public: a.publish_public,
                 health: a.health.map(|h| HealthConfig {
                     path: h.path,
                     timeout: h.timeout,

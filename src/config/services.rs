@@ -4,8 +4,9 @@
 //! creates, starts and checks it with the same code as the primary one.
 //!
 //! What a service is: the app's image at the same digest (one push names them all), or its
-//! own repository (`image`) at the same tag the push named for the app; its own
-//! command, env, secrets, limits, hardening, volumes and shared networks, and no port: it is
+//! own repository (`image`) at the same tag the push named for the app; the app-wide `env`
+//! (its own `env` and `secrets` keys win), its own command, secrets, limits, hardening,
+//! volumes and shared networks, and no port: it is
 //! not published and has no HTTP health check. It is healthy when its image's HEALTHCHECK
 //! says so, or else when it runs and is still running after `settle`.
 
@@ -47,7 +48,7 @@ pub(super) struct RawService {
     #[serde(default)]
     read_only: bool,
     #[serde(default)]
-    tmpfs: Vec<String>,
+    tmpfs: Vec<super::tmpfs::RawTmpfs>,
     user: Option<String>,
     #[serde(default, with = "humantime_serde")]
     settle: Option<Duration>,
@@ -153,11 +154,12 @@ pub(super) fn resolve(
         {
             return Err(bad(&name, "cpus must be > 0".into()));
         }
-        let mut env = BTreeMap::new();
+        let mut own_env = BTreeMap::new();
         for (k, v) in s.env {
             let what = format!("apps.{app}.services.{name}.env.{k}");
-            env.insert(k, Secret::resolve(&what, &v, base)?);
+            own_env.insert(k, Secret::resolve(&what, &v, base)?);
         }
+        let own_secrets: Vec<String> = s.secrets.keys().cloned().collect();
         let contained = RawContained {
             service: Some(name.clone()),
             networks: s.networks,
@@ -172,7 +174,8 @@ pub(super) fn resolve(
             user: s.user,
             port_env: None,
         }
-        .resolve(app, &env, base)?;
+        .resolve(app, &own_env, base)?;
+        let env = inherited_env(&primary.env, own_env, &own_secrets);
         let memory_bytes = s
             .memory
             .map(|m| parse_bytes(&m))
@@ -181,6 +184,7 @@ pub(super) fn resolve(
         let pids_limit = s.pids_limit.unwrap_or(super::raw::DEFAULT_PIDS_LIMIT);
         out.push(AppConfig {
             publish: None,
+            publish_public: false,
             health: None,
             route: None,
             env,
@@ -200,6 +204,26 @@ pub(super) fn resolve(
         });
     }
     Ok(out)
+}
+
+/// The app-wide `env` as a further service sees it: every key of the app's, unless the
+/// service sets that key itself, in its `env` or its `secrets`. A service's own key wins
+/// (a worker may say `ROLE = "worker"` where the app says `"web"`); a secret of the
+/// service never stands beside an inherited plain value of the same key, since the
+/// container would then get the key twice and which one applies would be the engine's
+/// choice.
+fn inherited_env(
+    app: &BTreeMap<String, Secret>,
+    own: BTreeMap<String, Secret>,
+    own_secrets: &[String],
+) -> BTreeMap<String, Secret> {
+    let mut env: BTreeMap<String, Secret> = app
+        .iter()
+        .filter(|(k, _)| !own_secrets.contains(k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    env.extend(own);
+    env
 }
 
 #[cfg(test)]
@@ -240,13 +264,44 @@ mod tests {
         assert_eq!(w.command.as_deref().unwrap()[0], "/app/worker");
         assert_eq!(
             w.env.keys().collect::<Vec<_>>(),
-            ["ROLE"],
-            "env is not inherited"
+            ["GREETING", "ROLE"],
+            "the app-wide env is inherited"
         );
         assert_eq!(w.memory_bytes, Some(64 << 20));
         assert_eq!(w.settle, Duration::from_secs(5));
         assert!(w.health.is_none() && w.publish.is_none() && w.services.is_empty());
         assert!(w.no_new_privileges);
+    }
+
+    #[test]
+    fn a_further_service_inherits_the_app_wide_env_and_its_own_keys_win() {
+        // SAFETY: only this test reads this variable.
+        unsafe { std::env::set_var("PIER_TEST_SERVICE_TOKEN", "s3cret") };
+        let c = parse(
+            "[apps.services.worker]\nenv = { GREETING = \"hi from the worker\", ROLE = \"worker\" }\n\
+             [apps.services.mailer]\nsecrets = { GREETING = \"env:PIER_TEST_SERVICE_TOKEN\" }\n\
+             [apps.services.plain]\n",
+        )
+        .unwrap();
+        let app = &c.apps[0];
+        let by_name = |n: &str| {
+            app.services
+                .iter()
+                .find(|s| s.contained.service == n)
+                .unwrap()
+        };
+        let worker = &by_name("worker").env;
+        assert_eq!(worker["GREETING"].expose(), "hi from the worker");
+        assert_eq!(worker["ROLE"].expose(), "worker");
+        let plain = &by_name("plain").env;
+        assert_eq!(plain.keys().collect::<Vec<_>>(), ["GREETING"]);
+        assert_eq!(plain["GREETING"].expose(), "hello");
+        // A service's secret of the same key replaces the inherited plain value.
+        let mailer = by_name("mailer");
+        assert!(!mailer.env.contains_key("GREETING"), "{:?}", mailer.env);
+        assert_eq!(mailer.contained.secrets["GREETING"].expose(), "s3cret");
+        // The primary keeps its own env only.
+        assert_eq!(app.env.keys().collect::<Vec<_>>(), ["GREETING"]);
     }
 
     #[test]

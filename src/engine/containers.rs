@@ -14,7 +14,7 @@ use futures_util::StreamExt;
 use serde::Serialize;
 
 use super::{Engine, Result, err, label_filters, status_of};
-use crate::config::RestartPolicy;
+use crate::config::{RestartPolicy, TmpfsMount, TmpfsOwner};
 
 /// Everything the `create` step asks of the engine.
 #[derive(Debug, Clone)]
@@ -50,7 +50,9 @@ pub struct ContainedSpec {
     /// `None`: the engine's default capabilities; `Some(keep)`: all dropped but these.
     pub cap_keep: Option<Vec<String>>,
     pub read_only_root: bool,
-    pub tmpfs: Vec<String>,
+    pub tmpfs: Vec<TmpfsMount>,
+    /// Owner of every tmpfs mount (the numeric `user`); `None`: root.
+    pub tmpfs_owner: Option<TmpfsOwner>,
     pub user: Option<String>,
 }
 
@@ -98,6 +100,20 @@ pub enum Stopped {
 pub enum Removed {
     Removed,
     AlreadyGone,
+}
+
+/// The mount options of one tmpfs: its mode always (the engine's default would be the
+/// image directory's), and the owner when the app runs as a numeric uid, since runc 1.1
+/// resets the mode of a tmpfs over an image directory to that directory's own.
+fn tmpfs_options(t: &TmpfsMount, owner: Option<TmpfsOwner>) -> String {
+    let mut o = format!("rw,nosuid,nodev,size=64m,mode={}", t.mode);
+    if let Some(owner) = owner {
+        o.push_str(&format!(",uid={}", owner.uid));
+        if let Some(gid) = owner.gid {
+            o.push_str(&format!(",gid={gid}"));
+        }
+    }
+    o
 }
 
 impl Engine {
@@ -184,7 +200,7 @@ impl Engine {
                 tmpfs: (!c.tmpfs.is_empty()).then(|| {
                     c.tmpfs
                         .iter()
-                        .map(|t| (t.clone(), "rw,nosuid,nodev,size=64m".to_owned()))
+                        .map(|t| (t.target.clone(), tmpfs_options(t, c.tmpfs_owner)))
                         .collect()
                 }),
                 ..Default::default()

@@ -16,7 +16,9 @@ use futures_util::StreamExt;
 
 use crate::registry::Platform;
 pub use containers::{ContainedSpec, ContainerFacts, ContainerSpec, Health, Removed, Stopped};
-pub use resources::{LABEL_INCARNATION, LABEL_SERVICE, Labelled, VolumeRemoved};
+pub use resources::{
+    LABEL_INCARNATION, LABEL_SERVICE, Labelled, ManagedNetwork, NetworkRemoved, VolumeRemoved,
+};
 pub use view::EngineView;
 
 pub const LABEL_MANAGED: &str = "pier.managed";

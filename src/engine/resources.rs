@@ -8,7 +8,9 @@ use bollard::models::{
     EndpointSettings, Ipam, IpamConfig, NetworkConnectRequest, NetworkCreateRequest,
     VolumeCreateRequest,
 };
-use bollard::query_parameters::RemoveVolumeOptionsBuilder;
+use bollard::query_parameters::{
+    ListContainersOptionsBuilder, ListNetworksOptionsBuilder, RemoveVolumeOptionsBuilder,
+};
 
 use super::{Engine, LABEL_APP, LABEL_MANAGED, Result, err, status_of};
 
@@ -29,6 +31,29 @@ impl Labelled {
         self.labels.get(LABEL_MANAGED).map(String::as_str) == Some("true")
             && self.labels.get(LABEL_APP).map(String::as_str) == Some(app)
     }
+}
+
+/// A network that carries `pier.managed=true`, as the engine lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManagedNetwork {
+    pub id: String,
+    pub name: String,
+    pub labels: HashMap<String, String>,
+}
+
+impl ManagedNetwork {
+    /// The app its `pier.app` label names.
+    pub fn app(&self) -> Option<&str> {
+        self.labels.get(LABEL_APP).map(String::as_str)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetworkRemoved {
+    Removed,
+    AlreadyGone,
+    /// Something is attached to it: nothing was removed.
+    InUse,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,6 +177,58 @@ impl Engine {
                 .unwrap_or_default()),
             Err(e) if status_of(&e) == Some(404) => Ok(vec![]),
             Err(e) => Err(err(format!("inspect container {id}"), e)),
+        }
+    }
+
+    /// Every network labelled `pier.managed=true`, whoever's app it names.
+    pub async fn managed_networks(&self) -> Result<Vec<ManagedNetwork>> {
+        let filters = HashMap::from([("label", vec![format!("{LABEL_MANAGED}=true")])]);
+        let options = ListNetworksOptionsBuilder::default()
+            .filters(&filters)
+            .build();
+        let list = self
+            .docker
+            .list_networks(Some(options))
+            .await
+            .map_err(|e| err("list networks", e))?;
+        Ok(list
+            .into_iter()
+            .filter_map(|n| {
+                Some(ManagedNetwork {
+                    id: n.id?,
+                    name: n.name.unwrap_or_default(),
+                    labels: n.labels.unwrap_or_default(),
+                })
+            })
+            .collect())
+    }
+
+    /// The containers, in any state and whoever made them, whose settings name the network.
+    /// A stopped container is not among the network's endpoints, and the engine removes a
+    /// network with only stopped containers on it: that container would then never start
+    /// again. So "nothing attached" is asked of the containers, not of the network.
+    pub async fn network_users(&self, network_id: &str) -> Result<Vec<String>> {
+        let filters = HashMap::from([("network", vec![network_id.to_owned()])]);
+        let options = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&filters)
+            .build();
+        let list = self
+            .docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|e| err(format!("list the containers on network {network_id}"), e))?;
+        Ok(list.into_iter().filter_map(|c| c.id).collect())
+    }
+
+    /// Removes a network by id (never by name: a network made meanwhile under the same name
+    /// is another one). The engine refuses while an endpoint is active (403).
+    pub async fn remove_network(&self, network_id: &str) -> Result<NetworkRemoved> {
+        match self.docker.remove_network(network_id).await {
+            Ok(()) => Ok(NetworkRemoved::Removed),
+            Err(e) if status_of(&e) == Some(404) => Ok(NetworkRemoved::AlreadyGone),
+            Err(e) if matches!(status_of(&e), Some(403 | 409)) => Ok(NetworkRemoved::InUse),
+            Err(e) => Err(err(format!("remove network {network_id}"), e)),
         }
     }
 

@@ -79,6 +79,7 @@ impl Run<'_> {
             cap_keep: Some(c.cap_keep.clone()),
             read_only_root: c.read_only_root,
             tmpfs: c.tmpfs.clone(),
+            tmpfs_owner: c.tmpfs_owner(),
             user: c.user.clone(),
         }
     }

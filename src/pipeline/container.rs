@@ -159,7 +159,7 @@ impl Run<'_> {
             host_mounts,
             cap_keep: c.cap_keep.clone(),
             read_only_root: c.read_only_root,
-            tmpfs: c.tmpfs.clone(),
+            tmpfs: c.tmpfs.iter().map(|t| t.intent()).collect(),
             user: c.user.clone(),
             command: self.app.command.clone(),
         };

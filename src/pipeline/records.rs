@@ -83,6 +83,7 @@ pub struct CreateIntent {
     pub host_mounts: Vec<String>,
     pub cap_keep: Option<Vec<String>>,
     pub read_only_root: bool,
+    /// Targets, with `:mode=…` when not the default 1777; the owner follows from `user`.
     pub tmpfs: Vec<String>,
     pub user: Option<String>,
     /// Several services: the program that replaces the image's entrypoint.

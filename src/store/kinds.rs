@@ -230,6 +230,8 @@ db_enum! {
         RequeuedMissing = "requeued_missing",
         /// A proxy route pointed at a container that is gone.
         RemovedRoute = "removed_route",
+        /// The private network of an app that left the config, with nothing attached.
+        RemovedNetwork = "removed_network",
     }
 }
 

@@ -15,6 +15,8 @@ pub struct ReconcileAction {
     pub action: ReconcileKind,
     pub container_id: Option<String>,
     pub deployment_id: Option<Uuid>,
+    /// The engine's id of the network a `removed_network` action removed.
+    pub network_id: Option<String>,
     pub detail: String,
     pub at: DateTime<Utc>,
 }
@@ -57,6 +59,41 @@ impl Store {
         .bind(app)
         .fetch_one(&self.pool)
         .await?)
+    }
+
+    /// Which of `apps` this installation has ever queued a deployment of. The deployment
+    /// rows outlive the journal's steps (retention prunes steps, never the rows), so an app
+    /// deployed long ago still counts; an app only another Pier on the same engine deploys
+    /// does not, and its network is not this one's to remove.
+    pub async fn apps_deployed(&self, apps: &[String]) -> Result<HashSet<String>> {
+        if apps.is_empty() {
+            return Ok(HashSet::new());
+        }
+        let found: Vec<String> =
+            sqlx::query_scalar("SELECT DISTINCT app FROM deployments WHERE app = ANY($1)")
+                .bind(apps)
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(found.into_iter().collect())
+    }
+
+    pub async fn record_network_removed(
+        &self,
+        app: &str,
+        network_id: &str,
+        detail: &str,
+    ) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO reconcile_actions (app, action, network_id, detail)
+             VALUES ($1, $2, $3, $4)",
+        )
+        .bind(app)
+        .bind(ReconcileKind::RemovedNetwork)
+        .bind(network_id)
+        .bind(pg_text(detail))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
     }
 
     pub async fn record_reconcile(

@@ -20,6 +20,9 @@ pub struct AppView {
     /// How often the reconcile poller checks the registry (`5m`), or `off`.
     pub poll: String,
     pub publish: Option<String>,
+    /// What the admin should know about the app's settings (a `publish` on every
+    /// interface), shown at the top of its page.
+    pub warnings: Vec<String>,
     /// What the journal says serves (written by the `switch` step).
     pub generation: Option<Generation>,
     /// What the engine says exists for this app, found by label.
@@ -221,6 +224,7 @@ pub async fn app_view(
             |p| humantime::format_duration(p).to_string(),
         ),
         publish: app.publish.map(|a| a.to_string()),
+        warnings: config_warnings(app),
         generation,
         containers: mine
             .into_iter()
@@ -383,4 +387,18 @@ pub fn trigger_html(d: &Deployment) -> String {
             format!("{}{by}", d.trigger)
         }
     }
+}
+
+/// Settings the config accepted only because the admin said so: they stay visible.
+fn config_warnings(app: &AppConfig) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(addr) = app.publish.filter(|_| app.published_publicly()) {
+        out.push(format!(
+            "Published on every interface of the host ({addr}, publish_public = true): anyone \
+             who can reach this host on port {} reaches the app directly, past any proxy or \
+             TLS in front of it.",
+            addr.port()
+        ));
+    }
+    out
 }

@@ -41,6 +41,10 @@ pub enum TestImage {
     /// Like `Healthy` for `secs` seconds, then the server is killed and the container
     /// exits 1: a version that passes its health check and dies soon after.
     DiesAfter { version: String, secs: u32 },
+    /// Like `Healthy`, but its `/tmp` is root's 0755 (as in many base images), and it
+    /// writes `/tmp/probe` before it serves: run as a non-root user, it starts only if
+    /// its `/tmp` is writable to that user, and exits 1 otherwise.
+    WritesTmp { version: String },
 }
 
 impl TestImage {
@@ -79,6 +83,12 @@ impl TestImage {
         }
     }
 
+    pub fn writes_tmp(version: &str) -> Self {
+        TestImage::WritesTmp {
+            version: version.to_owned(),
+        }
+    }
+
     pub fn spoofs_labels(version: &str) -> Self {
         TestImage::SpoofsLabels {
             version: version.to_owned(),
@@ -92,7 +102,8 @@ impl TestImage {
             | TestImage::NoHealthFile { version }
             | TestImage::ExitsAtOnce { version }
             | TestImage::WithHealthcheck { version }
-            | TestImage::SpoofsLabels { version } => version,
+            | TestImage::SpoofsLabels { version }
+            | TestImage::WritesTmp { version } => version,
         }
     }
 
@@ -100,7 +111,11 @@ impl TestImage {
     /// binary is the host's (amd64) either way; only the config says otherwise.
     pub fn build(&self, architecture: &str) -> BuiltImage {
         let with_health_file = !matches!(self, TestImage::NoHealthFile { .. });
-        let (tar, layer) = build_layer(with_health_file, self.version());
+        let tmp_mode = match self {
+            TestImage::WritesTmp { .. } => 0o755,
+            _ => 0o1777,
+        };
+        let (tar, layer) = build_layer(with_health_file, tmp_mode, self.version());
         let diff_id = sha256_digest(&tar);
 
         let slow;
@@ -122,6 +137,13 @@ impl TestImage {
                 );
                 vec!["/bin/busybox", "sh", "-c", &slow]
             }
+            TestImage::WritesTmp { .. } => vec![
+                "/bin/busybox",
+                "sh",
+                "-c",
+                "trap 'exit 0' TERM; /bin/busybox touch /tmp/probe || exit 1; \
+                 /bin/busybox httpd -f -p 8080 -h /www & wait",
+            ],
             TestImage::SlowStart { secs, .. } => {
                 slow = format!(
                     "trap 'exit 0' TERM; /bin/busybox sleep {secs} & wait; \
@@ -216,8 +238,8 @@ fn busybox() -> &'static [u8] {
     })
 }
 
-/// Returns (uncompressed tar, gzip of it). Deterministic: fixed mtimes, owners and gzip header.
-fn build_layer(with_health_file: bool, version: &str) -> (Vec<u8>, Vec<u8>) {
+/// Returns (uncompressed tar, gzip of it), with `/tmp` of `tmp_mode`. Deterministic: fixed mtimes, owners and gzip header.
+fn build_layer(with_health_file: bool, tmp_mode: u32, version: &str) -> (Vec<u8>, Vec<u8>) {
     fn header(kind: tar::EntryType, mode: u32, size: u64) -> tar::Header {
         let mut h = tar::Header::new_ustar();
         h.set_entry_type(kind);
@@ -240,7 +262,7 @@ fn build_layer(with_health_file: bool, version: &str) -> (Vec<u8>, Vec<u8>) {
     };
     dir(&mut b, "bin/", 0o755);
     file(&mut b, "bin/busybox", 0o755, busybox());
-    dir(&mut b, "tmp/", 0o1777);
+    dir(&mut b, "tmp/", tmp_mode);
     dir(&mut b, "www/", 0o755);
     if with_health_file {
         file(&mut b, "www/health", 0o644, b"ok\n");

@@ -51,6 +51,7 @@ mod load;
 mod pgproxy;
 mod pier_process;
 mod registry;
+mod reload;
 mod signin;
 
 pub use db::*;
@@ -68,6 +69,8 @@ pub use load::*;
 pub use pgproxy::*;
 pub use pier_process::*;
 pub use registry::*;
+#[allow(unused_imports)] // only the reload and network tests change the config
+pub use reload::*;
 #[allow(unused_imports)] // only the page tests sign in
 pub use signin::*;
 

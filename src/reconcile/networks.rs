@@ -1,0 +1,69 @@
+//! The private networks of apps that left the config. Each app's containers stand in
+//! `pier-<app>`, and the engine's default address pools hold about 30 networks: without
+//! this, every app that ever came and went keeps one, and a new app's deploy fails once the
+//! pools are used up.
+//!
+//! A network is removed only when all of these hold, each checked right before the next:
+//! - it carries `pier.managed=true` and `pier.app=<app>`, and its name is `pier-<app>` (the
+//!   name the `network` step gives it; a label alone could be copied onto anything);
+//! - `<app>` is not in the config (as reloaded);
+//! - this installation's queue has deployed `<app>`: another Pier on the same engine, with
+//!   its own database, may run an app this one never had;
+//! - no deployment of `<app>` is queued or running (a reload that adds the app back queues
+//!   one before its `network` step adopts or makes the network);
+//! - no container, in any state and whoever made it, is attached. Containers of an app
+//!   that left the config are never removed by reconciliation, so the network goes only
+//!   after an operator removed them.
+//!
+//! Every removal is logged and recorded in `reconcile_actions` with the network's id.
+
+use super::{ReconcileError, Reconciled};
+use crate::config::{Config, Contained};
+use crate::engine::{Engine, ManagedNetwork, NetworkRemoved};
+use crate::store::Store;
+
+pub(super) async fn remove_networks_of_gone_apps(
+    config: &Config,
+    store: &Store,
+    engine: &Engine,
+    out: &mut Reconciled,
+) -> Result<(), ReconcileError> {
+    // Listed before the queue is read: a deployment queued meanwhile is then seen as busy
+    // below, and the network it is about to join is never taken for a leftover.
+    let networks = engine.managed_networks().await?;
+    let gone: Vec<(&ManagedNetwork, &str)> = networks
+        .iter()
+        .filter_map(|n| Some((n, n.app()?)))
+        .filter(|(n, app)| config.app(app).is_none() && n.name == Contained::network(app))
+        .collect();
+    if gone.is_empty() {
+        return Ok(());
+    }
+    let apps: Vec<String> = gone.iter().map(|(_, a)| (*a).to_owned()).collect();
+    let deployed = store.apps_deployed(&apps).await?;
+    for (network, app) in gone {
+        if !deployed.contains(app) || store.app_busy(app).await? {
+            continue;
+        }
+        let users = engine.network_users(&network.id).await?;
+        if !users.is_empty() {
+            tracing::debug!(%app, network = %network.name, attached = users.len(),
+                "network of an app no longer configured kept: containers are attached");
+            continue;
+        }
+        // By id: a network made since under the same name is not the one checked above.
+        if engine.remove_network(&network.id).await? != NetworkRemoved::Removed {
+            continue;
+        }
+        let detail = format!(
+            "removed network {} ({}) of app {app}, which is no longer configured: nothing was attached",
+            network.name, network.id
+        );
+        tracing::info!(%app, network = %network.id, "{detail}");
+        store
+            .record_network_removed(app, &network.id, &detail)
+            .await?;
+        out.networks_removed.push(network.name.clone());
+    }
+    Ok(())
+}
