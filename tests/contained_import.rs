@@ -17,7 +17,10 @@ async fn an_archive_deploys_only_when_its_image_id_and_platform_are_the_expected
     let env = TestEnv::builder().without_notifications().start().await;
     let app = env.app().to_owned();
     // An archive of v1, made on a connected machine; the engine then forgets the image.
-    let digest = env.push(&TestImage::healthy("v1"), "main").await;
+    // A version of its own: its image is removed below, and another test (sharing the
+    // engine) may be running the common `v1`, which the engine then refuses to remove.
+    let version = format!("v1-{}", random_hex(8));
+    let digest = env.push(&TestImage::healthy(&version), "main").await;
     let reference = format!("{}@{digest}", env.image());
     let (ok, out) = docker_cli(&["pull", &reference]);
     assert!(ok, "{out}");
@@ -69,7 +72,8 @@ async fn an_archive_deploys_only_when_its_image_id_and_platform_are_the_expected
         .await;
     assert_eq!(d3["state"], "succeeded", "{d3:#}");
     assert_eq!(d3["resolved_digest"], id.as_str());
-    env.wait_app_version("v1", Duration::from_secs(10)).await;
+    env.wait_app_version(&version, Duration::from_secs(10))
+        .await;
     let steps: Vec<String> = env
         .deployment_final(d3["id"].as_str().unwrap(), DEPLOY)
         .await["steps"]
@@ -85,6 +89,7 @@ async fn an_archive_deploys_only_when_its_image_id_and_platform_are_the_expected
         ]
     );
     env.cleanup().await;
+    let _ = docker_cli(&["rmi", "-f", &id]);
 }
 
 /// v1's archive saved while v1 stays in the engine; v2 is deployed from its own archive;

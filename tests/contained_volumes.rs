@@ -80,7 +80,9 @@ async fn a_hand_made_volume_is_refused_and_never_recorded_as_the_apps() {
         .await;
     let app = env.app().to_owned();
     let name = format!("pier-{app}-data");
-    let digest = env.push(&TestImage::healthy("v1"), "main").await;
+    // A version of its own: removing its image at the end cannot touch another test's.
+    let version = format!("v1-{}", random_hex(8));
+    let digest = env.push(&TestImage::healthy(&version), "main").await;
     let image = format!("{}@{digest}", env.image());
     let (ok, out) = docker_cli(&["pull", &image]);
     assert!(ok, "{out}");

@@ -67,6 +67,9 @@ struct OciManifest {
     layers: Vec<Descriptor>,
 }
 
+/// Manifests one index may name (platforms, attestations); each nested index is read.
+const MAX_INDEX_ENTRIES: usize = 64;
+
 const MANIFESTS: [&str; 2] = [
     "application/vnd.oci.image.manifest.v1+json",
     "application/vnd.docker.distribution.manifest.v2+json",
@@ -172,9 +175,15 @@ fn pick(
     wanted: &Wanted,
     depth: usize,
 ) -> Result<Descriptor, ArchiveError> {
+    if descriptors.len() > MAX_INDEX_ENTRIES {
+        return Err(ArchiveError::refused(format!(
+            "an index names {} manifests; at most {MAX_INDEX_ENTRIES}",
+            descriptors.len()
+        )));
+    }
     let (os, arch) = os_arch(&wanted.platform);
     let mut out = Vec::new();
-    for d in descriptors.iter().take(MAX_LAYERS) {
+    for d in descriptors {
         if d.platform
             .as_ref()
             .is_some_and(|p| p.os != os || p.architecture != arch)

@@ -13,6 +13,8 @@
 mod body;
 mod formats;
 mod index;
+#[cfg(test)]
+mod tests;
 
 use std::path::{Path, PathBuf};
 
