@@ -148,3 +148,56 @@ async fn a_hand_made_volume_is_refused_and_never_recorded_as_the_apps() {
     let _ = docker_cli(&["rmi", &image]);
     env.cleanup().await;
 }
+
+/// Pier dies between the ownership record and the volume create; meanwhile someone makes
+/// the volume by hand. The resumed step finds it without the record's labels: it refuses
+/// it and undoes the record its own deployment wrote, so that the volume is not the app's.
+#[tokio::test]
+async fn a_volume_made_by_hand_after_a_crash_between_record_and_create_loses_that_record() {
+    let mut env = TestEnv::builder()
+        .lease("3s")
+        .pier_env("PIER_CRASH_AT", "volume_owner:after")
+        .app(|a| a.extra_toml = "volumes = [{ name = \"data\", target = \"/www/data\" }]".into())
+        .start()
+        .await;
+    let app = env.app().to_owned();
+    let name = format!("pier-{app}-data");
+    let version = format!("v1-{}", random_hex(8));
+    let digest = env.push(&TestImage::healthy(&version), "main").await;
+    let pier = env.pier_mut();
+    wait_until("pier aborts between record and create", DEPLOY, || {
+        let gone = !pier.is_running();
+        async move { gone.then_some(()) }
+    })
+    .await;
+    assert!(env.pier().log().contains("PIER_CRASH_AT"));
+    assert_eq!(records_of(&env, &name).await, 1, "the record comes first");
+
+    let image = format!("{}@{digest}", env.image());
+    let (ok, out) = docker_cli(&["pull", &image]);
+    assert!(ok, "{out}");
+    let hand = HandMadeVolume::create(&name);
+    hand.sh(&image, "echo precious > /d/note");
+    env.pier_mut()
+        .restart_with(|c| c.without_env("PIER_CRASH_AT"))
+        .await;
+    let d = env.latest_final_of(&app, &[], DEPLOY).await;
+    assert_eq!(d["state"], "failed", "{d:#}");
+    assert!(
+        d["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("volumes:") && e.contains("not made by Pier")),
+        "{d:#}"
+    );
+    assert_eq!(
+        records_of(&env, &name).await,
+        0,
+        "the record was not undone"
+    );
+    let (ok, rm) = cli(&env, &["volumes", "rm", &name]).await;
+    assert!(!ok, "{rm}");
+    assert_eq!(hand.sh(&image, "cat /d/note"), "precious\n");
+    drop(hand);
+    let _ = docker_cli(&["rmi", &image]);
+    env.cleanup().await;
+}
