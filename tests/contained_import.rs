@@ -12,6 +12,17 @@ use support::*;
 
 const DEPLOY: Duration = Duration::from_secs(60);
 
+/// Removes the images a test loaded (its own versions only), whatever happens to the test.
+struct Images(Vec<String>);
+
+impl Drop for Images {
+    fn drop(&mut self) {
+        for id in &self.0 {
+            let _ = docker_cli(&["rmi", "-f", id]);
+        }
+    }
+}
+
 #[tokio::test]
 async fn an_archive_deploys_only_when_its_image_id_and_platform_are_the_expected_ones() {
     let env = TestEnv::builder().without_notifications().start().await;
@@ -27,6 +38,7 @@ async fn an_archive_deploys_only_when_its_image_id_and_platform_are_the_expected
     let (ok, id) = docker_cli(&["image", "inspect", "--format", "{{.Id}}", &reference]);
     assert!(ok, "{id}");
     let id = id.trim().to_owned();
+    let _images = Images(vec![id.clone()]);
     let dir = tempfile::tempdir().unwrap();
     let archive = dir.path().join("v1.tar");
     let archive_s = archive.to_string_lossy().into_owned();
@@ -89,7 +101,6 @@ async fn an_archive_deploys_only_when_its_image_id_and_platform_are_the_expected
         ]
     );
     env.cleanup().await;
-    let _ = docker_cli(&["rmi", "-f", &id]);
 }
 
 /// v1's archive saved while v1 stays in the engine; v2 is deployed from its own archive;
@@ -106,6 +117,7 @@ async fn a_tampered_archive_is_refused_even_when_its_image_is_loaded() {
     let (one, two) = (format!("v1-{tag}"), format!("v2-{tag}"));
     let (v1, v1_tar) = saved(&env, &TestImage::healthy(&one), dir.path()).await;
     let (v2, v2_tar) = saved(&env, &TestImage::healthy(&two), dir.path()).await;
+    let mut images = Images(vec![v1.clone(), v2.clone()]);
     import(&env, &app, &v2_tar, &["--digest", &v2]).await;
     let d2 = env.latest_final_of(&app, &[], DEPLOY).await;
     assert_eq!(d2["state"], "succeeded", "{d2:#}");
@@ -114,6 +126,7 @@ async fn a_tampered_archive_is_refused_even_when_its_image_is_loaded() {
     let tampered = dir.path().join("v1-tampered.tar");
     let changed = with_config_byte_changed(Path::new(&v1_tar), &tampered);
     assert_ne!(changed, v1, "the copy's config is another one");
+    images.0.push(changed.clone());
     assert!(
         docker_cli(&["image", "inspect", &v1]).0,
         "v1 is still in the engine"
@@ -136,9 +149,6 @@ async fn a_tampered_archive_is_refused_even_when_its_image_is_loaded() {
     env.wait_app_version(&two, Duration::from_secs(10)).await;
     assert_eq!(env.running_digests_of(&app).await.len(), 1);
     env.cleanup().await;
-    for id in [&v1, &v2] {
-        let _ = docker_cli(&["rmi", "-f", id]);
-    }
 }
 
 /// An OCI image layout (index.json, blobs) is what Docker 20.10 cannot `docker load`:
@@ -151,6 +161,7 @@ async fn an_oci_layout_archive_is_verified_converted_and_deployed() {
     let version = format!("oci-{}", random_hex(8));
     let built = TestImage::healthy(&version).build("amd64");
     let id = sha256_digest(&built.config);
+    let _images = Images(vec![id.clone()]);
     let dir = tempfile::tempdir().unwrap();
     let archive = dir.path().join("oci.tar");
     write_oci_layout(&built, &archive);
@@ -176,7 +187,6 @@ async fn an_oci_layout_archive_is_verified_converted_and_deployed() {
     env.wait_app_version(&version, Duration::from_secs(10))
         .await;
     env.cleanup().await;
-    let _ = docker_cli(&["rmi", "-f", &id]);
 }
 
 /// Pushes `image`, pulls it, saves it to `dir`: (its image id, the archive's path). The

@@ -53,6 +53,17 @@ impl Drop for HandMadeVolume {
     }
 }
 
+/// Removes the image a test pulled (a version of its own), whatever happens to the test.
+/// Declared before the volume's guard, so dropped after it (the throwaway containers that
+/// wrote to the volume are `--rm`: none holds the image then).
+struct PulledImage(String);
+
+impl Drop for PulledImage {
+    fn drop(&mut self) {
+        let _ = docker_cli(&["rmi", &self.0]);
+    }
+}
+
 async fn records_of(env: &TestEnv, volume: &str) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM volumes WHERE name = $1")
         .bind(volume)
@@ -86,6 +97,7 @@ async fn a_hand_made_volume_is_refused_and_never_recorded_as_the_apps() {
     let image = format!("{}@{digest}", env.image());
     let (ok, out) = docker_cli(&["pull", &image]);
     assert!(ok, "{out}");
+    let _image = PulledImage(image.clone());
     // Someone's data, in a volume that has the name Pier would give the app's.
     let hand = HandMadeVolume::create(&name);
     hand.sh(&image, "echo precious > /d/note");
@@ -145,7 +157,6 @@ async fn a_hand_made_volume_is_refused_and_never_recorded_as_the_apps() {
     assert_eq!(records_of(&env, &name).await, 1);
 
     drop(hand);
-    let _ = docker_cli(&["rmi", &image]);
     env.cleanup().await;
 }
 
@@ -176,6 +187,7 @@ async fn a_volume_made_by_hand_after_a_crash_between_record_and_create_loses_tha
     let image = format!("{}@{digest}", env.image());
     let (ok, out) = docker_cli(&["pull", &image]);
     assert!(ok, "{out}");
+    let _image = PulledImage(image.clone());
     let hand = HandMadeVolume::create(&name);
     hand.sh(&image, "echo precious > /d/note");
     env.pier_mut()
@@ -198,6 +210,5 @@ async fn a_volume_made_by_hand_after_a_crash_between_record_and_create_loses_tha
     assert!(!ok, "{rm}");
     assert_eq!(hand.sh(&image, "cat /d/note"), "precious\n");
     drop(hand);
-    let _ = docker_cli(&["rmi", &image]);
     env.cleanup().await;
 }
