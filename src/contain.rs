@@ -12,7 +12,8 @@ use crate::store::Store;
 #[derive(Subcommand, Debug)]
 pub enum VolumesCommand {
     /// Delete one volume and its ownership record. Removing an app from the config never
-    /// does this: data goes only when someone names it.
+    /// does this: data goes only when someone names it. Refused for a volume whose labels
+    /// do not carry the record's provenance (one Pier did not make for that app).
     Rm { name: String },
 }
 

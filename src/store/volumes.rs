@@ -1,5 +1,7 @@
 //! Volume ownership: which app (and which incarnation of it) owns each engine volume Pier
-//! made. Ownership is this record, never a name or a label.
+//! made. Ownership is this record, never a name or a label; and a record alone proves
+//! nothing about the volume on the engine: only one whose labels carry the record's
+//! provenance (app, incarnation) is the record's ([`crate::engine::Labelled::carries`]).
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
