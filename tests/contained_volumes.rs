@@ -162,7 +162,8 @@ async fn a_hand_made_volume_is_refused_and_never_recorded_as_the_apps() {
 
 /// Pier dies between the ownership record and the volume create; meanwhile someone makes
 /// the volume by hand. The resumed step finds it without the record's labels: it refuses
-/// it and undoes the record its own deployment wrote, so that the volume is not the app's.
+/// it and undoes the record its own deployment wrote, so that the volume is not the app's;
+/// a crash right after that undo replays to the same refusal.
 #[tokio::test]
 async fn a_volume_made_by_hand_after_a_crash_between_record_and_create_loses_that_record() {
     let mut env = TestEnv::builder()
@@ -190,6 +191,21 @@ async fn a_volume_made_by_hand_after_a_crash_between_record_and_create_loses_tha
     let _image = PulledImage(image.clone());
     let hand = HandMadeVolume::create(&name);
     hand.sh(&image, "echo precious > /d/note");
+    // The resumed step dies again, right after it undid the record.
+    env.pier_mut()
+        .restart_with(|c| c.env("PIER_CRASH_AT", "volume_unclaim:after"))
+        .await;
+    let pier = env.pier_mut();
+    wait_until("pier aborts after the undo", DEPLOY, || {
+        let gone = !pier.is_running();
+        async move { gone.then_some(()) }
+    })
+    .await;
+    assert_eq!(
+        records_of(&env, &name).await,
+        0,
+        "the record was not undone"
+    );
     env.pier_mut()
         .restart_with(|c| c.without_env("PIER_CRASH_AT"))
         .await;

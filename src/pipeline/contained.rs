@@ -231,6 +231,9 @@ impl Run<'_> {
         {
             return e.into();
         }
+        // A crash here replays the step: it finds no record and the same volume, and
+        // refuses again (the undo is idempotent).
+        crate::faults::crash_point("volume_unclaim", "after");
         StepError::Check(format!(
             "volume {name} exists on the engine but was not made by Pier for this app; it \
              is not mounted and not recorded as the app's"
