@@ -12,7 +12,8 @@ use crate::store::Store;
 #[derive(Subcommand, Debug)]
 pub enum VolumesCommand {
     /// Delete one volume and its ownership record. Removing an app from the config never
-    /// does this: data goes only when someone names it.
+    /// does this: data goes only when someone names it. Refused for a volume whose labels
+    /// do not carry the record's provenance (one Pier did not make for that app).
     Rm { name: String },
 }
 
@@ -69,7 +70,8 @@ pub async fn volumes(config: &Config, action: Option<VolumesCommand>) -> anyhow:
             }
             for o in owners {
                 let on_engine = match engine.volume(&o.name).await {
-                    Ok(Some(_)) => "exists",
+                    Ok(Some(v)) if v.carries(&o.app, o.incarnation) => "exists",
+                    Ok(Some(_)) => "exists but NOT made by Pier for this app (labels differ)",
                     Ok(None) => "not created",
                     Err(_) => "unknown",
                 };
@@ -89,6 +91,20 @@ pub async fn volumes(config: &Config, action: Option<VolumesCommand>) -> anyhow:
             let Some(owner) = store.volume_owner(&name).await? else {
                 bail!("volume {name} is not recorded as Pier's; remove it with docker if you must");
             };
+            // The record alone never deletes data: the volume must carry the record's
+            // provenance (made by Pier for that app and incarnation). A hand-made volume
+            // under a recorded name is someone's data that Pier never had.
+            if let Some(found) = engine.volume(&name).await?
+                && !found.carries(&owner.app, owner.incarnation)
+            {
+                bail!(
+                    "volume {name} on the engine was not made by Pier for app {} (its labels \
+                     do not carry the record's app and incarnation {}); nothing was removed. \
+                     Remove it with docker if you must",
+                    owner.app,
+                    owner.incarnation
+                );
+            }
             match engine.remove_volume(&name).await? {
                 VolumeRemoved::InUse => {
                     bail!("volume {name} is in use by a container; nothing was removed")

@@ -2,6 +2,7 @@
 //! host, with a journal of every step.
 
 pub mod actions;
+pub mod archive;
 pub mod backoff;
 pub mod cli;
 pub mod config;

@@ -31,6 +31,13 @@ impl Labelled {
         self.labels.get(LABEL_MANAGED).map(String::as_str) == Some("true")
             && self.labels.get(LABEL_APP).map(String::as_str) == Some(app)
     }
+
+    /// A volume's provenance: made by Pier for `app` in that incarnation, as its ownership
+    /// record says. Only a volume that carries the record's labels is the record's: a
+    /// hand-made one of the same name is never mounted or deleted on the record's strength.
+    pub fn carries(&self, app: &str, incarnation: uuid::Uuid) -> bool {
+        self.is_apps(app) && self.labels.get(LABEL_INCARNATION) == Some(&incarnation.to_string())
+    }
 }
 
 /// A network that carries `pier.managed=true`, as the engine lists it.

@@ -1,6 +1,7 @@
-//! `pier import`: the `resolve` step of an imported deployment loads its archive into the
-//! engine and checks what it holds (the expected image id, the platform, no Pier labels)
-//! before anything is created; `pull` and `verify` have nothing left to do. A mismatch
+//! `pier import`: the `resolve` step of an imported deployment verifies its archive's own
+//! bytes (config and layer digests, platform: [`crate::archive`]), loads what it verified
+//! into the engine and checks what the engine then holds (the expected image id, the
+//! platform, no Pier labels) before anything is created; `pull` and `verify` have nothing left to do. A mismatch
 //! fails the deployment with nothing made: the loaded image is only an image.
 
 use std::path::Path;
@@ -48,7 +49,16 @@ impl Run<'_> {
                         "the archive is missing or not a regular file".into(),
                     ));
                 }
-                let said = self.ctx.engine.load_archive(path).await?;
+                // The archive's own bytes first, whatever the engine already holds: an
+                // image id found on the engine proves nothing about what the file holds.
+                let wanted = crate::archive::Wanted {
+                    image_id: digest.clone(),
+                    platform: platform.clone(),
+                };
+                let verified = crate::archive::verify(path, &wanted)
+                    .await
+                    .map_err(|e| StepError::Check(e.to_string()))?;
+                let said = self.ctx.engine.load_archive(&verified).await?;
                 let Some(image) = self.ctx.engine.image(&digest).await? else {
                     return Err(StepError::Check(format!(
                         "digest mismatch: the archive holds [{}], not image {digest}",

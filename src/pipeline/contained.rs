@@ -139,7 +139,8 @@ impl Run<'_> {
     /// The app's named volumes: each is recorded as the app's in Postgres (committed)
     /// before it is created, labelled with app, incarnation and service. A name recorded
     /// for another app is refused before anything is made; a volume on the engine that no
-    /// record gives to this app is never adopted, whatever its name says.
+    /// record gives to this app is never adopted, whatever its name says, and never gets a
+    /// record either (a record is what `pier volumes rm` deletes by).
     pub(super) async fn volumes(&self) -> Result<Option<Volumes>, PipelineError> {
         let c = self.contained();
         if c.volumes.is_empty() {
@@ -161,49 +162,86 @@ impl Run<'_> {
                     reused: vec![],
                 };
                 for v in &intent {
-                    let owner = self
-                        .ctx
-                        .store
-                        .claim_volume(&v.name, &self.app.name, &c.service, self.dep.id)
-                        .await?;
-                    if owner.app != self.app.name {
-                        return Err(StepError::Check(format!(
-                            "volume {} is owned by app `{}`; an app never mounts another's",
-                            v.name, owner.app
-                        )));
+                    if self.own_volume(&v.name).await? {
+                        out.created.push(v.name.clone());
+                    } else {
+                        out.reused.push(v.name.clone());
                     }
-                    crate::faults::crash_point("volume_owner", "after");
-                    let incarnation = owner.incarnation.to_string();
-                    match self.ctx.engine.volume(&v.name).await? {
-                        Some(found)
-                            if found.is_apps(&self.app.name)
-                                && found.labels.get(LABEL_INCARNATION) == Some(&incarnation) =>
-                        {
-                            out.reused.push(v.name.clone());
-                            continue;
-                        }
-                        Some(_) => {
-                            return Err(StepError::Check(format!(
-                                "volume {} exists on the engine but was not made by Pier for \
-                                 this app; it is not mounted",
-                                v.name
-                            )));
-                        }
-                        None => {}
-                    }
-                    let labels = HashMap::from([
-                        (LABEL_MANAGED.to_owned(), "true".to_owned()),
-                        (LABEL_APP.to_owned(), self.app.name.clone()),
-                        (LABEL_INCARNATION.to_owned(), incarnation),
-                        (LABEL_SERVICE.to_owned(), owner.service.clone()),
-                    ]);
-                    self.ctx.engine.create_volume(&v.name, labels).await?;
-                    out.created.push(v.name.clone());
                 }
                 Ok(out)
             })
             .await?;
         Ok(Some(done))
+    }
+
+    /// One volume made or found as this app's; `true` if this call created it. Replay-safe:
+    /// a replay finds the record (and maybe the volume) the interrupted run left, and the
+    /// volume's labels decide whether it is the record's.
+    async fn own_volume(&self, name: &str) -> Result<bool, StepError> {
+        let app = &self.app.name;
+        let recorded = self.ctx.store.volume_owner(name).await?;
+        if let Some(o) = &recorded
+            && o.app != *app
+        {
+            return Err(StepError::Check(format!(
+                "volume {name} is owned by app `{}`; an app never mounts another's",
+                o.app
+            )));
+        }
+        // The engine is looked at before anything is recorded: a volume that exists
+        // without a record of this app is someone else's data, and gets no record.
+        match (self.ctx.engine.volume(name).await?, &recorded) {
+            (Some(found), Some(o)) if found.carries(app, o.incarnation) => return Ok(false),
+            (Some(_), _) => return Err(self.not_pier_made(name).await),
+            (None, _) => {}
+        }
+        let owner = self
+            .ctx
+            .store
+            .claim_volume(name, app, &self.contained().service, self.dep.id)
+            .await?;
+        if owner.app != *app {
+            return Err(StepError::Check(format!(
+                "volume {name} is owned by app `{}`; an app never mounts another's",
+                owner.app
+            )));
+        }
+        crate::faults::crash_point("volume_owner", "after");
+        let labels = HashMap::from([
+            (LABEL_MANAGED.to_owned(), "true".to_owned()),
+            (LABEL_APP.to_owned(), app.clone()),
+            (LABEL_INCARNATION.to_owned(), owner.incarnation.to_string()),
+            (LABEL_SERVICE.to_owned(), owner.service.clone()),
+        ]);
+        self.ctx.engine.create_volume(name, labels).await?;
+        // Creating a volume that was made meanwhile by hand returns that one unchanged:
+        // only one that carries the record's labels is the app's.
+        match self.ctx.engine.volume(name).await? {
+            Some(found) if found.carries(app, owner.incarnation) => Ok(true),
+            _ => Err(self.not_pier_made(name).await),
+        }
+    }
+
+    /// Refuses a volume Pier did not make for this app, first undoing the ownership
+    /// record this deployment wrote for it (a crash between record and create, then a
+    /// hand-made volume, leaves one). A record of an earlier deployment stays: it is why
+    /// `pier volumes` shows the mismatch, and `pier volumes rm` refuses such a volume.
+    async fn not_pier_made(&self, name: &str) -> StepError {
+        if let Err(e) = self
+            .ctx
+            .store
+            .unclaim_volume(name, &self.app.name, self.dep.id)
+            .await
+        {
+            return e.into();
+        }
+        // A crash here replays the step: it finds no record and the same volume, and
+        // refuses again (the undo is idempotent).
+        crate::faults::crash_point("volume_unclaim", "after");
+        StepError::Check(format!(
+            "volume {name} exists on the engine but was not made by Pier for this app; it \
+             is not mounted and not recorded as the app's"
+        ))
     }
 
     /// Shared networks, joined only once the candidate is journaled (so a crash cannot

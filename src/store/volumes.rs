@@ -1,5 +1,7 @@
 //! Volume ownership: which app (and which incarnation of it) owns each engine volume Pier
-//! made. Ownership is this record, never a name or a label.
+//! made. Ownership is this record, never a name or a label; and a record alone proves
+//! nothing about the volume on the engine: only one whose labels carry the record's
+//! provenance (app, incarnation) is the record's ([`crate::engine::Labelled::carries`]).
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -80,6 +82,22 @@ impl Store {
         )
         .fetch_all(&self.pool)
         .await?)
+    }
+
+    /// Undoes the record `deployment` wrote for `name`, and no other: the step that wrote
+    /// it found a volume of that name that Pier did not make, and a record left behind
+    /// would give that volume (and its data) to the app.
+    pub async fn unclaim_volume(&self, name: &str, app: &str, deployment: Uuid) -> Result<bool> {
+        Ok(
+            sqlx::query("DELETE FROM volumes WHERE name = $1 AND app = $2 AND deployment_id = $3")
+                .bind(name)
+                .bind(app)
+                .bind(deployment)
+                .execute(&self.pool)
+                .await?
+                .rows_affected()
+                > 0,
+        )
     }
 
     /// `pier volumes rm`: the record goes only after the volume itself is gone.
