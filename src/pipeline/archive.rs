@@ -1,8 +1,9 @@
 //! `pier import`: the `resolve` step of an imported deployment verifies its archive's own
 //! bytes (config and layer digests, platform: [`crate::archive`]), loads what it verified
 //! into the engine and checks what the engine then holds (the expected image id, the
-//! platform, no Pier labels) before anything is created; `pull` and `verify` have nothing left to do. A mismatch
-//! fails the deployment with nothing made: the loaded image is only an image.
+//! platform, no Pier labels) before anything is created; `pull` and `verify` have nothing
+//! left to do. A mismatch fails the deployment with nothing made: the loaded image is only
+//! an image.
 
 use std::path::Path;
 

@@ -239,8 +239,9 @@ impl Run<'_> {
         // refuses again (the undo is idempotent).
         crate::faults::crash_point("volume_unclaim", "after");
         StepError::Check(format!(
-            "volume {name} exists on the engine but was not made by Pier for this app; it \
-             is not mounted and not recorded as the app's"
+            "volume {name} exists on the engine but was not made by Pier for this app (its \
+             labels do not carry an ownership record of the app); it is not mounted: remove \
+             or rename it"
         ))
     }
 
