@@ -8,9 +8,11 @@
 //! route version is applied and what is in flight per upstream: the pipeline waits on it.
 
 mod admin;
+mod bodies;
 mod feed;
 mod forward;
 mod h1;
+mod rules;
 mod table;
 mod tls;
 mod upstream;
@@ -40,6 +42,7 @@ pub struct Shared {
     config: Arc<Config>,
     table: RwLock<Arc<Table>>,
     counters: table::Counters,
+    limits: table::Limits,
     tls_listens: HashSet<SocketAddr>,
     /// Requests no generation answered: an app that is down must not flood the log.
     unreachable_log: LogBudget,
@@ -72,7 +75,7 @@ impl Shared {
     /// Swaps in a table built from `routes`; upstreams no route names are forgotten once
     /// their last request is done.
     fn install(&self, routes: &[Route]) {
-        let table = Table::build(&self.config, routes, &self.counters);
+        let table = Table::build(&self.config, routes, &self.counters, &self.limits);
         let names: Vec<&str> = routes
             .iter()
             .flat_map(|r| std::iter::once(r.upstream.as_str()).chain(r.standby.as_deref()))
@@ -101,6 +104,7 @@ pub async fn run_until(config: Config, shutdown: CancellationToken) -> anyhow::R
         config: config.clone(),
         table: RwLock::new(Arc::new(Table::default())),
         counters: table::Counters::default(),
+        limits: table::Limits::default(),
         tls_listens: acceptors.keys().copied().collect(),
         unreachable_log: LogBudget::new(5, Duration::from_secs(10)),
     });
@@ -117,7 +121,7 @@ pub async fn run_until(config: Config, shutdown: CancellationToken) -> anyhow::R
         Err(e) => tracing::warn!(error = %e, "cannot read the proxy's last known routes"),
     }
     let listens: Vec<SocketAddr> =
-        Table::build(&config, &[], &table::Counters::default()).listens();
+        Table::build(&config, &[], &Default::default(), &Default::default()).listens();
     let mut tasks = tokio::task::JoinSet::new();
     for addr in listens {
         let listener = TcpListener::bind(addr)
@@ -142,7 +146,20 @@ pub async fn run_until(config: Config, shutdown: CancellationToken) -> anyhow::R
     ));
     tracing::info!("pier proxy running");
     shutdown.cancelled().await;
-    while tasks.join_next().await.is_some() {}
+    let drain = config.proxy.drain_timeout;
+    tracing::info!(
+        ?drain,
+        "pier proxy stopping: no new connections, finishing requests"
+    );
+    if tokio::time::timeout(drain, async { while tasks.join_next().await.is_some() {} })
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            ?drain,
+            "requests still in flight at the drain deadline were cut off"
+        );
+    }
     Ok(())
 }
 
@@ -179,46 +196,63 @@ async fn serve(
             _ = shutdown.cancelled() => break,
         };
         let _ = stream.set_nodelay(true);
-        let shared = shared.clone();
-        let builder = builder.clone();
-        let stop = shutdown.clone();
-        let tls = tls.clone();
-        conns.spawn(async move {
-            let (upstreams, mut driver) = upstream::Upstreams::new();
-            let client = Arc::new(forward::Client::new(shared, upstreams, local, peer));
-            let for_hyper = client.clone();
-            let service =
-                hyper::service::service_fn(move |req| forward::handle(for_hyper.clone(), req));
-            match tls {
-                None => match h1::serve(stream, &client, &stop).await {
-                    h1::End::Closed => {}
-                    h1::End::Handoff(io) => drive(&builder, io, service, &mut driver, &stop).await,
-                },
-                Some(acceptor) => {
-                    // A handshake gets the same deadline as a request head.
-                    match tokio::time::timeout(HEADER_TIMEOUT, acceptor.accept(stream)).await {
-                        // HTTP/2 (agreed in the handshake) is hyper's from the start.
-                        Ok(Ok(tls_stream))
-                            if tls_stream.get_ref().1.alpn_protocol() == Some(&b"h2"[..]) =>
-                        {
-                            drive(&builder, tls_stream, service, &mut driver, &stop).await
-                        }
-                        Ok(Ok(tls_stream)) => match h1::serve(tls_stream, &client, &stop).await {
-                            h1::End::Closed => {}
-                            h1::End::Handoff(io) => {
-                                drive(&builder, io, service, &mut driver, &stop).await
-                            }
-                        },
-                        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
-                    }
-                }
-            }
-            driver.finish().await;
-        });
+        conns.spawn(connection(
+            stream,
+            peer,
+            local,
+            tls.clone(),
+            shared.clone(),
+            builder.clone(),
+            shutdown.clone(),
+        ));
         while conns.try_join_next().is_some() {}
     }
     while conns.join_next().await.is_some() {}
+}
+
+/// One client connection, from its first byte to its close. The upstream connections its
+/// requests opened close with it: none outlives its client.
+async fn connection(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    local: SocketAddr,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    shared: Arc<Shared>,
+    builder: Arc<Builder<TokioExecutor>>,
+    stop: CancellationToken,
+) {
+    let (upstreams, mut driver) = upstream::Upstreams::new();
+    let client = Arc::new(forward::Client::new(shared, upstreams, local, peer));
+    let for_hyper = client.clone();
+    let service = hyper::service::service_fn(move |req| forward::handle(for_hyper.clone(), req));
+    let up = &client.upstreams;
+    match tls {
+        None => match h1::serve(stream, &client, &stop).await {
+            h1::End::Closed => {}
+            h1::End::Handoff(io) => drive(&builder, io, service, up, &mut driver, &stop).await,
+        },
+        Some(acceptor) => {
+            // A handshake gets the same deadline as a request head.
+            match tokio::time::timeout(HEADER_TIMEOUT, acceptor.accept(stream)).await {
+                // HTTP/2 (agreed in the handshake) is hyper's from the start.
+                Ok(Ok(tls_stream))
+                    if tls_stream.get_ref().1.alpn_protocol() == Some(&b"h2"[..]) =>
+                {
+                    drive(&builder, tls_stream, service, up, &mut driver, &stop).await
+                }
+                Ok(Ok(tls_stream)) => match h1::serve(tls_stream, &client, &stop).await {
+                    h1::End::Closed => {}
+                    h1::End::Handoff(io) => {
+                        drive(&builder, io, service, up, &mut driver, &stop).await
+                    }
+                },
+                Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+            }
+        }
+    }
+    client.upstreams.close_idle(true);
+    let _ = tokio::time::timeout(upstream::UPSTREAM_IDLE, driver.finish()).await;
 }
 
 /// Serves one connection (plain or TLS) until it ends, or gracefully on shutdown, driving
@@ -227,6 +261,7 @@ async fn drive<IO, S>(
     builder: &Builder<TokioExecutor>,
     io: IO,
     service: S,
+    upstreams: &upstream::Upstreams,
     driver: &mut upstream::Driver,
     stop: &CancellationToken,
 ) where
@@ -243,7 +278,7 @@ async fn drive<IO, S>(
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
     let mut conn = std::pin::pin!(conn);
     let stopped = driver
-        .run(async {
+        .run(upstreams, async {
             tokio::select! {
                 _ = conn.as_mut() => false,
                 _ = stop.cancelled() => true,
@@ -252,8 +287,7 @@ async fn drive<IO, S>(
         .await;
     if stopped {
         conn.as_mut().graceful_shutdown();
-        let _ = driver
-            .run(tokio::time::timeout(Duration::from_secs(10), conn.as_mut()))
-            .await;
+        // The process's own drain deadline ends whatever is still open after this.
+        let _ = driver.run(upstreams, conn.as_mut()).await;
     }
 }

@@ -18,6 +18,7 @@ use bytes::{Buf, BytesMut};
 use hyper::StatusCode;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, timeout, timeout_at};
 use tokio_util::sync::CancellationToken;
 
@@ -26,6 +27,7 @@ pub use body::Prefixed;
 use head::{AnswerHead, Forwarding, Parsed, RequestHead};
 
 use super::forward::{Client, RETRYABLE_BODY, page_html};
+use super::rules::Refusal;
 use super::table::{Entry, InFlight};
 use super::upstream::CONNECT_TIMEOUT;
 
@@ -39,11 +41,13 @@ pub enum End<IO> {
     Handoff(Prefixed<IO>),
 }
 
-/// A kept-alive connection to one generation of an app.
+/// A kept-alive connection to one generation of an app, holding one of its app's
+/// connection permits while open.
 struct Upstream {
     target: String,
     stream: TcpStream,
     buf: BytesMut,
+    _permit: OwnedSemaphorePermit,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +63,9 @@ enum SendError {
     /// The client went away while its body was being sent.
     #[error("the client went away")]
     ClientGone,
+    /// The app has `proxy.max_upstream_connections` open and none came free in time.
+    #[error("too many connections to the app")]
+    Busy,
 }
 
 /// Whether the client connection carries another request.
@@ -100,6 +107,10 @@ where
             Next::Other => {
                 return End::Handoff(Prefixed::new(c.buf.split().freeze(), c.io));
             }
+            Next::Refused(r) => {
+                c.refuse(r).await;
+                break;
+            }
         };
         match c.exchange(head).await {
             Flow::Keep if !stop.is_cancelled() => {}
@@ -108,13 +119,32 @@ where
     }
     // A TLS client gets its close_notify; a plain one its FIN.
     let _ = timeout(Duration::from_secs(1), c.io.shutdown()).await;
+    linger(&mut c.io).await;
     End::Closed
+}
+
+/// Reads what the client still sends after the proxy's last answer, for a short while:
+/// closing with unread bytes would reset the connection, and the client could lose the
+/// answer (a 400 to a request whose body it is still sending).
+async fn linger<IO: AsyncRead + Unpin>(io: &mut IO) {
+    const LINGER: Duration = Duration::from_secs(2);
+    const LINGER_BYTES: usize = 1 << 20;
+    let deadline = Instant::now() + LINGER;
+    let mut sink = [0u8; 4096];
+    let mut read = 0;
+    while read < LINGER_BYTES {
+        match timeout_at(deadline, io.read(&mut sink)).await {
+            Ok(Ok(n)) if n > 0 => read += n,
+            _ => return,
+        }
+    }
 }
 
 enum Next {
     Head(RequestHead),
     Closed,
     Other,
+    Refused(Refusal),
 }
 
 impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<'_, IO> {
@@ -124,6 +154,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<'_, IO> {
         let fwd = Forwarding {
             peer_ip: self.client.peer_ip.as_bytes(),
             tls: self.client.tls,
+            trusted: self.client.trusted,
         };
         let deadline = Instant::now() + super::HEADER_TIMEOUT;
         loop {
@@ -131,6 +162,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<'_, IO> {
                 match head::request(&self.buf, &fwd, &mut self.out) {
                     Parsed::Done(h) => return Next::Head(h),
                     Parsed::Other => return Next::Other,
+                    Parsed::Refused(r) => return Next::Refused(r),
                     Parsed::Partial => {}
                 }
             }
@@ -204,10 +236,17 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<'_, IO> {
         for attempt in entry.attempts() {
             let (target, is_last) = (attempt.target, attempt.is_last);
             let guard = attempt.start(&shared.counters);
-            let sent = timeout(entry.timeout, self.send(target, head, streamed)).await;
+            let sent = timeout(entry.timeout, self.send(target, entry, head, streamed)).await;
             match sent {
                 Ok(Ok((up, answer))) => return self.relay(up, answer, head, guard).await,
                 Ok(Err(SendError::ClientGone)) => return Flow::Close,
+                Ok(Err(SendError::Busy)) => {
+                    let text = "The app is busy. Try again in a moment.";
+                    let close = streamed > 0 || head.close;
+                    return self
+                        .page(StatusCode::SERVICE_UNAVAILABLE, text, head, close)
+                        .await;
+                }
                 Ok(Err(e)) => {
                     // Retry only what cannot have reached the app: a refused connection,
                     // or an idempotent request (with its whole body at hand) unanswered.
@@ -240,6 +279,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<'_, IO> {
     async fn send(
         &mut self,
         target: &str,
+        entry: &Entry,
         head: &RequestHead,
         streamed: u64,
     ) -> Result<(Upstream, AnswerHead), SendError> {
@@ -248,7 +288,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<'_, IO> {
             let reused = idle.is_some();
             let mut up = match idle.take() {
                 Some(up) => up,
-                None => connect(target).await?,
+                None => connect(target, entry).await?,
             };
             let sent = match up.stream.write_all(&self.out).await {
                 Ok(()) => self.stream_body(&mut up.stream, streamed).await,
@@ -307,7 +347,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<'_, IO> {
                         .map_err(|_| SendError::ClientGone)?;
                 }
                 Ok(Parsed::Done(a)) => return Ok(a),
-                Ok(Parsed::Partial | Parsed::Other) => {
+                Ok(Parsed::Partial | Parsed::Other | Parsed::Refused(_)) => {
                     up.buf.reserve(READ_SIZE);
                     match up.stream.read_buf(&mut up.buf).await {
                         Ok(n) if n > 0 => got_any = true,
@@ -388,6 +428,21 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<'_, IO> {
         }
     }
 
+    /// Answers a request no path may forward; the connection then closes, with whatever
+    /// the client sent after the head unread by any app.
+    async fn refuse(&mut self, r: Refusal) {
+        let head = RequestHead {
+            len: 0,
+            body: 0,
+            close: true,
+            idempotent: false,
+            head_only: false,
+            host: None,
+        };
+        self.buf.clear();
+        self.page(r.status, r.text, &head, true).await;
+    }
+
     /// A short page of the proxy's own, for when no app answers: never a hang.
     async fn page(
         &mut self,
@@ -417,7 +472,10 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<'_, IO> {
     }
 }
 
-async fn connect(target: &str) -> Result<Upstream, SendError> {
+async fn connect(target: &str, entry: &Entry) -> Result<Upstream, SendError> {
+    let permit = super::upstream::permit(&entry.conns)
+        .await
+        .map_err(|_| SendError::Busy)?;
     let stream = timeout(CONNECT_TIMEOUT, TcpStream::connect(target))
         .await
         .map_err(|_| SendError::Connect)?
@@ -427,5 +485,6 @@ async fn connect(target: &str) -> Result<Upstream, SendError> {
         target: target.to_owned(),
         stream,
         buf: BytesMut::with_capacity(READ_SIZE),
+        _permit: permit,
     })
 }
