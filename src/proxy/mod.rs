@@ -176,7 +176,9 @@ async fn serve(
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_TIMEOUT);
+        .header_read_timeout(HEADER_TIMEOUT)
+        // A head the byte path finds too large is too large here too (431).
+        .max_buf_size(h1::MAX_HEAD);
     builder
         .http2()
         .timer(TokioTimer::new())

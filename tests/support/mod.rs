@@ -50,6 +50,8 @@ mod images;
 mod load;
 mod pgproxy;
 mod pier_process;
+mod proxies;
+mod recording_app;
 mod registry;
 mod signin;
 
@@ -67,6 +69,10 @@ pub use load::*;
 #[allow(unused_imports)] // only some test binaries relay Postgres
 pub use pgproxy::*;
 pub use pier_process::*;
+#[allow(unused_imports)] // only the proxy tests put a proxy in front of an app
+pub use proxies::*;
+#[allow(unused_imports)]
+pub use recording_app::*;
 pub use registry::*;
 #[allow(unused_imports)] // only the page tests sign in
 pub use signin::*;

@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use body::Framing;
 pub use body::Prefixed;
+pub use head::MAX_HEAD;
 use head::{AnswerHead, Forwarding, Parsed, RequestHead};
 
 use super::forward::{Client, RETRYABLE_BODY, page_html};
