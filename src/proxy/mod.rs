@@ -32,6 +32,15 @@ use crate::config::Config;
 use crate::log_budget::LogBudget;
 use crate::store::Route;
 pub use forward::ProxyBody;
+
+/// The byte path's parsers, for the fuzz targets (`fuzz/`); not an API.
+#[doc(hidden)]
+pub mod parsers {
+    pub use super::h1::{
+        AnswerHead, BadAnswer, BadChunk, ForwardingValues, Framing, MAX_HEAD, ParsedHead, Progress,
+        Request, parse_answer, parse_request,
+    };
+}
 pub use table::{Entry, Table};
 
 /// A client's request head must arrive within this, and an idle kept-alive connection is

@@ -22,10 +22,15 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, timeout, timeout_at};
 use tokio_util::sync::CancellationToken;
 
-use body::Framing;
 pub use body::Prefixed;
+pub use body::{BadChunk, Framing, Progress};
+pub use head::AnswerHead;
 pub use head::MAX_HEAD;
-use head::{AnswerHead, Forwarding, Parsed, RequestHead};
+pub use head::{
+    BadAnswer, Forwarding as ForwardingValues, Parsed as ParsedHead, RequestHead as Request,
+    answer as parse_answer, request as parse_request,
+};
+use head::{Forwarding, Parsed, RequestHead};
 
 use super::forward::{Client, RETRYABLE_BODY, page_html};
 use super::rules::Refusal;
