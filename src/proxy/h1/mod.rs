@@ -10,6 +10,8 @@
 
 mod body;
 mod head;
+#[cfg(test)]
+mod reference;
 
 use std::io;
 use std::time::Duration;
