@@ -28,7 +28,10 @@ fn tchar(b: u8) -> bool {
 
 /// The lines of a head (CRLF or, as RFC 9112 allows, LF), and where the head ends;
 /// `Err` for a bare CR.
-fn lines(buf: &[u8]) -> Result<Option<(Vec<&[u8]>, usize)>, ()> {
+/// A complete head's lines (without the blank line) and its length.
+type Head<'a> = (Vec<&'a [u8]>, usize);
+
+fn lines(buf: &[u8]) -> Result<Option<Head<'_>>, ()> {
     let mut out = Vec::new();
     let mut start = 0;
     let mut i = 0;
