@@ -12,6 +12,7 @@ mod bodies;
 mod feed;
 mod forward;
 mod h1;
+mod listen;
 mod rules;
 mod table;
 mod tls;
@@ -133,9 +134,8 @@ pub async fn run_until(config: Config, shutdown: CancellationToken) -> anyhow::R
         Table::build(&config, &[], &Default::default(), &Default::default()).listens();
     let mut tasks = tokio::task::JoinSet::new();
     for addr in listens {
-        let listener = TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("proxy: listen on {addr}"))?;
+        let listener =
+            listen::bind_shared(addr).with_context(|| format!("proxy: listen on {addr}"))?;
         tracing::info!(%addr, tls = acceptors.contains_key(&addr), "proxy listening");
         tasks.spawn(serve(
             listener,
@@ -144,8 +144,8 @@ pub async fn run_until(config: Config, shutdown: CancellationToken) -> anyhow::R
             shutdown.clone(),
         ));
     }
-    let admin = TcpListener::bind(config.proxy.admin)
-        .await
+    // Shared too, so that a new proxy starts beside this one with the same config.
+    let admin = listen::bind_shared(config.proxy.admin)
         .with_context(|| format!("proxy admin: listen on {}", config.proxy.admin))?;
     tasks.spawn(admin::serve(admin, shared.clone(), shutdown.clone()));
     tasks.spawn(feed::follow(
@@ -194,6 +194,18 @@ async fn serve(
         .max_concurrent_streams(256);
     let builder = Arc::new(builder);
     let mut conns = tokio::task::JoinSet::new();
+    let spawn = |conns: &mut tokio::task::JoinSet<()>, stream: tokio::net::TcpStream, peer| {
+        let _ = stream.set_nodelay(true);
+        conns.spawn(connection(
+            stream,
+            peer,
+            local,
+            tls.clone(),
+            shared.clone(),
+            builder.clone(),
+            shutdown.clone(),
+        ));
+    };
     loop {
         let (stream, peer) = tokio::select! {
             a = listener.accept() => match a {
@@ -206,17 +218,12 @@ async fn serve(
             },
             _ = shutdown.cancelled() => break,
         };
-        let _ = stream.set_nodelay(true);
-        conns.spawn(connection(
-            stream,
-            peer,
-            local,
-            tls.clone(),
-            shared.clone(),
-            builder.clone(),
-            shutdown.clone(),
-        ));
+        spawn(&mut conns, stream, peer);
         while conns.try_join_next().is_some() {}
+    }
+    // Served like the rest, each to its first answer (which closes it).
+    for (stream, peer) in listen::close_taking_backlog(listener) {
+        spawn(&mut conns, stream, peer);
     }
     while conns.join_next().await.is_some() {}
 }

@@ -48,7 +48,7 @@ port = 8080
 strategy = "blue-green"
 [apps.route]
 listen = "{listen}"
-hosts = ["app.test"]
+hosts = ["app.test", "127.0.0.1"]
 "#,
             closed = free_port(),
             admin = free_port(),

@@ -39,6 +39,9 @@ use super::rules::Refusal;
 use super::table::{Entry, InFlight};
 use super::upstream::CONNECT_TIMEOUT;
 
+/// How long a connection idle when the proxy stops may still bring one more request.
+const IDLE_GRACE: Duration = Duration::from_secs(2);
+
 /// Bytes read from a socket at a time.
 const READ_SIZE: usize = 16 * 1024;
 
@@ -84,6 +87,8 @@ enum Flow {
 
 struct Conn<'a, IO> {
     client: &'a Client,
+    /// Cancelled when the proxy stops: every answer from then on closes its connection.
+    stop: &'a CancellationToken,
     io: IO,
     /// Bytes from the client not yet forwarded.
     buf: BytesMut,
@@ -102,6 +107,7 @@ where
 {
     let mut c = Conn {
         client,
+        stop,
         io,
         buf: BytesMut::with_capacity(READ_SIZE),
         out: Vec::with_capacity(1024),
@@ -109,7 +115,7 @@ where
         upstream: None,
     };
     loop {
-        let head = match c.next_head(stop).await {
+        let head = match c.next_head().await {
             Next::Head(h) => h,
             Next::Closed => break,
             Next::Other => {
@@ -156,15 +162,19 @@ enum Next {
 }
 
 impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<'_, IO> {
-    /// The next request's head, within the header deadline; a connection idle between
-    /// requests closes on `stop` at once.
-    async fn next_head(&mut self, stop: &CancellationToken) -> Next {
+    /// The next request's head, within the header deadline. A connection idle between
+    /// requests when the proxy stops still takes one more request for [`IDLE_GRACE`]
+    /// (answered with `Connection: close`): closing it at once would race a request the
+    /// client is sending on it, which it then could not know to retry.
+    async fn next_head(&mut self) -> Next {
+        let stop = self.stop;
         let fwd = Forwarding {
             peer_ip: self.client.peer_ip.as_bytes(),
             tls: self.client.tls,
             trusted: self.client.trusted,
         };
-        let deadline = Instant::now() + super::HEADER_TIMEOUT;
+        let mut deadline = Instant::now() + super::HEADER_TIMEOUT;
+        let mut graced = false;
         loop {
             if !self.buf.is_empty() {
                 match head::request(&self.buf, &fwd, &mut self.out) {
@@ -178,7 +188,11 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<'_, IO> {
             self.buf.reserve(READ_SIZE);
             let read = tokio::select! {
                 r = timeout_at(deadline, self.io.read_buf(&mut self.buf)) => r,
-                _ = stop.cancelled(), if idle => return Next::Closed,
+                _ = stop.cancelled(), if idle && !graced => {
+                    graced = true;
+                    deadline = deadline.min(Instant::now() + IDLE_GRACE);
+                    continue;
+                }
             };
             if !matches!(read, Ok(Ok(n)) if n > 0) {
                 return Next::Closed;
@@ -379,7 +393,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<'_, IO> {
         _guard: InFlight,
     ) -> Flow {
         let mut framing = answer.framing;
-        let close = head.close || framing == Framing::Close;
+        let close = head.close || framing == Framing::Close || self.stop.is_cancelled();
         if close {
             self.reply.extend_from_slice(b"Connection: close\r\n");
         }
@@ -459,6 +473,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<'_, IO> {
         head: &RequestHead,
         close: bool,
     ) -> Flow {
+        let close = close || self.stop.is_cancelled();
         let html = page_html(status, text);
         self.reply.clear();
         self.reply.extend_from_slice(
