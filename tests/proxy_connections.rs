@@ -164,3 +164,54 @@ async fn sigterm_ends_the_proxy_within_its_drain_timeout_despite_idle_clients() 
     assert!(took < Duration::from_secs(5), "SIGTERM took {took:?}");
     h2.abort();
 }
+
+#[tokio::test]
+async fn an_app_gets_no_more_connections_than_its_limit_and_the_rest_get_503() {
+    // An app that accepts and reads but never answers: each request holds its connection.
+    let app = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let app_addr = app.local_addr().unwrap();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = accepted.clone();
+    let holder = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = app.accept().await {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            held.push(s);
+        }
+    });
+    let proxy = PierProxy::start(app_addr, "max_upstream_connections = 2").await;
+    let mut hanging = Vec::new();
+    for i in 0..2 {
+        let mut s = TcpStream::connect(proxy.listen).await.unwrap();
+        let req = format!("GET /hold/{i} HTTP/1.1\r\nHost: app.test\r\n\r\n");
+        s.write_all(req.as_bytes()).await.unwrap();
+        hanging.push(s);
+    }
+    let held = accepted.clone();
+    wait_until("both requests reach the app", DEADLINE, || {
+        let n = held.load(std::sync::atomic::Ordering::SeqCst);
+        async move { (n >= 2).then_some(()) }
+    })
+    .await;
+    // On the byte path and on hyper's.
+    for raw in [
+        "GET /third HTTP/1.1\r\nHost: app.test\r\nConnection: close\r\n\r\n",
+        "GET /third HTTP/1.0\r\nHost: app.test\r\n\r\n",
+    ] {
+        let mut s = TcpStream::connect(proxy.listen).await.unwrap();
+        s.write_all(raw.as_bytes()).await.unwrap();
+        let mut out = Vec::new();
+        tokio::time::timeout(DEADLINE, s.read_to_end(&mut out))
+            .await
+            .expect("answered by the proxy itself in time")
+            .unwrap();
+        let text = String::from_utf8_lossy(&out);
+        assert!(
+            text.starts_with("HTTP/1.1 503") || text.starts_with("HTTP/1.0 503"),
+            "{text}"
+        );
+    }
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2);
+    drop(hanging);
+    holder.abort();
+}
