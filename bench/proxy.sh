@@ -145,7 +145,7 @@ printf '%-18s %12s %10s %10s\n' "nginx proxy" "$n_rps" "$n_p50" "$n_p99"
 printf '%-18s %12s %10s %10s\n' "pier proxy" "$p_rps" "$p_p50" "$p_p99"
 for name in nginx pier; do echo "$name rounds (req/s p50 p99): $(tr '\n' ';' <"$dir/$name.rows")"; done
 awk -v p="$p_rps" -v n="$n_rps" -v pp="$p_p99" -v np="$n_p99" 'BEGIN {
-    printf "pier/nginx: throughput %.2fx (target >= 0.9x), p99 latency %.2fx (target <= 1.2x)\n", p / n, pp / np }'
+    printf "pier/nginx: throughput %.2fx (target >= 1.0x), p99 latency %.2fx (target <= 1.2x)\n", p / n, pp / np }'
 cpu_per_request() { awk -v hz="$(getconf CLK_TCK)" '{n += $1; t += $2} END {printf "%.1f", t / hz * 1e6 / n}' "$dir/$1.cpu"; }
 n_cpu=$(cpu_per_request nginx)
 p_cpu=$(cpu_per_request pier)

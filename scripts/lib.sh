@@ -87,7 +87,7 @@ wait_until() {
 # --- packages -----------------------------------------------------------------------------
 
 # The Debian packages the test suite needs (the demo adds curl).
-PIER_TEST_PACKAGES=(postgresql docker-registry busybox-static chromium chromium-driver)
+PIER_TEST_PACKAGES=(postgresql docker-registry busybox-static chromium chromium-driver nginx)
 
 _pier_apt_updated=0
 

@@ -30,7 +30,12 @@ struct Proxy {
 }
 
 async fn proxy_to(upstream: SocketAddr) -> Proxy {
-    let proxy = proxy_routing_to(upstream).await;
+    proxy_with(upstream, "").await
+}
+
+/// Like [`proxy_to`], with more lines for `[proxy]`.
+async fn proxy_with(upstream: SocketAddr, proxy_toml: &str) -> Proxy {
+    let proxy = proxy_routing_with(upstream, proxy_toml).await;
     wait_until("pier proxy routes app.test", DEADLINE, || async move {
         let (status, _) = raw_get(proxy.listen, "/", "app.test").await?;
         (status == 200).then_some(())
@@ -41,6 +46,10 @@ async fn proxy_to(upstream: SocketAddr) -> Proxy {
 
 /// A running `pier proxy` routing `app.test` to `upstream`, which may not answer.
 async fn proxy_routing_to(upstream: SocketAddr) -> Proxy {
+    proxy_routing_with(upstream, "").await
+}
+
+async fn proxy_routing_with(upstream: SocketAddr, proxy_toml: &str) -> Proxy {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let admin = free_port();
@@ -63,6 +72,7 @@ database_url = "postgres://pier:pier@127.0.0.1:{closed}/none"
 [proxy]
 admin = "127.0.0.1:{admin}"
 state_file = {state:?}
+{proxy_toml}
 [[apps]]
 name = "echo"
 image = "127.0.0.1:5000/proxy/echo"
@@ -173,6 +183,63 @@ where
     addr
 }
 
+/// What the header echo saw of one request sent as `raw` over a fresh connection.
+async fn seen_by_app(proxy: &Proxy, raw: &[u8]) -> serde_json::Value {
+    let mut s = TcpStream::connect(proxy.listen).await.unwrap();
+    s.write_all(raw).await.unwrap();
+    let mut out = String::new();
+    tokio::time::timeout(DEADLINE, s.read_to_string(&mut out))
+        .await
+        .expect("the proxy answers in time")
+        .unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").expect("a complete answer");
+    assert!(
+        head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200"),
+        "{head}"
+    );
+    serde_json::from_str(body).expect("the echo's JSON")
+}
+
+#[tokio::test]
+async fn a_client_s_forwarding_headers_are_replaced_on_both_paths() {
+    let proxy = proxy_to(header_echo().await).await;
+    for version in ["1.1", "1.0"] {
+        let raw = format!(
+            "GET / HTTP/{version}\r\nHost: app.test\r\nX-Forwarded-For: 6.6.6.6\r\n\
+             Forwarded: for=6.6.6.6\r\nX-Real-IP: 6.6.6.6\r\nX_Forwarded_For: 6.6.6.6\r\n\
+             X-Forwarded-Proto: https\r\nX-Forwarded-Host: evil\r\nAccept: */*\r\n\
+             Connection: close\r\n\r\n"
+        );
+        let seen = seen_by_app(&proxy, raw.as_bytes()).await;
+        let h = seen["headers"].as_object().unwrap();
+        assert_eq!(h["x-forwarded-for"], "127.0.0.1", "{seen}");
+        assert_eq!(h["x-forwarded-proto"], "http", "{seen}");
+        assert_eq!(h["x-forwarded-host"], "app.test", "{seen}");
+        assert_eq!(h["accept"], "*/*", "{seen}");
+        for spoofed in ["forwarded", "x-real-ip", "x_forwarded_for"] {
+            assert!(
+                !h.contains_key(spoofed),
+                "HTTP/{version}: {spoofed} reached the app: {seen}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_trusted_proxy_s_forwarded_for_is_appended_to_on_both_paths() {
+    let proxy = proxy_with(header_echo().await, "trusted_proxies = [\"127.0.0.0/8\"]").await;
+    for version in ["1.1", "1.0"] {
+        let raw = format!(
+            "GET / HTTP/{version}\r\nHost: app.test\r\nX-Forwarded-For: 203.0.113.9\r\n\
+             X-Forwarded-Proto: https\r\nConnection: close\r\n\r\n"
+        );
+        let seen = seen_by_app(&proxy, raw.as_bytes()).await;
+        let h = &seen["headers"];
+        assert_eq!(h["x-forwarded-for"], "203.0.113.9, 127.0.0.1", "{seen}");
+        assert_eq!(h["x-forwarded-proto"], "https", "{seen}");
+    }
+}
+
 #[tokio::test]
 async fn the_app_sees_who_asked_how_and_for_which_host_and_no_hop_headers() {
     let proxy = proxy_to(header_echo().await).await;
@@ -193,7 +260,7 @@ async fn the_app_sees_who_asked_how_and_for_which_host_and_no_hop_headers() {
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     let seen: serde_json::Value = serde_json::from_str(body).expect("the echo's JSON");
     let h = &seen["headers"];
-    assert_eq!(h["x-forwarded-for"], "203.0.113.9, 127.0.0.1", "{seen}");
+    assert_eq!(h["x-forwarded-for"], "127.0.0.1", "{seen}");
     assert_eq!(h["x-forwarded-proto"], "http", "{seen}");
     assert_eq!(h["x-forwarded-host"], "app.test", "{seen}");
     for hop in ["x-private-hop", "keep-alive", "proxy-authorization"] {

@@ -5,24 +5,24 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::{Body, Frame, Incoming, SizeHint};
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Body, Incoming};
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 
 use super::Shared;
-use super::table::InFlight;
+use super::bodies::{Ahead, BodyFailure, Counted, Failure, Prepared, read_ahead, streamed};
+use super::rules::{self, ToApp};
+use super::table::{Entry, InFlight};
 use super::upstream::{SendError, Upstreams};
 
 pub type ProxyBody = BoxBody<Bytes, BoxError>;
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(super) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Bodies up to this size are read before forwarding, so that a request can be sent
 /// again to the standby if the serving generation is gone; larger ones stream through.
@@ -31,19 +31,6 @@ pub(super) const RETRYABLE_BODY: u64 = 64 * 1024;
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
-
-/// Headers that describe one hop, never forwarded (RFC 9110, 7.6.1). Names, not strings:
-/// a lookup by a standard name needs no hashing of text.
-const HOP_BY_HOP: [HeaderName; 8] = [
-    header::CONNECTION,
-    HeaderName::from_static("keep-alive"),
-    HeaderName::from_static("proxy-connection"),
-    header::PROXY_AUTHENTICATE,
-    header::PROXY_AUTHORIZATION,
-    header::TE,
-    header::TRAILER,
-    header::TRANSFER_ENCODING,
-];
 
 /// What every request of one client connection shares, built once per connection: the
 /// peer's address as a header value is not formatted again for each request.
@@ -54,6 +41,8 @@ pub struct Client {
     pub(super) peer_ip: HeaderValue,
     /// The connection came in over TLS (`X-Forwarded-Proto: https`).
     pub(super) tls: bool,
+    /// The peer is one of `proxy.trusted_proxies`.
+    pub(super) trusted: bool,
 }
 
 impl Client {
@@ -66,12 +55,14 @@ impl Client {
         let peer_ip = HeaderValue::from_str(&peer.ip().to_string())
             .expect("an IP address is a valid header value");
         let tls = shared.tls_on(local);
+        let trusted = shared.config.proxy.trusts(peer.ip());
         Client {
             shared,
             upstreams,
             local,
             peer_ip,
             tls,
+            trusted,
         }
     }
 }
@@ -86,11 +77,27 @@ pub async fn handle(
     })
 }
 
+/// The request as it goes to the app, and what the proxy needs to know of it.
+struct Outgoing {
+    parts: hyper::http::request::Parts,
+    body: Prepared,
+    upgrade: Option<hyper::upgrade::OnUpgrade>,
+    /// How the client's body failed, if it did while it streamed to the app.
+    body_failed: Failure,
+}
+
 async fn route(
     client: &Client,
-    mut req: Request<Incoming>,
+    req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Response<ProxyBody>> {
-    let (shared, upstreams, local) = (client.shared.as_ref(), &client.upstreams, client.local);
+    let (shared, local) = (client.shared.as_ref(), client.local);
+    let http1 = req.version() < hyper::Version::HTTP_2;
+    rules::check_request(
+        req.method().as_str().as_bytes(),
+        req.version() == hyper::Version::HTTP_11,
+        pairs(req.headers()),
+    )
+    .map_err(|r| refusal(r, http1))?;
     let host = request_host(&req);
     let entry = {
         let table = shared.table();
@@ -105,29 +112,30 @@ async fn route(
             "This app has no running version yet.",
         ));
     }
+    let out = prepare(client, req, host.as_deref(), &entry).await?;
+    send(client, &entry, out).await
+}
+
+/// Checks the body's size, rewrites the head for the app and reads a small body ahead.
+async fn prepare(
+    client: &Client,
+    mut req: Request<Incoming>,
+    host: Option<&str>,
+    entry: &Entry,
+) -> Result<Outgoing, Response<ProxyBody>> {
+    let http1 = req.version() < hyper::Version::HTTP_2;
+    // Checked by `check_request`: digits only, one header.
     let announced = req
         .headers()
         .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+        .and_then(|v| rules::parse_length(v.as_bytes()));
     if announced.is_some_and(|n| n > entry.max_body) {
-        return Err(page(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "The request body is too large.",
-        ));
+        return Err(refusal(rules::TOO_LARGE, http1));
     }
     let upgrade = is_upgrade(req.headers());
-    // Read before the hop-by-hop headers (Transfer-Encoding among them) are dropped.
-    let chunked = is_chunked(req.headers());
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
-    forwarded_headers(
-        &mut parts.headers,
-        &client.peer_ip,
-        host.as_deref(),
-        client.tls,
-        upgrade,
-    );
+    headers_for_app(&mut parts.headers, client, host, upgrade);
     // An HTTP/2 client names the host in the request's authority; HTTP/1.1 needs `Host`.
     if !parts.headers.contains_key(header::HOST)
         && let Some(v) = parts
@@ -137,90 +145,118 @@ async fn route(
     {
         parts.headers.insert(header::HOST, v);
     }
-
-    // No body, or a small one read first: the request can then go to the standby too.
-    let bodiless = !upgrade && !chunked && announced.unwrap_or(0) == 0;
-    let small = !upgrade && !chunked && announced.unwrap_or(0) <= RETRYABLE_BODY;
-    let (buffered, mut streamed) = if bodiless {
-        (Some(Bytes::new()), None)
-    } else if small {
-        match Limited::new(body, RETRYABLE_BODY as usize).collect().await {
-            Ok(b) => (Some(b.to_bytes()), None),
+    parts.uri = origin_form(std::mem::take(&mut parts.uri));
+    let body_failed = Failure::default();
+    let body = if upgrade || announced == Some(0) || body.is_end_stream() {
+        Prepared::Whole(Bytes::new())
+    } else {
+        let ahead = tokio::time::timeout(entry.timeout, read_ahead(body, RETRYABLE_BODY as usize));
+        match ahead.await {
+            Ok(Ok(Ahead::Whole(b))) if b.len() as u64 > entry.max_body => {
+                return Err(refusal(rules::TOO_LARGE, http1));
+            }
+            Ok(Ok(Ahead::Whole(b))) => Prepared::Whole(b),
+            Ok(Ok(Ahead::Partial(prefix, rest))) => {
+                Prepared::Streamed(Some(streamed(prefix, rest, entry.max_body, &body_failed)))
+            }
+            Ok(Err(_)) => return Err(refusal(rules::BAD_BODY, http1)),
             Err(_) => {
                 return Err(page(
-                    StatusCode::BAD_REQUEST,
-                    "The request body could not be read.",
+                    StatusCode::REQUEST_TIMEOUT,
+                    "The request body did not arrive in time.",
                 ));
             }
         }
-    } else {
-        let limited = Limited::new(body, entry.max_body as usize)
-            .map_err(|e| -> BoxError { e })
-            .boxed();
-        (None, Some(limited))
     };
-    let idempotent = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS);
+    Ok(Outgoing {
+        parts,
+        body,
+        upgrade: client_upgrade,
+        body_failed,
+    })
+}
+
+/// Origin-form (`/path?query`), as HTTP/1.1 to the app wants it; an HTTP/2 request's
+/// scheme and authority are dropped (the authority went into `Host`). The parts share
+/// the request's bytes: nothing is parsed or copied again.
+fn origin_form(uri: hyper::Uri) -> hyper::Uri {
+    if uri.scheme().is_none() && uri.authority().is_none() {
+        return uri;
+    }
+    let mut u = uri.into_parts();
+    u.scheme = None;
+    u.authority = None;
+    if u.path_and_query.is_none() {
+        u.path_and_query = Some(hyper::http::uri::PathAndQuery::from_static("/"));
+    }
+    hyper::Uri::from_parts(u).unwrap_or_else(|_| hyper::Uri::from_static("/"))
+}
+
+/// The serving generation, then (for what cannot have reached it) the standby.
+async fn send(
+    client: &Client,
+    entry: &Entry,
+    mut out: Outgoing,
+) -> Result<Response<ProxyBody>, Response<ProxyBody>> {
+    let shared = client.shared.as_ref();
+    let upgrade = out.upgrade.is_some();
+    let idempotent = matches!(
+        out.parts.method,
+        Method::GET | Method::HEAD | Method::OPTIONS
+    );
     let mut last_error = String::new();
-    // Origin-form (`/path?query`), as HTTP/1.1 to the app wants it; an HTTP/2 request's
-    // scheme and authority are dropped (the authority went into `Host` above). The parts
-    // share the request's bytes: nothing is parsed or copied again.
-    let uri = if parts.uri.scheme().is_none() && parts.uri.authority().is_none() {
-        std::mem::take(&mut parts.uri)
-    } else {
-        let mut u = std::mem::take(&mut parts.uri).into_parts();
-        u.scheme = None;
-        u.authority = None;
-        if u.path_and_query.is_none() {
-            u.path_and_query = Some(hyper::http::uri::PathAndQuery::from_static("/"));
-        }
-        hyper::Uri::from_parts(u).unwrap_or_else(|_| hyper::Uri::from_static("/"))
-    };
+    let mut busy = false;
     for attempt in entry.attempts() {
         let (target, is_last) = (attempt.target, attempt.is_last);
-        let body = match (&buffered, streamed.take()) {
-            (Some(b), _) => Full::new(b.clone())
-                .map_err(|e| -> BoxError { match e {} })
-                .boxed(),
-            (None, Some(s)) => s,
+        let Some(body) = out.body.take() else {
             // A streamed body was consumed by the first try: nothing left to retry with.
-            (None, None) => break,
+            break;
         };
-        let mut out = Request::builder()
-            .method(parts.method.clone())
-            .uri(uri.clone())
+        let mut req = Request::builder()
+            .method(out.parts.method.clone())
+            .uri(out.parts.uri.clone())
             .version(hyper::Version::HTTP_11)
             .body(body)
             .expect("a request from valid parts");
-        *out.headers_mut() = if is_last {
-            std::mem::take(&mut parts.headers)
+        *req.headers_mut() = if is_last {
+            std::mem::take(&mut out.parts.headers)
         } else {
-            parts.headers.clone()
+            out.parts.headers.clone()
         };
         let guard = attempt.start(&shared.counters);
+        let up = &client.upstreams;
         let sending = async {
             if upgrade {
-                upstreams.send_upgrade(target, out).await
+                up.send_upgrade(target, &entry.conns, req).await
             } else {
-                upstreams.send(target, out).await
+                up.send(target, &entry.conns, req).await
             }
         };
-        let sent = tokio::time::timeout(entry.timeout, sending).await;
-        match sent {
+        match tokio::time::timeout(entry.timeout, sending).await {
             Ok(Ok(mut resp)) => {
                 if upgrade && resp.status() == StatusCode::SWITCHING_PROTOCOLS {
                     let upstream_upgrade = hyper::upgrade::on(&mut resp);
-                    if let Some(client_upgrade) = client_upgrade {
+                    if let Some(client_upgrade) = out.upgrade.take() {
                         tokio::spawn(splice(client_upgrade, upstream_upgrade, guard));
                     }
                     let (p, _) = resp.into_parts();
                     return Ok(Response::from_parts(p, empty()));
                 }
-                return Ok(answer(resp, guard));
+                return answer(resp, guard).ok_or_else(|| {
+                    page(StatusCode::BAD_GATEWAY, "The app's answer was malformed.")
+                });
+            }
+            Ok(Err(_)) if out.body_failed.get() == BodyFailure::Malformed => {
+                return Err(refusal(rules::BAD_BODY, true));
+            }
+            Ok(Err(_)) if out.body_failed.get() == BodyFailure::TooLarge => {
+                return Err(refusal(rules::TOO_LARGE, true));
             }
             Ok(Err(e)) => {
                 // Retry only what cannot have reached the app: a refused connection, or an
                 // idempotent request whose answer never started.
-                let unreached = matches!(e, SendError::Connect) || idempotent;
+                let unreached = matches!(e, SendError::Connect | SendError::Busy) || idempotent;
+                busy = matches!(e, SendError::Busy);
                 last_error = e.to_string();
                 drop(guard);
                 if !unreached || is_last {
@@ -237,22 +273,49 @@ async fn route(
         }
     }
     shared.log_unreachable(&entry.app, &last_error);
-    Err(page(
-        StatusCode::BAD_GATEWAY,
-        "The app could not be reached. Try again in a moment.",
-    ))
+    Err(if busy {
+        page(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "The app is busy. Try again in a moment.",
+        )
+    } else {
+        page(
+            StatusCode::BAD_GATEWAY,
+            "The app could not be reached. Try again in a moment.",
+        )
+    })
 }
 
 /// The answer as it goes back to the client: hop-by-hop headers dropped, counted in
-/// flight until its body has been sent.
-fn answer(resp: Response<Incoming>, guard: InFlight) -> Response<ProxyBody> {
+/// flight until its body has been sent; `None` when its length is not one RFC 9110
+/// digits-only `Content-Length`.
+fn answer(resp: Response<Incoming>, guard: InFlight) -> Option<Response<ProxyBody>> {
     let (mut parts, body) = resp.into_parts();
-    strip_hop_by_hop(&mut parts.headers);
+    let lengths = parts.headers.get_all(header::CONTENT_LENGTH);
+    let mut lengths = lengths.iter();
+    let first = lengths.next();
+    if lengths.next().is_some()
+        || first.is_some_and(|v| rules::parse_length(v.as_bytes()).is_none())
+    {
+        return None;
+    }
+    let drop: Vec<HeaderName> = {
+        let conn = rules::Connection::of(pairs(&parts.headers)).unwrap_or_default();
+        parts
+            .headers
+            .keys()
+            .filter(|k| !rules::answer_header(k.as_str().as_bytes(), &conn))
+            .cloned()
+            .collect()
+    };
+    for k in drop {
+        parts.headers.remove(k);
+    }
     let body = Counted {
         inner: body,
         _guard: guard,
     };
-    Response::from_parts(parts, BoxBody::new(body))
+    Some(Response::from_parts(parts, BoxBody::new(body)))
 }
 
 /// Copies bytes both ways between an upgraded client connection and its upstream.
@@ -267,6 +330,12 @@ async fn splice(
     let mut client = TokioIo::new(client);
     let mut upstream = TokioIo::new(upstream);
     let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+}
+
+fn pairs(headers: &HeaderMap) -> impl Iterator<Item = (&[u8], &[u8])> {
+    headers
+        .iter()
+        .map(|(k, v)| (k.as_str().as_bytes(), v.as_bytes()))
 }
 
 fn request_host(req: &Request<Incoming>) -> Option<String> {
@@ -291,74 +360,65 @@ fn without_port(raw: &str) -> &str {
 
 fn is_upgrade(headers: &HeaderMap) -> bool {
     headers.contains_key(header::UPGRADE)
-        && headers
-            .get_all(header::CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .any(|v| {
-                v.split(',')
-                    .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
-            })
+        && rules::Connection::of(pairs(headers)).is_some_and(|c| c.names("upgrade"))
 }
 
-fn is_chunked(headers: &HeaderMap) -> bool {
-    headers.contains_key(header::TRANSFER_ENCODING) && !headers.contains_key(header::CONTENT_LENGTH)
-}
-
-fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    // Most requests and answers carry none: one pass over the names, no removal.
-    if !headers.keys().any(|k| HOP_BY_HOP.contains(k)) {
-        return;
-    }
-    // Headers the client named in `Connection` are hop-by-hop too.
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(',').map(|t| t.trim().to_ascii_lowercase()))
-        .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
-        .collect();
-    for n in named {
-        headers.remove(n);
-    }
-    for h in &HOP_BY_HOP {
-        headers.remove(h);
-    }
-}
-
-fn forwarded_headers(
-    headers: &mut HeaderMap,
-    peer_ip: &HeaderValue,
-    host: Option<&str>,
-    tls: bool,
-    upgrade: bool,
-) {
+/// The head for the app, by [`rules`]: hop-by-hop, forwarding and underscore headers
+/// out, the body's framing left to hyper (it frames what it sends), Pier's
+/// `X-Forwarded-*` in.
+fn headers_for_app(headers: &mut HeaderMap, client: &Client, host: Option<&str>, upgrade: bool) {
     let upgrade_value = headers.get(header::UPGRADE).cloned();
-    strip_hop_by_hop(headers);
+    let mut prior_for: Vec<u8> = Vec::new();
+    let mut proto: &'static str = if client.tls { "https" } else { "http" };
+    let mut drop: Vec<HeaderName> = vec![header::CONTENT_LENGTH];
+    {
+        let conn = rules::Connection::of(pairs(headers)).unwrap_or_default();
+        for (name, value) in headers.iter() {
+            let verdict = rules::request_header(name.as_str().as_bytes(), &conn);
+            match verdict {
+                ToApp::Keep => continue,
+                ToApp::PriorFor if client.trusted => {
+                    prior_for.extend_from_slice(value.as_bytes());
+                    prior_for.extend_from_slice(b", ");
+                }
+                ToApp::PriorProto if client.trusted && value == "https" => proto = "https",
+                ToApp::PriorProto if client.trusted && value == "http" => proto = "http",
+                ToApp::Drop | ToApp::PriorFor | ToApp::PriorProto => {}
+            }
+            drop.push(name.clone());
+        }
+    }
+    for name in drop {
+        headers.remove(name);
+    }
     if upgrade && let Some(u) = upgrade_value {
         headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
         headers.insert(header::UPGRADE, u);
     }
-    let xff = match headers.get(X_FORWARDED_FOR).map(HeaderValue::as_bytes) {
-        Some(prior) => {
-            let mut v = Vec::with_capacity(prior.len() + 2 + peer_ip.len());
-            v.extend_from_slice(prior);
-            v.extend_from_slice(b", ");
-            v.extend_from_slice(peer_ip.as_bytes());
-            HeaderValue::from_maybe_shared(Bytes::from(v)).ok()
-        }
-        None => Some(peer_ip.clone()),
+    let xff = if prior_for.is_empty() {
+        Some(client.peer_ip.clone())
+    } else {
+        prior_for.extend_from_slice(client.peer_ip.as_bytes());
+        HeaderValue::from_maybe_shared(Bytes::from(prior_for)).ok()
     };
     if let Some(v) = xff {
         headers.insert(X_FORWARDED_FOR, v);
     }
-    headers.insert(
-        X_FORWARDED_PROTO,
-        HeaderValue::from_static(if tls { "https" } else { "http" }),
-    );
+    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
     if let Some(h) = host.and_then(|h| HeaderValue::from_str(h).ok()) {
         headers.insert(X_FORWARDED_HOST, h);
     }
+}
+
+/// The proxy's own answer to a request no path forwards; an HTTP/1 connection closes
+/// after it (an HTTP/2 stream ends by itself).
+fn refusal(r: rules::Refusal, http1: bool) -> Response<ProxyBody> {
+    let mut resp = page(r.status, r.text);
+    if http1 {
+        resp.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    resp
 }
 
 fn empty() -> ProxyBody {
@@ -384,32 +444,4 @@ pub fn page(status: StatusCode, text: &str) -> Response<ProxyBody> {
 
 pub(super) fn page_html(status: StatusCode, text: &str) -> String {
     format!("<!doctype html><title>{status}</title><h1>{status}</h1><p>{text}</p>\n")
-}
-
-/// The app's answer body, counted in flight until it ends or is dropped.
-struct Counted {
-    inner: Incoming,
-    _guard: InFlight,
-}
-
-impl Body for Counted {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        Pin::new(&mut self.inner)
-            .poll_frame(cx)
-            .map_err(|e| -> BoxError { Box::new(e) })
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
 }

@@ -8,9 +8,12 @@
 //! route version is applied and what is in flight per upstream: the pipeline waits on it.
 
 mod admin;
+mod bodies;
 mod feed;
 mod forward;
 mod h1;
+mod listen;
+mod rules;
 mod table;
 mod tls;
 mod upstream;
@@ -30,6 +33,15 @@ use crate::config::Config;
 use crate::log_budget::LogBudget;
 use crate::store::Route;
 pub use forward::ProxyBody;
+
+/// The byte path's parsers, for the fuzz targets (`fuzz/`); not an API.
+#[doc(hidden)]
+pub mod parsers {
+    pub use super::h1::{
+        AnswerHead, BadAnswer, BadChunk, ForwardingValues, Framing, MAX_HEAD, ParsedHead, Progress,
+        Request, parse_answer, parse_request,
+    };
+}
 pub use table::{Entry, Table};
 
 /// A client's request head must arrive within this, and an idle kept-alive connection is
@@ -40,6 +52,7 @@ pub struct Shared {
     config: Arc<Config>,
     table: RwLock<Arc<Table>>,
     counters: table::Counters,
+    limits: table::Limits,
     tls_listens: HashSet<SocketAddr>,
     /// Requests no generation answered: an app that is down must not flood the log.
     unreachable_log: LogBudget,
@@ -72,7 +85,7 @@ impl Shared {
     /// Swaps in a table built from `routes`; upstreams no route names are forgotten once
     /// their last request is done.
     fn install(&self, routes: &[Route]) {
-        let table = Table::build(&self.config, routes, &self.counters);
+        let table = Table::build(&self.config, routes, &self.counters, &self.limits);
         let names: Vec<&str> = routes
             .iter()
             .flat_map(|r| std::iter::once(r.upstream.as_str()).chain(r.standby.as_deref()))
@@ -101,6 +114,7 @@ pub async fn run_until(config: Config, shutdown: CancellationToken) -> anyhow::R
         config: config.clone(),
         table: RwLock::new(Arc::new(Table::default())),
         counters: table::Counters::default(),
+        limits: table::Limits::default(),
         tls_listens: acceptors.keys().copied().collect(),
         unreachable_log: LogBudget::new(5, Duration::from_secs(10)),
     });
@@ -117,12 +131,11 @@ pub async fn run_until(config: Config, shutdown: CancellationToken) -> anyhow::R
         Err(e) => tracing::warn!(error = %e, "cannot read the proxy's last known routes"),
     }
     let listens: Vec<SocketAddr> =
-        Table::build(&config, &[], &table::Counters::default()).listens();
+        Table::build(&config, &[], &Default::default(), &Default::default()).listens();
     let mut tasks = tokio::task::JoinSet::new();
     for addr in listens {
-        let listener = TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("proxy: listen on {addr}"))?;
+        let listener =
+            listen::bind_shared(addr).with_context(|| format!("proxy: listen on {addr}"))?;
         tracing::info!(%addr, tls = acceptors.contains_key(&addr), "proxy listening");
         tasks.spawn(serve(
             listener,
@@ -131,8 +144,8 @@ pub async fn run_until(config: Config, shutdown: CancellationToken) -> anyhow::R
             shutdown.clone(),
         ));
     }
-    let admin = TcpListener::bind(config.proxy.admin)
-        .await
+    // Shared too, so that a new proxy starts beside this one with the same config.
+    let admin = listen::bind_shared(config.proxy.admin)
         .with_context(|| format!("proxy admin: listen on {}", config.proxy.admin))?;
     tasks.spawn(admin::serve(admin, shared.clone(), shutdown.clone()));
     tasks.spawn(feed::follow(
@@ -142,7 +155,20 @@ pub async fn run_until(config: Config, shutdown: CancellationToken) -> anyhow::R
     ));
     tracing::info!("pier proxy running");
     shutdown.cancelled().await;
-    while tasks.join_next().await.is_some() {}
+    let drain = config.proxy.drain_timeout;
+    tracing::info!(
+        ?drain,
+        "pier proxy stopping: no new connections, finishing requests"
+    );
+    if tokio::time::timeout(drain, async { while tasks.join_next().await.is_some() {} })
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            ?drain,
+            "requests still in flight at the drain deadline were cut off"
+        );
+    }
     Ok(())
 }
 
@@ -159,13 +185,27 @@ async fn serve(
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_TIMEOUT);
+        .header_read_timeout(HEADER_TIMEOUT)
+        // A head the byte path finds too large is too large here too (431).
+        .max_buf_size(h1::MAX_HEAD);
     builder
         .http2()
         .timer(TokioTimer::new())
         .max_concurrent_streams(256);
     let builder = Arc::new(builder);
     let mut conns = tokio::task::JoinSet::new();
+    let spawn = |conns: &mut tokio::task::JoinSet<()>, stream: tokio::net::TcpStream, peer| {
+        let _ = stream.set_nodelay(true);
+        conns.spawn(connection(
+            stream,
+            peer,
+            local,
+            tls.clone(),
+            shared.clone(),
+            builder.clone(),
+            shutdown.clone(),
+        ));
+    };
     loop {
         let (stream, peer) = tokio::select! {
             a = listener.accept() => match a {
@@ -178,47 +218,59 @@ async fn serve(
             },
             _ = shutdown.cancelled() => break,
         };
-        let _ = stream.set_nodelay(true);
-        let shared = shared.clone();
-        let builder = builder.clone();
-        let stop = shutdown.clone();
-        let tls = tls.clone();
-        conns.spawn(async move {
-            let (upstreams, mut driver) = upstream::Upstreams::new();
-            let client = Arc::new(forward::Client::new(shared, upstreams, local, peer));
-            let for_hyper = client.clone();
-            let service =
-                hyper::service::service_fn(move |req| forward::handle(for_hyper.clone(), req));
-            match tls {
-                None => match h1::serve(stream, &client, &stop).await {
-                    h1::End::Closed => {}
-                    h1::End::Handoff(io) => drive(&builder, io, service, &mut driver, &stop).await,
-                },
-                Some(acceptor) => {
-                    // A handshake gets the same deadline as a request head.
-                    match tokio::time::timeout(HEADER_TIMEOUT, acceptor.accept(stream)).await {
-                        // HTTP/2 (agreed in the handshake) is hyper's from the start.
-                        Ok(Ok(tls_stream))
-                            if tls_stream.get_ref().1.alpn_protocol() == Some(&b"h2"[..]) =>
-                        {
-                            drive(&builder, tls_stream, service, &mut driver, &stop).await
-                        }
-                        Ok(Ok(tls_stream)) => match h1::serve(tls_stream, &client, &stop).await {
-                            h1::End::Closed => {}
-                            h1::End::Handoff(io) => {
-                                drive(&builder, io, service, &mut driver, &stop).await
-                            }
-                        },
-                        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
-                    }
-                }
-            }
-            driver.finish().await;
-        });
+        spawn(&mut conns, stream, peer);
         while conns.try_join_next().is_some() {}
     }
+    // Served like the rest, each to its first answer (which closes it).
+    for (stream, peer) in listen::close_taking_backlog(listener) {
+        spawn(&mut conns, stream, peer);
+    }
     while conns.join_next().await.is_some() {}
+}
+
+/// One client connection, from its first byte to its close. The upstream connections its
+/// requests opened close with it: none outlives its client.
+async fn connection(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    local: SocketAddr,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    shared: Arc<Shared>,
+    builder: Arc<Builder<TokioExecutor>>,
+    stop: CancellationToken,
+) {
+    let (upstreams, mut driver) = upstream::Upstreams::new();
+    let client = Arc::new(forward::Client::new(shared, upstreams, local, peer));
+    let for_hyper = client.clone();
+    let service = hyper::service::service_fn(move |req| forward::handle(for_hyper.clone(), req));
+    let up = &client.upstreams;
+    match tls {
+        None => match h1::serve(stream, &client, &stop).await {
+            h1::End::Closed => {}
+            h1::End::Handoff(io) => drive(&builder, io, service, up, &mut driver, &stop).await,
+        },
+        Some(acceptor) => {
+            // A handshake gets the same deadline as a request head.
+            match tokio::time::timeout(HEADER_TIMEOUT, acceptor.accept(stream)).await {
+                // HTTP/2 (agreed in the handshake) is hyper's from the start.
+                Ok(Ok(tls_stream))
+                    if tls_stream.get_ref().1.alpn_protocol() == Some(&b"h2"[..]) =>
+                {
+                    drive(&builder, tls_stream, service, up, &mut driver, &stop).await
+                }
+                Ok(Ok(tls_stream)) => match h1::serve(tls_stream, &client, &stop).await {
+                    h1::End::Closed => {}
+                    h1::End::Handoff(io) => {
+                        drive(&builder, io, service, up, &mut driver, &stop).await
+                    }
+                },
+                Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+            }
+        }
+    }
+    client.upstreams.close_idle(true);
+    let _ = tokio::time::timeout(upstream::UPSTREAM_IDLE, driver.finish()).await;
 }
 
 /// Serves one connection (plain or TLS) until it ends, or gracefully on shutdown, driving
@@ -227,6 +279,7 @@ async fn drive<IO, S>(
     builder: &Builder<TokioExecutor>,
     io: IO,
     service: S,
+    upstreams: &upstream::Upstreams,
     driver: &mut upstream::Driver,
     stop: &CancellationToken,
 ) where
@@ -243,7 +296,7 @@ async fn drive<IO, S>(
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
     let mut conn = std::pin::pin!(conn);
     let stopped = driver
-        .run(async {
+        .run(upstreams, async {
             tokio::select! {
                 _ = conn.as_mut() => false,
                 _ = stop.cancelled() => true,
@@ -252,8 +305,7 @@ async fn drive<IO, S>(
         .await;
     if stopped {
         conn.as_mut().graceful_shutdown();
-        let _ = driver
-            .run(tokio::time::timeout(Duration::from_secs(10), conn.as_mut()))
-            .await;
+        // The process's own drain deadline ends whatever is still open after this.
+        let _ = driver.run(upstreams, conn.as_mut()).await;
     }
 }

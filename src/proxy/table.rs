@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
+use tokio::sync::Semaphore;
 
 use crate::config::Config;
 use crate::store::Route;
@@ -32,6 +33,10 @@ pub struct Entry {
     /// once per request.
     #[serde(skip)]
     pub counters: (Option<Arc<Counter>>, Option<Arc<Counter>>),
+    /// The app's `proxy.max_upstream_connections`, shared by every table built: a permit
+    /// per open connection to any of its generations.
+    #[serde(skip)]
+    pub conns: Arc<Semaphore>,
 }
 
 /// One place a request may go: the serving generation, or after it the standby.
@@ -78,7 +83,7 @@ pub struct Table {
 impl Table {
     /// Every blue-green app of the config, served by the route the database (or the last
     /// known state) gives it.
-    pub fn build(config: &Config, routes: &[Route], counters: &Counters) -> Table {
+    pub fn build(config: &Config, routes: &[Route], counters: &Counters, limits: &Limits) -> Table {
         let mut by_listen: HashMap<SocketAddr, Vec<Arc<Entry>>> = HashMap::new();
         for app in &config.apps {
             let Some(r) = &app.route else { continue };
@@ -99,6 +104,7 @@ impl Table {
                 timeout: r.timeout,
                 max_body: r.max_body,
                 counters,
+                conns: limits.of(&app.name, config.proxy.max_upstream_connections),
             }));
         }
         Table { by_listen }
@@ -124,6 +130,22 @@ impl Table {
 
     pub fn entries(&self) -> impl Iterator<Item = &Entry> {
         self.by_listen.values().flatten().map(|e| e.as_ref())
+    }
+}
+
+/// The connection limit of each app, made on first use and kept for the process's life
+/// (apps come from the config, which the proxy reads once).
+#[derive(Debug, Default)]
+pub struct Limits {
+    map: Mutex<HashMap<String, Arc<Semaphore>>>,
+}
+
+impl Limits {
+    fn of(&self, app: &str, max: usize) -> Arc<Semaphore> {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.entry(app.to_owned())
+            .or_insert_with(|| Arc::new(Semaphore::new(max)))
+            .clone()
     }
 }
 
@@ -206,6 +228,7 @@ mod tests {
             timeout: Duration::from_secs(1),
             max_body: 1,
             counters: (None, None),
+            conns: Arc::new(Semaphore::new(1)),
         })
     }
 

@@ -6,10 +6,15 @@
 //! connection to the serving generation. Idle connections to any other address are
 //! dropped at the next request: after a switch, nothing keeps a retired generation's
 //! connections open.
+//!
+//! Every upstream connection belongs to one client connection: it is closed when idle
+//! for [`UPSTREAM_IDLE`], and when its client connection ends (`close_idle`), so a client
+//! that goes away leaves nothing open to the app. Each also holds a permit of its app's
+//! `proxy.max_upstream_connections` for as long as it is open.
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -19,7 +24,8 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::time::Instant;
 
 use super::forward::ProxyBody;
 
@@ -28,6 +34,8 @@ pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Idle upstream connections one client connection keeps (an HTTP/2 client may have many
 /// requests in flight at once; the connections beyond this are closed after use).
 const MAX_IDLE: usize = 8;
+/// An upstream connection unused this long is closed.
+pub(super) const UPSTREAM_IDLE: Duration = Duration::from_secs(15);
 
 pub type Driving = Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -39,10 +47,27 @@ pub enum SendError {
     /// The connection failed while the request was sent or its answer awaited.
     #[error("the connection failed")]
     Failed,
+    /// The app has `proxy.max_upstream_connections` open and none came free in time.
+    #[error("too many connections to the app")]
+    Busy,
+}
+
+/// A permit of the app's connection limit, held for as long as one connection is open.
+pub(super) async fn permit(limit: &Arc<Semaphore>) -> Result<OwnedSemaphorePermit, SendError> {
+    tokio::time::timeout(CONNECT_TIMEOUT, limit.clone().acquire_owned())
+        .await
+        .map_err(|_| SendError::Busy)?
+        .map_err(|_| SendError::Busy)
+}
+
+struct Idle {
+    target: String,
+    sender: SendRequest<ProxyBody>,
+    since: Instant,
 }
 
 pub struct Upstreams {
-    idle: Mutex<Vec<(String, SendRequest<ProxyBody>)>>,
+    idle: Mutex<Vec<Idle>>,
     drive: mpsc::UnboundedSender<Driving>,
 }
 
@@ -73,6 +98,7 @@ impl Upstreams {
     pub async fn send(
         &self,
         target: &str,
+        limit: &Arc<Semaphore>,
         mut req: Request<ProxyBody>,
     ) -> Result<Response<Incoming>, SendError> {
         while let Some(mut sender) = self.checkout(target) {
@@ -87,9 +113,11 @@ impl Upstreams {
                 },
             }
         }
+        let permit = permit(limit).await?;
         let (mut sender, conn) = open(target).await?;
         if let Err(mpsc::error::SendError(conn)) = self.drive.send(Box::pin(async move {
             let _ = conn.await;
+            drop(permit);
         })) {
             tokio::spawn(conn);
         }
@@ -106,10 +134,16 @@ impl Upstreams {
     pub async fn send_upgrade(
         &self,
         target: &str,
+        limit: &Arc<Semaphore>,
         req: Request<ProxyBody>,
     ) -> Result<Response<Incoming>, SendError> {
+        let permit = permit(limit).await?;
         let (mut sender, conn) = open(target).await?;
-        tokio::spawn(conn.with_upgrades());
+        // The permit goes with the upgraded connection: the splice ends it.
+        tokio::spawn(async move {
+            let _ = conn.with_upgrades().await;
+            drop(permit);
+        });
         sender
             .send_request(req)
             .await
@@ -118,16 +152,27 @@ impl Upstreams {
 
     fn checkout(&self, target: &str) -> Option<SendRequest<ProxyBody>> {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        idle.retain(|(t, s)| t == target && !s.is_closed());
-        let i = idle.iter().position(|(_, s)| s.is_ready())?;
-        Some(idle.swap_remove(i).1)
+        idle.retain(|i| i.target == target && !i.sender.is_closed());
+        let i = idle.iter().position(|i| i.sender.is_ready())?;
+        Some(idle.swap_remove(i).sender)
     }
 
     fn checkin(&self, target: &str, sender: SendRequest<ProxyBody>) {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         if idle.len() < MAX_IDLE {
-            idle.push((target.to_owned(), sender));
+            idle.push(Idle {
+                target: target.to_owned(),
+                sender,
+                since: Instant::now(),
+            });
         }
+    }
+
+    /// Drops the idle connections unused for [`UPSTREAM_IDLE`] (all of them with
+    /// `everything`): a connection whose last sender is gone closes once idle.
+    pub fn close_idle(&self, everything: bool) {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        idle.retain(|i| !everything && i.since.elapsed() < UPSTREAM_IDLE);
     }
 }
 
@@ -152,18 +197,22 @@ impl Driver {
     /// Runs `conn` (the client connection) to its end while driving the upstream
     /// connections it opens; then lets those finish what they carry. They end as soon as
     /// their last sender is gone, which the end of `conn` brings about.
-    pub async fn run<F: Future>(&mut self, conn: F) -> F::Output {
+    pub async fn run<F: Future>(&mut self, upstreams: &Upstreams, conn: F) -> F::Output {
         let mut conn = std::pin::pin!(conn);
+        let mut sweep = tokio::time::interval(UPSTREAM_IDLE / 3);
+        sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 out = conn.as_mut() => break out,
                 Some(c) = self.new.recv() => self.running.push(c),
                 Some(()) = self.running.next(), if !self.running.is_empty() => {}
+                _ = sweep.tick(), if !self.running.is_empty() => upstreams.close_idle(false),
             }
         }
     }
 
-    /// What is left to drive once the client connection has ended.
+    /// What is left to drive once the client connection has ended (after `close_idle`,
+    /// this is only answers still being passed on).
     pub async fn finish(mut self) {
         self.new.close();
         while let Ok(c) = self.new.try_recv() {

@@ -50,6 +50,8 @@ mod images;
 mod load;
 mod pgproxy;
 mod pier_process;
+mod proxies;
+mod recording_app;
 mod registry;
 mod reload;
 mod signin;
@@ -68,6 +70,10 @@ pub use load::*;
 #[allow(unused_imports)] // only some test binaries relay Postgres
 pub use pgproxy::*;
 pub use pier_process::*;
+#[allow(unused_imports)] // only the proxy tests put a proxy in front of an app
+pub use proxies::*;
+#[allow(unused_imports)]
+pub use recording_app::*;
 pub use registry::*;
 #[allow(unused_imports)] // only the reload and network tests change the config
 pub use reload::*;

@@ -6,6 +6,7 @@
 //! is left to hyper's server, which answers it by the book: [`Parsed::Other`].
 
 use super::body::Framing;
+use crate::proxy::rules::{self, Refusal, ToApp};
 
 /// A head larger than this is not ours to parse: hyper answers it (431).
 pub const MAX_HEAD: usize = 64 * 1024;
@@ -19,6 +20,8 @@ pub enum Parsed<T> {
     Done(T),
     /// Not a request this path forwards: hand the connection to hyper.
     Other,
+    /// A request no path may forward: answered by the proxy, its connection closed.
+    Refused(Refusal),
 }
 
 /// What the forwarding loop needs to know about a request once its head is rewritten.
@@ -43,47 +46,26 @@ pub struct RequestHead {
 pub struct Forwarding<'a> {
     pub peer_ip: &'a [u8],
     pub tls: bool,
+    /// The peer is a trusted proxy: its `X-Forwarded-For` and `-Proto` pass through.
+    pub trusted: bool,
 }
 
 fn eq(a: &str, b: &str) -> bool {
     a.eq_ignore_ascii_case(b)
 }
 
-/// Headers that describe one hop (RFC 9110, 7.6.1), never forwarded in a request.
-fn hop_by_hop(name: &str) -> bool {
-    [
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-    ]
-    .iter()
-    .any(|h| eq(name, h))
-}
+/// Prior `X-Forwarded-For` lines kept from a trusted proxy; more is refused.
+const MAX_PRIOR_FOR: usize = 16;
 
-/// The comma-separated tokens of every `Connection` header.
-fn connection_tokens<'b>(headers: &[httparse::Header<'b>]) -> impl Iterator<Item = &'b [u8]> {
-    headers
-        .iter()
-        .filter(|h| eq(h.name, "connection"))
-        .flat_map(|h| h.value.split(|b| *b == b','))
-        .map(|t| t.trim_ascii())
-}
-
-fn named_in_connection(tokens: &[&[u8]], name: &str) -> bool {
-    tokens
-        .iter()
-        .any(|t| t.eq_ignore_ascii_case(name.as_bytes()))
+fn pairs<'h, 'b>(
+    headers: &'h [httparse::Header<'b>],
+) -> impl Iterator<Item = (&'b [u8], &'b [u8])> + 'h {
+    headers.iter().map(|h| (h.name.as_bytes(), h.value))
 }
 
 /// Parses the request head at the start of `buf` and, when this path forwards it, writes
 /// the head for the app into `out` (cleared first): the same method, target and headers,
-/// minus hop-by-hop ones, plus `X-Forwarded-For/-Proto/-Host`.
+/// minus hop-by-hop and forwarding ones, plus Pier's `X-Forwarded-For/-Proto/-Host`.
 pub fn request(buf: &[u8], fwd: &Forwarding, out: &mut Vec<u8>) -> Parsed<RequestHead> {
     let mut lines = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut lines);
@@ -92,76 +74,67 @@ pub fn request(buf: &[u8], fwd: &Forwarding, out: &mut Vec<u8>) -> Parsed<Reques
         Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => return Parsed::Partial,
         _ => return Parsed::Other,
     };
-    let (Some(method), Some(target), Some(1)) = (req.method, req.path, req.version) else {
+    let (Some(method), Some(target), Some(version)) = (req.method, req.path, req.version) else {
         return Parsed::Other;
     };
-    if method == "CONNECT" || !target.starts_with('/') {
+    let headers = &*req.headers;
+    if let Err(r) = rules::check_request(method.as_bytes(), version == 1, pairs(headers)) {
+        return Parsed::Refused(r);
+    }
+    if version != 1 || !target.starts_with('/') {
         return Parsed::Other;
     }
-    let headers = &*req.headers;
     let mut body = None;
     let mut host = None;
     for h in headers {
         let n = h.name;
         if eq(n, "content-length") {
-            let v = std::str::from_utf8(h.value).ok();
-            let parsed = v.filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()));
-            match (body, parsed.and_then(|v| v.parse::<u64>().ok())) {
-                (None, Some(n)) => body = Some(n),
-                _ => return Parsed::Other,
-            }
+            // Checked above: one header, digits only.
+            body = rules::parse_length(h.value);
         } else if eq(n, "transfer-encoding") || eq(n, "upgrade") || eq(n, "expect") {
             return Parsed::Other;
         } else if eq(n, "host") {
-            if host.is_some() {
-                return Parsed::Other;
-            }
-            host = Some(host_range(buf, h.value));
+            host = host_range(buf, h.value);
         }
     }
-    let tokens: Vec<&[u8]> = connection_tokens(headers).collect();
-    let close = named_in_connection(&tokens, "close");
+    let Some(conn) = rules::Connection::of(pairs(headers)) else {
+        return Parsed::Refused(rules::BAD_REQUEST);
+    };
+    let close = conn.names("close");
 
     out.clear();
     out.extend_from_slice(method.as_bytes());
     out.push(b' ');
     out.extend_from_slice(target.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
-    let mut prior_for = 0;
+    let mut prior_for: [&[u8]; MAX_PRIOR_FOR] = [b""; MAX_PRIOR_FOR];
+    let mut priors = 0;
+    let mut proto: &[u8] = if fwd.tls { b"https" } else { b"http" };
     for h in headers {
-        let n = h.name;
-        if hop_by_hop(n) || named_in_connection(&tokens, n) {
-            continue;
+        match rules::request_header(h.name.as_bytes(), &conn) {
+            ToApp::Keep => header_line(out, h.name.as_bytes(), h.value),
+            ToApp::Drop => {}
+            ToApp::PriorFor if fwd.trusted => {
+                if priors == MAX_PRIOR_FOR {
+                    return Parsed::Refused(rules::BAD_REQUEST);
+                }
+                prior_for[priors] = h.value;
+                priors += 1;
+            }
+            ToApp::PriorProto if fwd.trusted && rules::valid_proto(h.value) => proto = h.value,
+            ToApp::PriorFor | ToApp::PriorProto => {}
         }
-        if eq(n, "x-forwarded-for") {
-            // Earlier proxies' addresses, in order, then this client's.
-            out.extend_from_slice(if prior_for == 0 {
-                b"X-Forwarded-For: "
-            } else {
-                b", "
-            });
-            out.extend_from_slice(h.value);
-            prior_for += 1;
-            continue;
-        }
-        if eq(n, "x-forwarded-proto") || eq(n, "x-forwarded-host") {
-            continue;
-        }
-        header_line(out, n.as_bytes(), h.value);
     }
-    out.extend_from_slice(if prior_for == 0 {
-        b"X-Forwarded-For: ".as_slice()
-    } else {
-        b", ".as_slice()
-    });
+    out.extend_from_slice(b"X-Forwarded-For: ");
+    for prior in &prior_for[..priors] {
+        out.extend_from_slice(prior);
+        out.extend_from_slice(b", ");
+    }
     out.extend_from_slice(fwd.peer_ip);
+    out.extend_from_slice(b"\r\nX-Forwarded-Proto: ");
+    out.extend_from_slice(proto);
     out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(if fwd.tls {
-        b"X-Forwarded-Proto: https\r\n".as_slice()
-    } else {
-        b"X-Forwarded-Proto: http\r\n".as_slice()
-    });
-    if let Some((s, e)) = host.flatten() {
+    if let Some((s, e)) = host {
         out.extend_from_slice(b"X-Forwarded-Host: ");
         out.extend(buf[s..e].iter().map(u8::to_ascii_lowercase));
         out.extend_from_slice(b"\r\n");
@@ -173,7 +146,7 @@ pub fn request(buf: &[u8], fwd: &Forwarding, out: &mut Vec<u8>) -> Parsed<Reques
         close,
         idempotent: matches!(method, "GET" | "HEAD" | "OPTIONS"),
         head_only: method == "HEAD",
-        host: host.flatten(),
+        host,
     })
 }
 
@@ -245,17 +218,15 @@ pub fn answer(
         return Err(BadAnswer("switching protocols without an upgrade"));
     }
     let headers = &*resp.headers;
-    let tokens: Vec<&[u8]> = connection_tokens(headers).collect();
+    let conn =
+        rules::Connection::of(pairs(headers)).ok_or(BadAnswer("too many Connection tokens"))?;
     let mut length = None;
     let mut chunked = None;
     for h in headers {
         if eq(h.name, "content-length") {
-            let v = std::str::from_utf8(h.value)
-                .ok()
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .ok_or(BadAnswer("invalid Content-Length"))?;
-            if length.is_some_and(|l| l != v) {
-                return Err(BadAnswer("conflicting Content-Length"));
+            let v = rules::parse_length(h.value).ok_or(BadAnswer("invalid Content-Length"))?;
+            if length.is_some() {
+                return Err(BadAnswer("more than one Content-Length"));
             }
             length = Some(v);
         } else if eq(h.name, "transfer-encoding") {
@@ -275,8 +246,7 @@ pub fn answer(
             (None, None) => Framing::Close,
         }
     };
-    let reusable =
-        version == 1 && !named_in_connection(&tokens, "close") && framing != Framing::Close;
+    let reusable = version == 1 && !conn.names("close") && framing != Framing::Close;
 
     out.extend_from_slice(b"HTTP/1.1 ");
     // httparse guarantees three digits.
@@ -297,7 +267,7 @@ pub fn answer(
         } else if eq(n, "content-length") {
             chunked.is_none()
         } else {
-            !hop_by_hop(n) && !named_in_connection(&tokens, n)
+            rules::answer_header(n.as_bytes(), &conn)
         };
         if keep {
             header_line(out, n.as_bytes(), h.value);
@@ -318,6 +288,7 @@ mod tests {
     const FWD: Forwarding = Forwarding {
         peer_ip: b"10.0.0.7",
         tls: false,
+        trusted: false,
     };
 
     fn forward(raw: &str) -> (Parsed<RequestHead>, String) {
@@ -330,7 +301,7 @@ mod tests {
     fn a_request_keeps_its_headers_and_gains_the_forwarded_ones() {
         let raw = "GET /a?b=1 HTTP/1.1\r\nHost: App.Test:8080\r\nAccept: */*\r\n\
                    Connection: keep-alive, X-Secret-Hop\r\nX-Secret-Hop: 1\r\nKeep-Alive: 5\r\n\
-                   X-Forwarded-For: 1.2.3.4\r\nX-Forwarded-Proto: https\r\n\r\nnext";
+                   X-Forwarded-For: 1.2.3.4\r\nX-Forwarded-Proto: https\r\nX-Last: z\r\n\r\nnext";
         let (p, out) = forward(raw);
         let Parsed::Done(head) = p else {
             panic!("{p:?}")
@@ -338,8 +309,8 @@ mod tests {
         assert_eq!(head.len, raw.len() - 4);
         assert_eq!(
             out,
-            "GET /a?b=1 HTTP/1.1\r\nHost: App.Test:8080\r\nAccept: */*\r\n\
-             X-Forwarded-For: 1.2.3.4, 10.0.0.7\r\nX-Forwarded-Proto: http\r\n\
+            "GET /a?b=1 HTTP/1.1\r\nHost: App.Test:8080\r\nAccept: */*\r\nX-Last: z\r\n\
+             X-Forwarded-For: 10.0.0.7\r\nX-Forwarded-Proto: http\r\n\
              X-Forwarded-Host: app.test\r\n\r\n"
         );
         let (s, e) = head.host.unwrap();
@@ -348,17 +319,70 @@ mod tests {
     }
 
     #[test]
+    fn a_trusted_proxy_s_forwarded_for_is_appended_to_in_order() {
+        let raw = "GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 6.6.6.6\r\nAccept: */*\r\n\
+                   x-forwarded-for: 7.7.7.7, 8.8.8.8\r\nX-Forwarded-Proto: https\r\n\
+                   Content-Length: 0\r\n\r\n";
+        let fwd = Forwarding {
+            trusted: true,
+            ..FWD
+        };
+        let mut out = Vec::new();
+        assert!(matches!(
+            request(raw.as_bytes(), &fwd, &mut out),
+            Parsed::Done(_)
+        ));
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "GET / HTTP/1.1\r\nHost: a\r\nAccept: */*\r\nContent-Length: 0\r\n\
+             X-Forwarded-For: 6.6.6.6, 7.7.7.7, 8.8.8.8, 10.0.0.7\r\n\
+             X-Forwarded-Proto: https\r\nX-Forwarded-Host: a\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn a_client_cannot_spoof_forwarding_headers_or_glue_lines_together() {
+        let raw = "POST / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 6.6.6.6\r\n\
+                   Forwarded: for=6.6.6.6\r\nX-Real-IP: 6.6.6.6\r\nX_Forwarded_For: 6.6.6.6\r\n\
+                   X-Forwarded-Host: evil\r\nContent-Length: 3\r\n\r\nabc";
+        let (p, out) = forward(raw);
+        assert!(
+            matches!(p, Parsed::Done(RequestHead { body: 3, .. })),
+            "{p:?}"
+        );
+        assert!(!out.contains("6.6.6.6") && !out.contains("evil"), "{out}");
+        assert!(out.contains("\r\nContent-Length: 3\r\n"), "{out}");
+        // Every line of the head is a header line: nothing glued, nothing nameless.
+        for line in out.trim_end().lines().skip(1) {
+            assert!(
+                line.split_once(": ").is_some_and(|(n, _)| !n.is_empty()),
+                "{line:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_connection_header_cannot_drop_host_or_the_length() {
+        let (p, out) = forward(
+            "POST / HTTP/1.1\r\nHost: a\r\nConnection: content-length, host\r\n\
+             Content-Length: 69\r\n\r\n",
+        );
+        assert!(
+            matches!(p, Parsed::Done(RequestHead { body: 69, .. })),
+            "{p:?}"
+        );
+        assert!(out.contains("\r\nHost: a\r\n"), "{out}");
+        assert!(out.contains("\r\nContent-Length: 69\r\n"), "{out}");
+    }
+
+    #[test]
     fn what_this_path_does_not_forward_goes_to_hyper() {
         for raw in [
             "GET / HTTP/1.0\r\n\r\n",
             "GET http://x/ HTTP/1.1\r\nHost: x\r\n\r\n",
-            "CONNECT x:443 HTTP/1.1\r\nHost: x\r\n\r\n",
-            "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
-            "GET / HTTP/1.1\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n",
-            "POST / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n",
-            "POST / HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n",
-            "POST / HTTP/1.1\r\nContent-Length: +3\r\n\r\n",
-            "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n",
             "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
             "GET / HTTP/1.1\r\nBad Header\r\n\r\n",
         ] {
@@ -367,6 +391,21 @@ mod tests {
         assert_eq!(forward("GET / HTTP/1.1\r\nHost: a").0, Parsed::Partial);
         let huge = format!("GET / HTTP/1.1\r\nX: {}", "a".repeat(MAX_HEAD));
         assert_eq!(forward(&huge).0, Parsed::Other);
+    }
+
+    #[test]
+    fn what_no_path_forwards_is_refused() {
+        for raw in [
+            "CONNECT x:443 HTTP/1.1\r\nHost: x\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: +3\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+            "GET / HTTP/1.1\r\n\r\n",
+            "GET / HTTP/1.0\r\nHost: a\r\nHost: a\r\n\r\n",
+        ] {
+            assert!(matches!(forward(raw).0, Parsed::Refused(_)), "{raw:?}");
+        }
     }
 
     #[test]
@@ -456,6 +495,8 @@ mod tests {
         for raw in [
             "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
             "HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nContent-Length: +5\r\n\r\nhello",
+            "HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\n\r\nhello",
             "HTTP/1.1 101 Switching Protocols\r\n\r\n",
             "garbage\r\n\r\n",
         ] {

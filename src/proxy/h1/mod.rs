@@ -10,6 +10,8 @@
 
 mod body;
 mod head;
+#[cfg(test)]
+mod reference;
 
 use std::io;
 use std::time::Duration;
@@ -18,16 +20,27 @@ use bytes::{Buf, BytesMut};
 use hyper::StatusCode;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, timeout, timeout_at};
 use tokio_util::sync::CancellationToken;
 
-use body::Framing;
 pub use body::Prefixed;
-use head::{AnswerHead, Forwarding, Parsed, RequestHead};
+pub use body::{BadChunk, Framing, Progress};
+pub use head::AnswerHead;
+pub use head::MAX_HEAD;
+pub use head::{
+    BadAnswer, Forwarding as ForwardingValues, Parsed as ParsedHead, RequestHead as Request,
+    answer as parse_answer, request as parse_request,
+};
+use head::{Forwarding, Parsed, RequestHead};
 
 use super::forward::{Client, RETRYABLE_BODY, page_html};
+use super::rules::Refusal;
 use super::table::{Entry, InFlight};
 use super::upstream::CONNECT_TIMEOUT;
+
+/// How long a connection idle when the proxy stops may still bring one more request.
+const IDLE_GRACE: Duration = Duration::from_secs(2);
 
 /// Bytes read from a socket at a time.
 const READ_SIZE: usize = 16 * 1024;
@@ -39,11 +52,13 @@ pub enum End<IO> {
     Handoff(Prefixed<IO>),
 }
 
-/// A kept-alive connection to one generation of an app.
+/// A kept-alive connection to one generation of an app, holding one of its app's
+/// connection permits while open.
 struct Upstream {
     target: String,
     stream: TcpStream,
     buf: BytesMut,
+    _permit: OwnedSemaphorePermit,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +74,9 @@ enum SendError {
     /// The client went away while its body was being sent.
     #[error("the client went away")]
     ClientGone,
+    /// The app has `proxy.max_upstream_connections` open and none came free in time.
+    #[error("too many connections to the app")]
+    Busy,
 }
 
 /// Whether the client connection carries another request.
@@ -69,6 +87,8 @@ enum Flow {
 
 struct Conn<'a, IO> {
     client: &'a Client,
+    /// Cancelled when the proxy stops: every answer from then on closes its connection.
+    stop: &'a CancellationToken,
     io: IO,
     /// Bytes from the client not yet forwarded.
     buf: BytesMut,
@@ -87,6 +107,7 @@ where
 {
     let mut c = Conn {
         client,
+        stop,
         io,
         buf: BytesMut::with_capacity(READ_SIZE),
         out: Vec::with_capacity(1024),
@@ -94,11 +115,15 @@ where
         upstream: None,
     };
     loop {
-        let head = match c.next_head(stop).await {
+        let head = match c.next_head().await {
             Next::Head(h) => h,
             Next::Closed => break,
             Next::Other => {
                 return End::Handoff(Prefixed::new(c.buf.split().freeze(), c.io));
+            }
+            Next::Refused(r) => {
+                c.refuse(r).await;
+                break;
             }
         };
         match c.exchange(head).await {
@@ -108,29 +133,54 @@ where
     }
     // A TLS client gets its close_notify; a plain one its FIN.
     let _ = timeout(Duration::from_secs(1), c.io.shutdown()).await;
+    linger(&mut c.io).await;
     End::Closed
+}
+
+/// Reads what the client still sends after the proxy's last answer, for a short while:
+/// closing with unread bytes would reset the connection, and the client could lose the
+/// answer (a 400 to a request whose body it is still sending).
+async fn linger<IO: AsyncRead + Unpin>(io: &mut IO) {
+    const LINGER: Duration = Duration::from_secs(2);
+    const LINGER_BYTES: usize = 1 << 20;
+    let deadline = Instant::now() + LINGER;
+    let mut sink = [0u8; 4096];
+    let mut read = 0;
+    while read < LINGER_BYTES {
+        match timeout_at(deadline, io.read(&mut sink)).await {
+            Ok(Ok(n)) if n > 0 => read += n,
+            _ => return,
+        }
+    }
 }
 
 enum Next {
     Head(RequestHead),
     Closed,
     Other,
+    Refused(Refusal),
 }
 
 impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<'_, IO> {
-    /// The next request's head, within the header deadline; a connection idle between
-    /// requests closes on `stop` at once.
-    async fn next_head(&mut self, stop: &CancellationToken) -> Next {
+    /// The next request's head, within the header deadline. A connection idle between
+    /// requests when the proxy stops still takes one more request for [`IDLE_GRACE`]
+    /// (answered with `Connection: close`): closing it at once would race a request the
+    /// client is sending on it, which it then could not know to retry.
+    async fn next_head(&mut self) -> Next {
+        let stop = self.stop;
         let fwd = Forwarding {
             peer_ip: self.client.peer_ip.as_bytes(),
             tls: self.client.tls,
+            trusted: self.client.trusted,
         };
-        let deadline = Instant::now() + super::HEADER_TIMEOUT;
+        let mut deadline = Instant::now() + super::HEADER_TIMEOUT;
+        let mut graced = false;
         loop {
             if !self.buf.is_empty() {
                 match head::request(&self.buf, &fwd, &mut self.out) {
                     Parsed::Done(h) => return Next::Head(h),
                     Parsed::Other => return Next::Other,
+                    Parsed::Refused(r) => return Next::Refused(r),
                     Parsed::Partial => {}
                 }
             }
@@ -138,7 +188,11 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<'_, IO> {
             self.buf.reserve(READ_SIZE);
             let read = tokio::select! {
                 r = timeout_at(deadline, self.io.read_buf(&mut self.buf)) => r,
-                _ = stop.cancelled(), if idle => return Next::Closed,
+                _ = stop.cancelled(), if idle && !graced => {
+                    graced = true;
+                    deadline = deadline.min(Instant::now() + IDLE_GRACE);
+                    continue;
+                }
             };
             if !matches!(read, Ok(Ok(n)) if n > 0) {
                 return Next::Closed;
@@ -204,10 +258,17 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<'_, IO> {
         for attempt in entry.attempts() {
             let (target, is_last) = (attempt.target, attempt.is_last);
             let guard = attempt.start(&shared.counters);
-            let sent = timeout(entry.timeout, self.send(target, head, streamed)).await;
+            let sent = timeout(entry.timeout, self.send(target, entry, head, streamed)).await;
             match sent {
                 Ok(Ok((up, answer))) => return self.relay(up, answer, head, guard).await,
                 Ok(Err(SendError::ClientGone)) => return Flow::Close,
+                Ok(Err(SendError::Busy)) => {
+                    let text = "The app is busy. Try again in a moment.";
+                    let close = streamed > 0 || head.close;
+                    return self
+                        .page(StatusCode::SERVICE_UNAVAILABLE, text, head, close)
+                        .await;
+                }
                 Ok(Err(e)) => {
                     // Retry only what cannot have reached the app: a refused connection,
                     // or an idempotent request (with its whole body at hand) unanswered.
@@ -240,6 +301,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<'_, IO> {
     async fn send(
         &mut self,
         target: &str,
+        entry: &Entry,
         head: &RequestHead,
         streamed: u64,
     ) -> Result<(Upstream, AnswerHead), SendError> {
@@ -248,7 +310,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<'_, IO> {
             let reused = idle.is_some();
             let mut up = match idle.take() {
                 Some(up) => up,
-                None => connect(target).await?,
+                None => connect(target, entry).await?,
             };
             let sent = match up.stream.write_all(&self.out).await {
                 Ok(()) => self.stream_body(&mut up.stream, streamed).await,
@@ -307,7 +369,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<'_, IO> {
                         .map_err(|_| SendError::ClientGone)?;
                 }
                 Ok(Parsed::Done(a)) => return Ok(a),
-                Ok(Parsed::Partial | Parsed::Other) => {
+                Ok(Parsed::Partial | Parsed::Other | Parsed::Refused(_)) => {
                     up.buf.reserve(READ_SIZE);
                     match up.stream.read_buf(&mut up.buf).await {
                         Ok(n) if n > 0 => got_any = true,
@@ -331,7 +393,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<'_, IO> {
         _guard: InFlight,
     ) -> Flow {
         let mut framing = answer.framing;
-        let close = head.close || framing == Framing::Close;
+        let close = head.close || framing == Framing::Close || self.stop.is_cancelled();
         if close {
             self.reply.extend_from_slice(b"Connection: close\r\n");
         }
@@ -388,6 +450,21 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<'_, IO> {
         }
     }
 
+    /// Answers a request no path may forward; the connection then closes, with whatever
+    /// the client sent after the head unread by any app.
+    async fn refuse(&mut self, r: Refusal) {
+        let head = RequestHead {
+            len: 0,
+            body: 0,
+            close: true,
+            idempotent: false,
+            head_only: false,
+            host: None,
+        };
+        self.buf.clear();
+        self.page(r.status, r.text, &head, true).await;
+    }
+
     /// A short page of the proxy's own, for when no app answers: never a hang.
     async fn page(
         &mut self,
@@ -396,6 +473,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<'_, IO> {
         head: &RequestHead,
         close: bool,
     ) -> Flow {
+        let close = close || self.stop.is_cancelled();
         let html = page_html(status, text);
         self.reply.clear();
         self.reply.extend_from_slice(
@@ -417,7 +495,10 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> Conn<'_, IO> {
     }
 }
 
-async fn connect(target: &str) -> Result<Upstream, SendError> {
+async fn connect(target: &str, entry: &Entry) -> Result<Upstream, SendError> {
+    let permit = super::upstream::permit(&entry.conns)
+        .await
+        .map_err(|_| SendError::Busy)?;
     let stream = timeout(CONNECT_TIMEOUT, TcpStream::connect(target))
         .await
         .map_err(|_| SendError::Connect)?
@@ -427,5 +508,6 @@ async fn connect(target: &str) -> Result<Upstream, SendError> {
         target: target.to_owned(),
         stream,
         buf: BytesMut::with_capacity(READ_SIZE),
+        _permit: permit,
     })
 }
