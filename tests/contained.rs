@@ -410,3 +410,24 @@ async fn a_non_root_app_can_write_its_tmpfs_tmp_even_where_the_image_has_a_0755_
     assert!(!ok, "the root filesystem is read-only");
     env.cleanup().await;
 }
+
+#[tokio::test]
+async fn an_image_that_runs_as_a_numeric_user_owns_its_tmpfs_tmp_without_a_user_setting() {
+    let env = TestEnv::builder()
+        .app(|a| a.extra_toml = "read_only = true\ntmpfs = [\"/tmp\"]".to_owned())
+        .start()
+        .await;
+    let app = env.app().to_owned();
+    // The image says USER 65534:65534 and writes /tmp/probe first (exit 1 if it cannot).
+    env.push(&TestImage::writes_tmp_as_nobody("v1"), "main")
+        .await;
+    let d = env.latest_final_of(&app, &[], DEPLOY).await;
+    assert_eq!(d["state"], "succeeded", "{d:#}");
+    let id = only_container(&env, &app).await;
+    let tmpfs = inspect(&id).await.host_config.unwrap().tmpfs.unwrap();
+    assert!(
+        tmpfs["/tmp"].contains("mode=1777,uid=65534,gid=65534"),
+        "{tmpfs:?}"
+    );
+    env.cleanup().await;
+}

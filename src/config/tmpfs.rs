@@ -6,7 +6,8 @@
 //! when `mode=` is given). So an image whose `/tmp` is root's 0755 leaves a non-root app
 //! unable to write its own `/tmp`. Pier gives every tmpfs `mode=1777` (the sticky mode
 //! `/tmp` has), or the mode the mount names, and, when the app's `user` is a numeric uid
-//! (`"10001"` or `"10001:10001"`), makes that user the owner of the mount: ownership is
+//! (`"10001"` or `"10001:10001"`), or else the image's own `USER` is a numeric non-root
+//! uid, makes that user the owner of the mount (`create` reads the image's): ownership is
 //! what lets it write whatever mode the runtime ends up applying.
 
 use std::fmt;
@@ -60,9 +61,9 @@ impl TmpfsMount {
     }
 }
 
-/// The owner a tmpfs mount gets: the app's `user` when it is numeric. A user given by name
-/// is resolved inside the image, which Pier does not read: its mounts keep root as owner
-/// and rely on the mode.
+/// The owner a tmpfs mount gets: the app's `user` (else the image's `USER`) when it is
+/// numeric. A user given by name is resolved inside the image, which Pier does not read:
+/// its mounts keep root as owner and rely on the mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TmpfsOwner {
     pub uid: u32,

@@ -101,6 +101,8 @@ pub struct ImageFacts {
     pub has_healthcheck: bool,
     /// The image's own labels (its config's `Labels`).
     pub labels: HashMap<String, String>,
+    /// The image's `USER`, when it sets one: who runs without the app's `user`.
+    pub user: Option<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -189,6 +191,11 @@ impl Engine {
                     .as_ref()
                     .and_then(|c| c.labels.clone())
                     .unwrap_or_default(),
+                user: i
+                    .config
+                    .as_ref()
+                    .and_then(|c| c.user.clone())
+                    .filter(|u| !u.is_empty()),
                 has_healthcheck: i
                     .config
                     .and_then(|c| c.healthcheck)

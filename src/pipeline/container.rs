@@ -106,6 +106,21 @@ impl Run<'_> {
         }
     }
 
+    /// Without the app's `user`, the image's own numeric `USER` owns the tmpfs mounts (see
+    /// `config/tmpfs.rs`): an image that runs as uid 10001 over its root-owned 0755 `/tmp`
+    /// could not write it otherwise. The image is the digest the intent names, so a replay
+    /// reads the same `USER`.
+    async fn image_user_owner(
+        &self,
+        image: &str,
+    ) -> Result<Option<crate::config::TmpfsOwner>, super::StepError> {
+        let facts = self.ctx.engine.image(image).await?;
+        Ok(facts
+            .and_then(|f| f.user)
+            .and_then(|u| crate::config::TmpfsOwner::of_user(&u))
+            .filter(|o| o.uid != 0))
+    }
+
     pub(super) fn keyed_hash(&self, text: &str) -> String {
         let mut mac = Hmac::<Sha256>::new_from_slice(&self.ctx.env_key)
             .expect("HMAC takes a key of any length");
@@ -187,6 +202,10 @@ impl Run<'_> {
             // The policy as reloaded, right before the engine is asked: a host path revoked
             // since the deployment was queued makes nothing.
             self.policy_check()?;
+            let mut spec = spec.clone();
+            if !spec.contained.tmpfs.is_empty() && spec.contained.tmpfs_owner.is_none() {
+                spec.contained.tmpfs_owner = self.image_user_owner(&spec.image).await?;
+            }
             let id = self.ctx.engine.create_container(&spec).await?;
             Ok(Candidate {
                 id,

@@ -61,19 +61,22 @@ impl Store {
         .await?)
     }
 
-    /// Which of `apps` this installation has ever queued a deployment of. The deployment
-    /// rows outlive the journal's steps (retention prunes steps, never the rows), so an app
-    /// deployed long ago still counts; an app only another Pier on the same engine deploys
-    /// does not, and its network is not this one's to remove.
-    pub async fn apps_deployed(&self, apps: &[String]) -> Result<HashSet<String>> {
+    /// Which of `apps` this installation has deployed and has nothing queued or running
+    /// for, in one statement. The deployment rows outlive the journal's steps (retention
+    /// prunes steps, never the rows), so an app deployed long ago still counts; an app only
+    /// another Pier on the same engine deploys does not, and its network is not this one's
+    /// to remove.
+    pub async fn apps_deployed_and_idle(&self, apps: &[String]) -> Result<HashSet<String>> {
         if apps.is_empty() {
             return Ok(HashSet::new());
         }
-        let found: Vec<String> =
-            sqlx::query_scalar("SELECT DISTINCT app FROM deployments WHERE app = ANY($1)")
-                .bind(apps)
-                .fetch_all(&self.pool)
-                .await?;
+        let found: Vec<String> = sqlx::query_scalar(
+            "SELECT app FROM deployments WHERE app = ANY($1) GROUP BY app
+             HAVING NOT bool_or(state IN ('queued', 'running'))",
+        )
+        .bind(apps)
+        .fetch_all(&self.pool)
+        .await?;
         Ok(found.into_iter().collect())
     }
 

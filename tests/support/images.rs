@@ -43,8 +43,9 @@ pub enum TestImage {
     DiesAfter { version: String, secs: u32 },
     /// Like `Healthy`, but its `/tmp` is root's 0755 (as in many base images), and it
     /// writes `/tmp/probe` before it serves: run as a non-root user, it starts only if
-    /// its `/tmp` is writable to that user, and exits 1 otherwise.
-    WritesTmp { version: String },
+    /// its `/tmp` is writable to that user, and exits 1 otherwise. With `as_nobody` the
+    /// image itself says `USER 65534:65534`.
+    WritesTmp { version: String, as_nobody: bool },
 }
 
 impl TestImage {
@@ -86,6 +87,14 @@ impl TestImage {
     pub fn writes_tmp(version: &str) -> Self {
         TestImage::WritesTmp {
             version: version.to_owned(),
+            as_nobody: false,
+        }
+    }
+
+    pub fn writes_tmp_as_nobody(version: &str) -> Self {
+        TestImage::WritesTmp {
+            version: version.to_owned(),
+            as_nobody: true,
         }
     }
 
@@ -103,7 +112,7 @@ impl TestImage {
             | TestImage::ExitsAtOnce { version }
             | TestImage::WithHealthcheck { version }
             | TestImage::SpoofsLabels { version }
-            | TestImage::WritesTmp { version } => version,
+            | TestImage::WritesTmp { version, .. } => version,
         }
     }
 
@@ -170,6 +179,12 @@ impl TestImage {
                 "pier.test": "true",
             },
         });
+        if let TestImage::WritesTmp {
+            as_nobody: true, ..
+        } = self
+        {
+            cfg["User"] = "65534:65534".into();
+        }
         if let TestImage::SpoofsLabels { .. } = self {
             cfg["Labels"]["pier.managed"] = "true".into();
             cfg["Labels"]["pier.app"] = "someone-else".into();
