@@ -60,6 +60,9 @@ fn cases() -> Vec<(&'static str, Vec<u8>)> {
         text("answer: two lengths", "GET /answer/two-lengths HTTP/1.1\r\nHost: app.test\r\n\r\n".into()),
         text("answer: listed length", "GET /answer/list-length HTTP/1.1\r\nHost: app.test\r\n\r\n".into()),
         text("answer: space in a name", "GET /answer/space-in-name HTTP/1.1\r\nHost: app.test\r\n\r\n".into()),
+        text("answer: signed length on hyper's path", "GET /answer/plus-length HTTP/1.0\r\nHost: app.test\r\n\r\n".into()),
+        text("answer: two lengths on hyper's path", "GET /answer/two-lengths HTTP/1.0\r\nHost: app.test\r\n\r\n".into()),
+        text("answer: listed length on hyper's path", "GET /answer/list-length HTTP/1.0\r\nHost: app.test\r\n\r\n".into()),
     ]
 }
 

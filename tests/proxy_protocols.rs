@@ -2,7 +2,8 @@
 //! `X-Forwarded-*` headers an app sees, hop-by-hop headers dropped, WebSocket upgrades and
 //! streaming bodies passed through as they happen, HTTP/2 clients served. The upstream is
 //! a small server inside the test, so that it can report exactly what reached it; the
-//! proxy reads its route from its state file, the way it starts when the database is away.
+//! proxy reads its route from its state file, the way it starts when the database is away
+//! (`support::PierProxy`).
 
 mod support;
 
@@ -22,12 +23,7 @@ use tokio::sync::{mpsc, oneshot};
 
 const DEADLINE: Duration = Duration::from_secs(10);
 
-/// A running `pier proxy` routing `app.test` on `listen` to `upstream`.
-struct Proxy {
-    process: PierProcess,
-    _dir: tempfile::TempDir,
-    listen: SocketAddr,
-}
+type Proxy = PierProxy;
 
 async fn proxy_to(upstream: SocketAddr) -> Proxy {
     proxy_with(upstream, "").await
@@ -35,7 +31,7 @@ async fn proxy_to(upstream: SocketAddr) -> Proxy {
 
 /// Like [`proxy_to`], with more lines for `[proxy]`.
 async fn proxy_with(upstream: SocketAddr, proxy_toml: &str) -> Proxy {
-    let proxy = proxy_routing_with(upstream, proxy_toml).await;
+    let proxy = PierProxy::start(upstream, proxy_toml).await;
     wait_until("pier proxy routes app.test", DEADLINE, || async move {
         let (status, _) = raw_get(proxy.listen, "/", "app.test").await?;
         (status == 200).then_some(())
@@ -46,59 +42,7 @@ async fn proxy_with(upstream: SocketAddr, proxy_toml: &str) -> Proxy {
 
 /// A running `pier proxy` routing `app.test` to `upstream`, which may not answer.
 async fn proxy_routing_to(upstream: SocketAddr) -> Proxy {
-    proxy_routing_with(upstream, "").await
-}
-
-async fn proxy_routing_with(upstream: SocketAddr, proxy_toml: &str) -> Proxy {
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let listen: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let admin = free_port();
-    let state = dir.path().join("routes.json");
-    std::fs::write(
-        &state,
-        serde_json::json!([{
-            "app": "echo", "version": 1, "upstream": upstream.to_string(),
-            "container_id": "none", "deployment_id": "00000000-0000-0000-0000-000000000000",
-            "standby": null,
-        }])
-        .to_string(),
-    )
-    .expect("write the state file");
-    // The database URL points at a closed port on purpose: the state file is the routes.
-    let toml = format!(
-        r#"
-[server]
-database_url = "postgres://pier:pier@127.0.0.1:{closed}/none"
-[proxy]
-admin = "127.0.0.1:{admin}"
-state_file = {state:?}
-{proxy_toml}
-[[apps]]
-name = "echo"
-image = "127.0.0.1:5000/proxy/echo"
-port = 8080
-strategy = "blue-green"
-[apps.route]
-listen = "{listen}"
-hosts = ["app.test"]
-"#,
-        closed = free_port(),
-        state = state.display().to_string(),
-    );
-    let process = PierCommand::new(&toml)
-        .args(["proxy"])
-        .wait_healthy(false)
-        .start()
-        .await;
-    wait_until("pier proxy listens", DEADLINE, || async move {
-        TcpStream::connect(listen).await.ok().map(drop)
-    })
-    .await;
-    Proxy {
-        process,
-        _dir: dir,
-        listen,
-    }
+    PierProxy::start(upstream, "").await
 }
 
 /// One HTTP/1.1 GET over a fresh connection; the status and the whole answer.

@@ -64,3 +64,63 @@ async fn three_restarts_under_load_fail_no_request() {
         &failed[..failed.len().min(10)]
     );
 }
+
+#[tokio::test]
+async fn a_connection_idle_at_sigterm_gets_its_next_request_answered_with_connection_close() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+    let app = RecordingApp::start().await;
+    let mut proxy = PierProxy::start(app.addr, "drain_timeout = \"5s\"").await;
+    let mut idle = Vec::new();
+    for i in 0..5 {
+        let mut s = TcpStream::connect(proxy.listen).await.unwrap();
+        let req = format!("GET /first/{i} HTTP/1.1\r\nHost: app.test\r\n\r\n");
+        s.write_all(req.as_bytes()).await.unwrap();
+        let want = format!("ok GET /first/{i}");
+        let mut got = Vec::new();
+        while !String::from_utf8_lossy(&got).ends_with(&want) {
+            let mut buf = [0u8; 512];
+            let n = tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf))
+                .await
+                .expect("the first answer in time")
+                .unwrap();
+            assert!(n > 0, "closed before the first answer");
+            got.extend_from_slice(&buf[..n]);
+        }
+        idle.push(s);
+    }
+    let pid = proxy.process.pid().expect("pier proxy runs");
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    // Once the listener is closed, the proxy is certainly stopping.
+    let listen = proxy.listen;
+    wait_until(
+        "the proxy stops accepting",
+        Duration::from_secs(5),
+        || async move { TcpStream::connect(listen).await.is_err().then_some(()) },
+    )
+    .await;
+    for (i, s) in idle.iter_mut().enumerate() {
+        let req = format!("GET /second/{i} HTTP/1.1\r\nHost: app.test\r\n\r\n");
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut got = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut got))
+            .await
+            .expect("answered and closed in time")
+            .unwrap();
+        let text = String::from_utf8_lossy(&got);
+        assert!(text.starts_with("HTTP/1.1 200"), "{i}: {text:?}");
+        assert!(text.contains("Connection: close\r\n"), "{i}: {text:?}");
+        assert!(
+            text.ends_with(&format!("ok GET /second/{i}")),
+            "{i}: {text:?}"
+        );
+    }
+    assert_eq!(
+        proxy.process.wait_exit(Duration::from_secs(10)).await,
+        Some(0)
+    );
+}

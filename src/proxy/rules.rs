@@ -165,9 +165,18 @@ where
             "This method is not served here.",
         ));
     }
-    let (mut hosts, mut length, mut coding) = (0, false, None);
+    let (mut hosts, mut length, mut coding, mut tokens) = (0, false, None, 0);
     for (name, value) in headers {
-        if name.eq_ignore_ascii_case(b"host") {
+        if name.eq_ignore_ascii_case(b"connection") {
+            // The same bound `Connection::of` has: both paths see the same tokens.
+            tokens += value
+                .split(|b| *b == b',')
+                .filter(|t| !t.trim_ascii().is_empty())
+                .count();
+            if tokens > MAX_CONNECTION_TOKENS {
+                return Err(BAD_REQUEST);
+            }
+        } else if name.eq_ignore_ascii_case(b"host") {
             hosts += 1;
             if hosts > 1 || !valid_host(value) {
                 return Err(BAD_HOST);
@@ -328,6 +337,8 @@ mod tests {
             ("Content-Length", "5"),
         ];
         assert!(check("POST", &two).is_err());
+        let many = vec!["x"; MAX_CONNECTION_TOKENS + 1].join(", ");
+        assert!(check("GET", &[("Host", "a"), ("Connection", &many)]).is_err());
         for m in ["CONNECT", "TRACE", "connect"] {
             assert_eq!(check(m, &[("Host", "a")]).unwrap_err().status, 405);
         }
