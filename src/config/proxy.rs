@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{ConfigError, parse_bytes};
+use super::{ClientIpHeader, ConfigError, TrustedProxies, parse_bytes};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -48,60 +48,6 @@ fn default_proxy_drain() -> Duration {
     Duration::from_secs(10)
 }
 
-/// An address block, `10.0.0.0/8` or `2001:db8::/32`; a bare address is a block of one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cidr {
-    net: IpAddr,
-    bits: u8,
-}
-
-impl Cidr {
-    pub fn parse(s: &str) -> Result<Cidr, String> {
-        let (addr, bits) = match s.trim().split_once('/') {
-            Some((a, b)) => (a, Some(b)),
-            None => (s.trim(), None),
-        };
-        let net: IpAddr = addr
-            .parse()
-            .map_err(|_| format!("`{s}` is not an address"))?;
-        let max = if net.is_ipv4() { 32 } else { 128 };
-        let bits = match bits {
-            None => max,
-            Some(b) => b
-                .parse::<u8>()
-                .ok()
-                .filter(|b| *b <= max)
-                .ok_or_else(|| format!("`{s}`: the prefix length must be 0 to {max}"))?,
-        };
-        Ok(Cidr { net, bits })
-    }
-
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        let ip = match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-            v4 => v4,
-        };
-        let mask = |bits: u8, width: u32| -> u128 {
-            if bits == 0 {
-                0
-            } else {
-                u128::MAX << (width - u32::from(bits))
-            }
-        };
-        match (self.net, ip) {
-            (IpAddr::V4(n), IpAddr::V4(a)) => {
-                let m = mask(self.bits, 32) as u32;
-                u32::from(n) & m == u32::from(a) & m
-            }
-            (IpAddr::V6(n), IpAddr::V6(a)) => {
-                let m = mask(self.bits, 128);
-                u128::from(n) & m == u128::from(a) & m
-            }
-            _ => false,
-        }
-    }
-}
-
 fn default_admin() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 8099))
 }
@@ -123,7 +69,7 @@ pub struct ProxyConfig {
     pub threads: usize,
     /// Peers whose `X-Forwarded-For` (appended to) and `X-Forwarded-Proto` are passed on
     /// to apps; from anyone else Pier writes them itself.
-    pub trusted_proxies: Vec<Cidr>,
+    pub trusted_proxies: TrustedProxies,
     /// Connections the proxy holds open to one app, across its generations.
     pub max_upstream_connections: usize,
     /// After SIGTERM: how long requests in flight get to finish before the proxy exits.
@@ -132,7 +78,7 @@ pub struct ProxyConfig {
 
 impl ProxyConfig {
     pub fn trusts(&self, peer: IpAddr) -> bool {
-        self.trusted_proxies.iter().any(|c| c.contains(peer))
+        self.trusted_proxies.trusts(peer)
     }
 }
 
@@ -143,12 +89,10 @@ impl RawProxy {
                 "proxy.admin must be a loopback address".into(),
             ));
         }
-        let trusted_proxies = self
-            .trusted_proxies
-            .iter()
-            .map(|c| Cidr::parse(c))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| ConfigError::Invalid(format!("proxy.trusted_proxies: {e}")))?;
+        // The same CIDR rules as `server.trusted_proxies`; the proxy reads X-Forwarded-For.
+        let trusted_proxies =
+            TrustedProxies::parse(&self.trusted_proxies, ClientIpHeader::XForwardedFor)
+                .map_err(|e| ConfigError::Invalid(format!("proxy.trusted_proxies: {e}")))?;
         if self.max_upstream_connections == 0 {
             return Err(ConfigError::Invalid(
                 "proxy.max_upstream_connections must be at least 1".into(),
@@ -276,32 +220,5 @@ impl RawRoute {
                 key: base.join(t.key),
             }),
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Cidr;
-
-    #[test]
-    fn an_address_block_holds_exactly_its_addresses() {
-        let c = Cidr::parse("10.1.0.0/16").unwrap();
-        assert!(c.contains("10.1.255.3".parse().unwrap()));
-        assert!(!c.contains("10.2.0.1".parse().unwrap()));
-        assert!(c.contains("::ffff:10.1.0.9".parse().unwrap()));
-        let one = Cidr::parse("127.0.0.1").unwrap();
-        assert!(one.contains("127.0.0.1".parse().unwrap()));
-        assert!(!one.contains("127.0.0.2".parse().unwrap()));
-        assert!(
-            Cidr::parse("0.0.0.0/0")
-                .unwrap()
-                .contains("8.8.8.8".parse().unwrap())
-        );
-        let v6 = Cidr::parse("2001:db8::/32").unwrap();
-        assert!(v6.contains("2001:db8:1::1".parse().unwrap()));
-        assert!(!v6.contains("10.0.0.1".parse().unwrap()));
-        for bad in ["10.0.0.0/33", "x", "10.0.0.0/", "::/129"] {
-            assert!(Cidr::parse(bad).is_err(), "{bad}");
-        }
     }
 }

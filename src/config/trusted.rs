@@ -213,6 +213,16 @@ mod tests {
             .unwrap_err();
         assert!(err.contains("10.0.0.0/33"), "{err}");
         assert!(TrustedProxies::parse(&["::1".into()], ClientIpHeader::XForwardedFor).is_ok());
+        for bad in ["x", "10.0.0.0/", "::/129"] {
+            assert!(
+                TrustedProxies::parse(&[bad.into()], ClientIpHeader::XForwardedFor).is_err(),
+                "{bad}"
+            );
+        }
+        let any = xff(&["0.0.0.0/0", "2001:db8::/32"]);
+        assert!(any.trusts(ip("8.8.8.8")));
+        assert!(any.trusts(ip("2001:db8:1::1")));
+        assert!(!any.trusts(ip("2001:db9::1")));
     }
 
     #[test]
