@@ -16,6 +16,16 @@ use crate::config::{ClientIpHeader, TrustedProxies};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClientAddr(pub Option<IpAddr>);
 
+/// As log lines write it: the address, or `unknown` (a peer the server could not name).
+impl std::fmt::Display for ClientAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(ip) => write!(f, "{ip}"),
+            None => f.write_str("unknown"),
+        }
+    }
+}
+
 pub fn client_addr(
     trusted: &TrustedProxies,
     peer: Option<SocketAddr>,

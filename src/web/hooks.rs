@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::client::client_addr;
+use super::client::{ClientAddr, client_addr};
 use super::guard::BodyError;
 use super::{AppState, WebError};
 use crate::intake::{self, EventVerdict, IntakeError, Rejected};
@@ -172,7 +172,7 @@ fn answer(
             if !braked && s.guard.log_rejection() {
                 match &e {
                     IntakeError::Unauthenticated(why) => {
-                        tracing::warn!(%source, client = ?addr, reason = why.as_str(), "unauthenticated webhook rejected")
+                        tracing::warn!(%source, client = %ClientAddr(addr), reason = why.as_str(), "unauthenticated webhook rejected")
                     }
                     other => {
                         tracing::info!(%source, error = %log_safe(&other.to_string()), "webhook not accepted")

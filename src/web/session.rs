@@ -255,7 +255,7 @@ pub(super) async fn login(
             if braked {
                 return Err(WebError::TooManyRequests.into());
             }
-            tracing::warn!(client = ?addr, "failed sign-in");
+            tracing::warn!(client = %ClientAddr(addr), "failed sign-in");
             let page = login_page(&s, f.next, user, Some("Wrong token or password.".into()));
             return Ok((StatusCode::UNAUTHORIZED, page).into_response());
         }
