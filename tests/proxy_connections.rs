@@ -32,17 +32,9 @@ fn limit_files(pid: u32, n: u32) {
 
 /// One HTTP/1.0 request on its own connection, closed once answered; its status.
 async fn http10(addr: SocketAddr, path: &str) -> Result<u16, String> {
-    let mut s = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+    let s = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
     let req = format!("GET {path} HTTP/1.0\r\nHost: app.test\r\n\r\n");
-    s.write_all(req.as_bytes())
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut out = Vec::new();
-    tokio::time::timeout(DEADLINE, s.read_to_end(&mut out))
-        .await
-        .map_err(|_| "no answer in time".to_string())?
-        .map_err(|e| e.to_string())?;
-    let text = String::from_utf8_lossy(&out);
+    let text = exchange_to_close(s, &req, DEADLINE).await?;
     text.split(' ')
         .nth(1)
         .and_then(|s| s.parse().ok())

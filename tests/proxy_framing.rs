@@ -137,20 +137,12 @@ fn complete_answers(mut bytes: &[u8]) -> Vec<u16> {
 
 /// An honest request gets its own answer, on `s` or on a fresh connection to `addr`.
 async fn honest(addr: SocketAddr, s: Option<TcpStream>, path: &str) -> Result<(), String> {
-    let mut s = match s {
+    let s = match s {
         Some(s) => s,
         None => TcpStream::connect(addr).await.map_err(|e| e.to_string())?,
     };
     let req = format!("GET {path} HTTP/1.1\r\nHost: app.test\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes())
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut out = Vec::new();
-    tokio::time::timeout(DEADLINE, s.read_to_end(&mut out))
-        .await
-        .map_err(|_| "no answer in time".to_string())?
-        .map_err(|e| e.to_string())?;
-    let text = String::from_utf8_lossy(&out);
+    let text = exchange_to_close(s, &req, DEADLINE).await?;
     let want = format!("ok GET {path}");
     if text.starts_with("HTTP/1.1 200") && text.ends_with(&want) {
         Ok(())

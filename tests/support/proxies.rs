@@ -179,3 +179,22 @@ impl Drop for Nginx {
         }
     }
 }
+
+/// Writes `request` on `s` and reads until the peer closes, within `deadline`: the whole
+/// answer as text, or why there was none.
+pub async fn exchange_to_close(
+    mut s: tokio::net::TcpStream,
+    request: &str,
+    deadline: Duration,
+) -> Result<String, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    s.write_all(request.as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    tokio::time::timeout(deadline, s.read_to_end(&mut out))
+        .await
+        .map_err(|_| "no answer in time".to_string())?
+        .map_err(|e| e.to_string())?;
+    Ok(String::from_utf8_lossy(&out).into_owned())
+}
