@@ -99,6 +99,8 @@ pub struct Config {
     pub policy: Policy,
     /// Where deployment outcomes are sent (`[[notifications]]`).
     pub notifications: Vec<NotificationConfig>,
+    /// Where apps run: `local` (from `server.docker_host`) and every `[[targets]]` entry.
+    pub targets: Vec<TargetConfig>,
 }
 
 #[derive(Debug, Clone)]
@@ -264,6 +266,9 @@ pub struct AppConfig {
     /// container (same name, image and tag; its own `contained.service`, command, env,
     /// limits; no port, health or route). Empty for a one-service app and inside a service.
     pub services: Vec<AppConfig>,
+    /// The targets this app runs on, by name, in rollout order (default `["local"]`).
+    pub targets: Vec<String>,
+    pub rollout: Rollout,
 }
 
 impl AppConfig {
@@ -367,8 +372,10 @@ pub use retention::RetentionConfig;
 mod signin;
 mod source;
 mod tags;
+mod targets;
 mod trusted;
 pub use raw::DEFAULT_POLL;
+pub use targets::{Batch, LOCAL, Rollout, TargetConfig, TargetKind};
 
 #[cfg(test)]
 mod tests {

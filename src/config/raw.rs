@@ -68,6 +68,9 @@ pub struct Config {
     policy: super::policy::RawPolicy,
     #[serde(default)]
     notifications: Vec<super::notify::RawNotification>,
+    /// Issue 23: where apps run (see `targets.rs`).
+    #[serde(default)]
+    targets: Vec<super::targets::RawTarget>,
 }
 
 #[derive(Deserialize)]
@@ -313,6 +316,9 @@ struct App {
     /// The app's further services (`[apps.services.worker]`), see `services.rs`.
     #[serde(default)]
     services: BTreeMap<String, super::services::RawService>,
+    /// The targets the app runs on (default `["local"]`) and how a rollout crosses them.
+    targets: Option<Vec<String>>,
+    rollout: Option<super::targets::RawRollout>,
 }
 
 /// Apps may share a proxy address only when their `Host` names tell them apart: at most one
@@ -465,6 +471,7 @@ impl Config {
             });
         }
 
+        let targets = super::targets::resolve(self.targets, server.docker_host.as_deref(), base)?;
         let mut apps: Vec<AppConfig> = Vec::new();
         for a in self.apps {
             if !valid_name(&a.name) {
@@ -560,6 +567,12 @@ impl Config {
                 .transpose()
                 .map_err(|e| invalid(format!("app `{}`: memory: {e}", a.name)))?;
             let command = super::services::command(&a.name, "", a.command)?;
+            let app_targets = super::targets::app_targets(&a.name, a.targets, &targets)?;
+            let rollout = a
+                .rollout
+                .map(|r| r.resolve(&a.name))
+                .transpose()?
+                .unwrap_or_default();
             let mut app = AppConfig {
                 name: a.name,
                 image: a.image,
@@ -589,6 +602,8 @@ impl Config {
                 command,
                 settle: super::services::DEFAULT_SETTLE,
                 services: vec![],
+                targets: app_targets,
+                rollout,
             };
             app.services = super::services::resolve(&app, a.services, base)?;
             apps.push(app);
@@ -656,6 +671,7 @@ impl Config {
             notifications.push(n);
         }
         Ok(super::Config {
+            targets,
             notifications,
             server,
             proxy: self.proxy.resolve(base)?,

@@ -227,7 +227,7 @@ impl Engine {
     /// The loopback address the engine bound container port `port` to, once the container
     /// runs: blue-green candidates publish on an ephemeral port the engine picks.
     pub async fn published(&self, id: &str, port: u16) -> Result<Option<SocketAddr>> {
-        let c = match self.docker.inspect_container(id, None).await {
+        let c = match self.api().await?.inspect_container(id, None).await {
             Ok(c) => c,
             Err(e) if status_of(&e) == Some(404) => return Ok(None),
             Err(e) => return Err(err(format!("inspect container {id}"), e)),
@@ -251,7 +251,7 @@ impl Engine {
     }
 
     pub async fn inspect_container(&self, id: &str) -> Result<Option<ContainerFacts>> {
-        let c = match self.docker.inspect_container(id, None).await {
+        let c = match self.api().await?.inspect_container(id, None).await {
             Ok(c) => c,
             Err(e) if status_of(&e) == Some(404) => return Ok(None),
             Err(e) => return Err(err(format!("inspect container {id}"), e)),
@@ -320,7 +320,7 @@ impl Engine {
 
     /// Starting a running container is not an error: replays reach the same state.
     pub async fn start_container(&self, id: &str) -> Result<()> {
-        match self.docker.start_container(id, None).await {
+        match self.api().await?.start_container(id, None).await {
             Ok(()) => Ok(()),
             Err(e) if status_of(&e) == Some(304) => Ok(()),
             Err(e) => Err(err(format!("start container {id}"), e)),
@@ -331,7 +331,7 @@ impl Engine {
         let options = StopContainerOptionsBuilder::default()
             .t(grace.as_secs().min(i32::MAX as u64) as i32)
             .build();
-        match self.docker.stop_container(id, Some(options)).await {
+        match self.api().await?.stop_container(id, Some(options)).await {
             Ok(()) => Ok(Stopped::Stopped),
             Err(e) if status_of(&e) == Some(304) => Ok(Stopped::WasNotRunning),
             Err(e) if status_of(&e) == Some(404) => Ok(Stopped::Gone),
@@ -345,7 +345,7 @@ impl Engine {
             .force(true)
             .v(false)
             .build();
-        match self.docker.remove_container(id, Some(options)).await {
+        match self.api().await?.remove_container(id, Some(options)).await {
             Ok(()) => Ok(Removed::Removed),
             Err(e) if status_of(&e) == Some(404) => Ok(Removed::AlreadyGone),
             // 409: removal already in progress; it will be gone.
@@ -361,7 +361,7 @@ impl Engine {
             .stderr(true)
             .tail(&lines.to_string())
             .build();
-        let mut stream = self.docker.logs(id, Some(options));
+        let mut stream = self.api().await?.logs(id, Some(options));
         let mut out = String::new();
         while let Some(item) = stream.next().await {
             match item {

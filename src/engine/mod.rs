@@ -2,7 +2,9 @@
 //! pipeline needs; "not found" is a value, not an error, because replays depend on it.
 
 mod archive;
+mod connect;
 mod containers;
+mod endpoint;
 mod resources;
 mod view;
 
@@ -16,6 +18,7 @@ use futures_util::StreamExt;
 
 use crate::registry::Platform;
 pub use containers::{ContainedSpec, ContainerFacts, ContainerSpec, Health, Removed, Stopped};
+pub use endpoint::{Endpoint, EndpointError, EndpointOptions, SshEndpoint, TlsFiles};
 pub use resources::{
     LABEL_INCARNATION, LABEL_SERVICE, Labelled, ManagedNetwork, NetworkRemoved, VolumeRemoved,
 };
@@ -108,28 +111,36 @@ pub struct ImageFacts {
 #[derive(Clone, Debug)]
 pub struct Engine {
     docker: Docker,
+    negotiated: std::sync::Arc<tokio::sync::OnceCell<()>>,
     /// `[server] app_subnets`: apps' networks get a `/27` of it instead of one from the
     /// engine's default pools.
     app_subnets: Option<crate::config::SubnetPool>,
 }
 
 impl Engine {
-    /// Connects to `host` (`unix:///…`, `tcp://…`) or, without one, to `DOCKER_HOST` or
-    /// the platform default, and agrees on an API version the engine speaks.
-    pub async fn connect(host: Option<&str>) -> Result<Self> {
-        let docker = match host {
-            Some(h) => Docker::connect_with_host(h),
-            None => Docker::connect_with_defaults(),
-        }
-        .map_err(|e| err("connect", e))?;
-        let docker = docker
-            .negotiate_version()
-            .await
-            .map_err(|e| err("negotiate API version", e))?;
-        Ok(Self {
+    fn from_docker(docker: Docker) -> Self {
+        Self {
             docker,
+            negotiated: Default::default(),
             app_subnets: None,
-        })
+        }
+    }
+
+    /// The client, once the engine and Pier agree on an API version. Asked once per
+    /// engine and kept; a failure (the engine is down) is asked again by the next call.
+    async fn api(&self) -> Result<&Docker> {
+        self.negotiated
+            .get_or_try_init(|| async {
+                // The version atomics are shared by every clone of the client.
+                self.docker
+                    .clone()
+                    .negotiate_version()
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| err("negotiate API version", e))
+            })
+            .await?;
+        Ok(&self.docker)
     }
 
     /// Apps' networks take their subnets from `pool` (see [`Engine::create_network`]).
@@ -139,13 +150,18 @@ impl Engine {
     }
 
     pub async fn ping(&self) -> Result<()> {
-        self.docker.ping().await.map_err(|e| err("ping", e))?;
+        self.api().await?.ping().await.map_err(|e| err("ping", e))?;
         Ok(())
     }
 
     /// The platform images must be built for to run here.
     pub async fn platform(&self) -> Result<Platform> {
-        let v = self.docker.version().await.map_err(|e| err("version", e))?;
+        let v = self
+            .api()
+            .await?
+            .version()
+            .await
+            .map_err(|e| err("version", e))?;
         Ok(Platform::from_engine(
             v.os.as_deref().unwrap_or("linux"),
             v.arch.as_deref().unwrap_or("amd64"),
@@ -169,7 +185,7 @@ impl Engine {
             serveraddress: repository.split('/').next().map(str::to_owned),
             ..Default::default()
         });
-        let mut stream = self.docker.create_image(Some(options), None, creds);
+        let mut stream = self.api().await?.create_image(Some(options), None, creds);
         while let Some(item) = stream.next().await {
             item.map_err(|e| err(format!("pull {repository}@{digest}"), e))?;
         }
@@ -177,7 +193,7 @@ impl Engine {
     }
 
     pub async fn image(&self, reference: &str) -> Result<Option<ImageFacts>> {
-        match self.docker.inspect_image(reference).await {
+        match self.api().await?.inspect_image(reference).await {
             Ok(i) => Ok(Some(ImageFacts {
                 id: i.id.unwrap_or_default(),
                 repo_digests: i.repo_digests.unwrap_or_default(),
@@ -205,10 +221,6 @@ impl Engine {
             Err(e) if status_of(&e) == Some(404) => Ok(None),
             Err(e) => Err(err(format!("inspect image {reference}"), e)),
         }
-    }
-
-    pub fn docker(&self) -> &Docker {
-        &self.docker
     }
 }
 

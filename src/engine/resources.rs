@@ -73,7 +73,7 @@ pub enum VolumeRemoved {
 
 impl Engine {
     pub async fn network(&self, name: &str) -> Result<Option<Labelled>> {
-        match self.docker.inspect_network(name, None).await {
+        match self.api().await?.inspect_network(name, None).await {
             Ok(n) => Ok(Some(Labelled {
                 name: n.name.unwrap_or_default(),
                 labels: n.labels.unwrap_or_default(),
@@ -90,6 +90,8 @@ impl Engine {
     /// pools, which run out after about 30 networks.
     pub async fn create_network(&self, name: &str, labels: HashMap<String, String>) -> Result<()> {
         let what = || format!("create network {name}");
+        // Agreed once here, so that each try below is one plain request.
+        self.api().await?;
         let Some(pool) = self.app_subnets else {
             return match self.try_create_network(name, &labels, None).await {
                 Ok(()) => Ok(()),
@@ -167,7 +169,7 @@ impl Engine {
                 ..Default::default()
             }),
         };
-        match self.docker.connect_network(network, req).await {
+        match self.api().await?.connect_network(network, req).await {
             Ok(()) => Ok(()),
             Err(e) if already_connected(&e) => Ok(()),
             Err(e) => Err(err(format!("connect a container to network {network}"), e)),
@@ -176,7 +178,7 @@ impl Engine {
 
     /// The networks a container is on, by name.
     pub async fn container_networks(&self, id: &str) -> Result<Vec<String>> {
-        match self.docker.inspect_container(id, None).await {
+        match self.api().await?.inspect_container(id, None).await {
             Ok(c) => Ok(c
                 .network_settings
                 .and_then(|n| n.networks)
@@ -231,7 +233,7 @@ impl Engine {
     /// Removes a network by id (never by name: a network made meanwhile under the same name
     /// is another one). The engine refuses while an endpoint is active (403).
     pub async fn remove_network(&self, network_id: &str) -> Result<NetworkRemoved> {
-        match self.docker.remove_network(network_id).await {
+        match self.api().await?.remove_network(network_id).await {
             Ok(()) => Ok(NetworkRemoved::Removed),
             Err(e) if status_of(&e) == Some(404) => Ok(NetworkRemoved::AlreadyGone),
             Err(e) if matches!(status_of(&e), Some(403 | 409)) => Ok(NetworkRemoved::InUse),
@@ -240,7 +242,7 @@ impl Engine {
     }
 
     pub async fn volume(&self, name: &str) -> Result<Option<Labelled>> {
-        match self.docker.inspect_volume(name).await {
+        match self.api().await?.inspect_volume(name).await {
             Ok(v) => Ok(Some(Labelled {
                 name: v.name,
                 labels: v.labels,
@@ -258,7 +260,8 @@ impl Engine {
             labels: Some(labels),
             ..Default::default()
         };
-        self.docker
+        self.api()
+            .await?
             .create_volume(req)
             .await
             .map(|_| ())
@@ -267,7 +270,7 @@ impl Engine {
 
     pub async fn remove_volume(&self, name: &str) -> Result<VolumeRemoved> {
         let options = RemoveVolumeOptionsBuilder::default().force(false).build();
-        match self.docker.remove_volume(name, Some(options)).await {
+        match self.api().await?.remove_volume(name, Some(options)).await {
             Ok(()) => Ok(VolumeRemoved::Removed),
             Err(e) if status_of(&e) == Some(404) => Ok(VolumeRemoved::AlreadyGone),
             Err(e) if status_of(&e) == Some(409) => Ok(VolumeRemoved::InUse),

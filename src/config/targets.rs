@@ -1,0 +1,330 @@
+//! `[[targets]]`: where apps run. A target is one Docker engine, reached over a local
+//! socket, TCP with TLS client certificates, or SSH with a checked host key. Without any
+//! entry there is one target, `local`, which is `server.docker_host` (or `DOCKER_HOST`): a
+//! config written before targets existed loads and deploys as it always has.
+//!
+//! Target (where a generation runs) and strategy (how it is replaced) are separate axes:
+//! nothing here knows about recreate or blue-green.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::ConfigError;
+use crate::engine::{Endpoint, EndpointOptions, TlsFiles};
+
+/// The target an app runs on when it names none, and the name `server.docker_host` gets.
+pub const LOCAL: &str = "local";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum TargetKind {
+    /// One Docker engine: Pier creates, starts and retires the containers itself.
+    #[default]
+    Engine,
+}
+
+#[derive(Debug, Clone)]
+pub struct TargetConfig {
+    pub name: String,
+    pub kind: TargetKind,
+    pub endpoint: Endpoint,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTarget {
+    name: String,
+    #[serde(default)]
+    kind: TargetKind,
+    host: String,
+    tls: Option<RawTls>,
+    ssh: Option<RawSsh>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    ca: String,
+    cert: String,
+    key: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSsh {
+    known_hosts: String,
+    identity: Option<String>,
+}
+
+fn invalid(msg: String) -> ConfigError {
+    ConfigError::Invalid(msg)
+}
+
+/// Every target, `local` first. `docker_host` is the old `server.docker_host`: it is the
+/// `local` target unless `[[targets]]` declares one named `local` itself (then both at once
+/// would be two answers to one question, and is refused).
+pub fn resolve(
+    raw: Vec<RawTarget>,
+    docker_host: Option<&str>,
+    base: &Path,
+) -> Result<Vec<TargetConfig>, ConfigError> {
+    let mut targets = Vec::with_capacity(raw.len() + 1);
+    let declares_local = raw.iter().any(|t| t.name == LOCAL);
+    if declares_local && docker_host.is_some() {
+        return Err(invalid(format!(
+            "server.docker_host and a [[targets]] entry named `{LOCAL}` both say where `{LOCAL}` is: keep one"
+        )));
+    }
+    if !declares_local {
+        let endpoint = match docker_host {
+            None => Endpoint::Default,
+            Some(h) => Endpoint::parse(
+                h,
+                EndpointOptions {
+                    legacy_plain_tcp: true,
+                    ..Default::default()
+                },
+            )
+            .map_err(|e| invalid(format!("server.docker_host: {e}")))?,
+        };
+        targets.push(TargetConfig {
+            name: LOCAL.to_owned(),
+            kind: TargetKind::Engine,
+            endpoint,
+        });
+    }
+    for t in raw {
+        if !super::raw::valid_name(&t.name) || t.name.len() > 32 {
+            return Err(invalid(format!(
+                "target name `{}`: use at most 32 lower-case letters, digits, - and _",
+                t.name
+            )));
+        }
+        if targets.iter().any(|o: &TargetConfig| o.name == t.name) {
+            return Err(invalid(format!("target `{}` is defined twice", t.name)));
+        }
+        let options = EndpointOptions {
+            tls: t.tls.map(|r| TlsFiles {
+                ca: base.join(r.ca),
+                cert: base.join(r.cert),
+                key: base.join(r.key),
+            }),
+            known_hosts: t.ssh.as_ref().map(|s| base.join(&s.known_hosts)),
+            identity: t
+                .ssh
+                .as_ref()
+                .and_then(|s| s.identity.as_ref())
+                .map(|i| base.join(i)),
+            legacy_plain_tcp: false,
+        };
+        let endpoint = Endpoint::parse(&t.host, options)
+            .map_err(|e| invalid(format!("targets[{}].host: {e}", t.name)))?;
+        targets.push(TargetConfig {
+            name: t.name,
+            kind: t.kind,
+            endpoint,
+        });
+    }
+    Ok(targets)
+}
+
+/// How many targets of a rollout change at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Batch {
+    Count(usize),
+    /// Of the app's targets, rounded up: never a batch of none.
+    Percent(u8),
+}
+
+impl Batch {
+    /// Targets per batch for an app on `targets` engines: at least one, at most all.
+    pub fn size(self, targets: usize) -> usize {
+        let n = match self {
+            Batch::Count(n) => n,
+            Batch::Percent(p) => (targets * p as usize).div_ceil(100),
+        };
+        n.clamp(1, targets.max(1))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rollout {
+    pub batch: Batch,
+    /// Waited between a healthy batch and the next one.
+    pub pause: Duration,
+}
+
+impl Default for Rollout {
+    fn default() -> Self {
+        Rollout {
+            batch: Batch::Count(1),
+            pause: Duration::ZERO,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRollout {
+    #[serde(default)]
+    batch: Option<RawBatch>,
+    #[serde(default, with = "humantime_serde")]
+    pause: Option<Duration>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawBatch {
+    Count(i64),
+    Text(String),
+}
+
+/// The longest pause between batches: beyond it an operator wants an approval, not a timer.
+const MAX_PAUSE: Duration = Duration::from_secs(24 * 3600);
+
+impl RawRollout {
+    pub fn resolve(self, app: &str) -> Result<Rollout, ConfigError> {
+        let bad = |what: String| invalid(format!("app `{app}`: rollout.batch {what}"));
+        let batch = match self.batch {
+            None => Batch::Count(1),
+            Some(RawBatch::Count(n)) if (1..=1000).contains(&n) => Batch::Count(n as usize),
+            Some(RawBatch::Count(n)) => return Err(bad(format!("{n} is not from 1 to 1000"))),
+            Some(RawBatch::Text(t)) => match t.trim().strip_suffix('%').map(str::trim) {
+                Some(p) => match p.parse::<u8>() {
+                    Ok(p) if (1..=100).contains(&p) => Batch::Percent(p),
+                    _ => return Err(bad(format!("`{t}` is not a percentage from 1% to 100%"))),
+                },
+                None => return Err(bad(format!("`{t}` is neither a count nor a percentage"))),
+            },
+        };
+        let pause = self.pause.unwrap_or(Duration::ZERO);
+        if pause > MAX_PAUSE {
+            return Err(invalid(format!(
+                "app `{app}`: rollout.pause is at most 24h"
+            )));
+        }
+        Ok(Rollout { batch, pause })
+    }
+}
+
+/// An app's `targets`, checked against the declared ones: default `["local"]`, no name
+/// twice, every name declared.
+pub fn app_targets(
+    app: &str,
+    names: Option<Vec<String>>,
+    targets: &[TargetConfig],
+) -> Result<Vec<String>, ConfigError> {
+    let names = names.unwrap_or_else(|| vec![LOCAL.to_owned()]);
+    if names.is_empty() {
+        return Err(invalid(format!(
+            "app `{app}`: targets is empty: name at least one (the default is [\"{LOCAL}\"])"
+        )));
+    }
+    for (i, n) in names.iter().enumerate() {
+        if !targets.iter().any(|t| &t.name == n) {
+            return Err(invalid(format!(
+                "app `{app}`: target `{n}` is not declared in [[targets]]"
+            )));
+        }
+        if names[..i].contains(n) {
+            return Err(invalid(format!("app `{app}`: target `{n}` is named twice")));
+        }
+    }
+    Ok(names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(toml_text: &str) -> Result<Vec<TargetConfig>, ConfigError> {
+        #[derive(Deserialize)]
+        struct F {
+            #[serde(default)]
+            targets: Vec<RawTarget>,
+        }
+        let f: F = toml::from_str(toml_text).expect("toml");
+        resolve(f.targets, None, Path::new("/etc/pier"))
+    }
+
+    #[test]
+    fn without_targets_there_is_local_alone() {
+        let t = parse("").unwrap();
+        assert_eq!(t.len(), 1);
+        assert_eq!(t[0].name, LOCAL);
+        assert_eq!(t[0].endpoint, Endpoint::Default);
+    }
+
+    #[test]
+    fn a_tls_target_resolves_its_files_beside_the_config() {
+        let t = parse(
+            r#"[[targets]]
+               name = "edge-1"
+               host = "tcp://10.0.0.2:2376"
+               tls = { ca = "ca.pem", cert = "cert.pem", key = "key.pem" }"#,
+        )
+        .unwrap();
+        assert_eq!(t[0].name, LOCAL);
+        let Endpoint::Tcp { tls: Some(tls), .. } = &t[1].endpoint else {
+            panic!("{:?}", t[1].endpoint)
+        };
+        assert_eq!(tls.ca, Path::new("/etc/pier/ca.pem"));
+    }
+
+    #[test]
+    fn a_remote_target_without_checks_is_refused_with_its_name() {
+        let e = parse(
+            r#"[[targets]]
+               name = "edge-1"
+               host = "tcp://10.0.0.2:2376""#,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("targets[edge-1].host"), "{e}");
+        let e = parse("[[targets]]\nname = \"Bad Name\"\nhost = \"unix:///s\"").unwrap_err();
+        assert!(e.to_string().contains("target name"), "{e}");
+    }
+
+    #[test]
+    fn docker_host_and_a_declared_local_are_refused_together() {
+        let raw: Vec<RawTarget> = vec![RawTarget {
+            name: LOCAL.into(),
+            kind: TargetKind::Engine,
+            host: "unix:///s".into(),
+            tls: None,
+            ssh: None,
+        }];
+        assert!(resolve(raw, Some("unix:///t"), Path::new("/")).is_err());
+    }
+
+    #[test]
+    fn batches_are_counts_or_percentages_never_empty() {
+        assert_eq!(Batch::Count(1).size(3), 1);
+        assert_eq!(Batch::Count(5).size(3), 3);
+        assert_eq!(Batch::Percent(50).size(3), 2);
+        assert_eq!(Batch::Percent(1).size(3), 1);
+        assert_eq!(Batch::Percent(100).size(3), 3);
+        let r: RawRollout = toml::from_str("batch = \"34%\"\npause = \"2s\"").unwrap();
+        assert_eq!(
+            r.resolve("web").unwrap(),
+            Rollout {
+                batch: Batch::Percent(34),
+                pause: Duration::from_secs(2)
+            }
+        );
+        let r: RawRollout = toml::from_str("batch = 0").unwrap();
+        assert!(r.resolve("web").is_err());
+        let r: RawRollout = toml::from_str("batch = \"lots\"").unwrap();
+        assert!(r.resolve("web").is_err());
+    }
+
+    #[test]
+    fn an_app_names_only_declared_targets_once_each() {
+        let t = parse("").unwrap();
+        assert_eq!(app_targets("web", None, &t).unwrap(), vec![LOCAL]);
+        assert!(app_targets("web", Some(vec!["edge".into()]), &t).is_err());
+        assert!(app_targets("web", Some(vec![LOCAL.into(), LOCAL.into()]), &t).is_err());
+        assert!(app_targets("web", Some(vec![]), &t).is_err());
+    }
+}
