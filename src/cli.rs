@@ -49,7 +49,12 @@ pub enum Command {
     /// Run workers only (more processes may share one database).
     Worker,
     /// Run Pier's reverse proxy for blue-green apps (its own process).
-    Proxy,
+    Proxy {
+        /// The target whose apps this proxy serves (default: `[proxy] target`, else
+        /// `local`): on each host of a rollout across engines, the one beside its engine.
+        #[arg(long)]
+        target: Option<String>,
+    },
     /// Apply database migrations and exit.
     Migrate,
     /// Queue a deployment of an app's tag, or of an exact digest.
@@ -116,7 +121,7 @@ pub enum Command {
 /// given fewer than one per core, to leave the others to the apps behind it.
 pub fn threads(cli: &Cli) -> Option<usize> {
     match cli.command {
-        Command::Proxy => Config::load(&cli.config)
+        Command::Proxy { .. } => Config::load(&cli.config)
             .ok()
             .map(|c| c.proxy.threads)
             .filter(|n| *n > 0),
@@ -144,7 +149,17 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         } => crate::contain::import(&config, &app, &archive, digest, platform).await,
         Command::Reload { pid } => crate::contain::reload(pid, cli.pid_file.as_deref()),
         Command::Volumes { action } => crate::contain::volumes(&config, action).await,
-        Command::Proxy => crate::proxy::run(config).await,
+        Command::Proxy { target } => {
+            let mut config = config;
+            if let Some(t) = target {
+                anyhow::ensure!(
+                    config.targets.iter().any(|c| c.name == t),
+                    "--target {t}: no such target in the config"
+                );
+                config.proxy.target = t;
+            }
+            crate::proxy::run(config).await
+        }
         Command::Migrate => {
             let store = store(&config)?;
             store.migrate().await.context("migrate")?;
@@ -252,7 +267,7 @@ async fn status(config: &Config, json: bool) -> anyhow::Result<()> {
     let store = store(config)?;
     let mut apps = Vec::new();
     for a in &config.apps {
-        let generation = store.generation(&a.name).await?;
+        let generation = store.generation(&a.name, &a.targets[0]).await?;
         let latest = store.app_deployments(&a.name, 1).await?.into_iter().next();
         apps.push(serde_json::json!({
             "name": a.name,

@@ -6,7 +6,7 @@ use anyhow::{Context as _, bail};
 use clap::Subcommand;
 
 use crate::config::Config;
-use crate::engine::{Engine, VolumeRemoved};
+use crate::engine::VolumeRemoved;
 use crate::store::Store;
 
 #[derive(Subcommand, Debug)]
@@ -14,7 +14,12 @@ pub enum VolumesCommand {
     /// Delete one volume and its ownership record. Removing an app from the config never
     /// does this: data goes only when someone names it. Refused for a volume whose labels
     /// do not carry the record's provenance (one Pier did not make for that app).
-    Rm { name: String },
+    Rm {
+        name: String,
+        /// The engine the volume is on.
+        #[arg(long, default_value = crate::config::LOCAL)]
+        target: String,
+    },
 }
 
 /// The pid of a running `pier serve`, removed when it stops.
@@ -59,9 +64,8 @@ pub fn reload(pid: Option<u32>, pid_file: Option<&Path>) -> anyhow::Result<()> {
 
 pub async fn volumes(config: &Config, action: Option<VolumesCommand>) -> anyhow::Result<()> {
     let store = Store::connect_lazy(config.server.database_url.expose())?;
-    let engine = Engine::connect(config.server.docker_host.as_deref())
-        .await
-        .context("connect to the Docker engine")?;
+    let targets = crate::target::Targets::build(&config.targets, None)
+        .context("make the targets' engine clients")?;
     match action {
         None => {
             let owners = store.volume_owners().await.context("read volume owners")?;
@@ -69,7 +73,14 @@ pub async fn volumes(config: &Config, action: Option<VolumesCommand>) -> anyhow:
                 println!("no volumes");
             }
             for o in owners {
-                let on_engine = match engine.volume(&o.name).await {
+                let Some(target) = targets.get(&o.target) else {
+                    println!(
+                        "{:<40} app {}  on target {} (not in the config)",
+                        o.name, o.app, o.target
+                    );
+                    continue;
+                };
+                let on_engine = match target.engine.volume(&o.name).await {
                     Ok(Some(v)) if v.carries(&o.app, o.incarnation) => "exists",
                     Ok(Some(_)) => "exists but NOT made by Pier for this app (labels differ)",
                     Ok(None) => "not created",
@@ -81,14 +92,18 @@ pub async fn volumes(config: &Config, action: Option<VolumesCommand>) -> anyhow:
                     " (app not in config)"
                 };
                 println!(
-                    "{:<40} app {}{configured}  service {}  incarnation {}  {on_engine}",
-                    o.name, o.app, o.service, o.incarnation
+                    "{:<40} app {}{configured}  service {}  incarnation {}  on {}: {on_engine}",
+                    o.name, o.app, o.service, o.incarnation, o.target
                 );
             }
             Ok(())
         }
-        Some(VolumesCommand::Rm { name }) => {
-            let Some(owner) = store.volume_owner(&name).await? else {
+        Some(VolumesCommand::Rm { name, target }) => {
+            let engine = &targets
+                .get(&target)
+                .with_context(|| format!("no target `{target}` in the config"))?
+                .engine;
+            let Some(owner) = store.volume_owner(&target, &name).await? else {
                 bail!("volume {name} is not recorded as Pier's; remove it with docker if you must");
             };
             // The record alone never deletes data: the volume must carry the record's
@@ -111,7 +126,7 @@ pub async fn volumes(config: &Config, action: Option<VolumesCommand>) -> anyhow:
                 }
                 VolumeRemoved::Removed | VolumeRemoved::AlreadyGone => {}
             }
-            store.forget_volume(&name).await?;
+            store.forget_volume(&target, &name).await?;
             println!("removed volume {name} (owned by app {})", owner.app);
             Ok(())
         }

@@ -21,5 +21,6 @@ pub mod reconcile;
 pub mod registry;
 pub mod serve;
 pub mod store;
+pub mod target;
 pub mod web;
 pub mod worker;

@@ -20,7 +20,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use crate::config::Config;
-use crate::engine::{Engine, EngineError, LABEL_APP, LABEL_DEPLOYMENT, LABEL_SERVICE};
+use crate::engine::{EngineError, LABEL_APP, LABEL_DEPLOYMENT, LABEL_SERVICE};
 use crate::store::{
     DeploymentState, Enqueued, NewDeployment, ReconcileKind, Store, StoreError, Trigger,
 };
@@ -44,11 +44,44 @@ pub struct Reconciled {
     pub warnings: Vec<String>,
 }
 
+/// Reconciles every target's engine, each against its own journal rows. An engine that
+/// cannot be reached is reported and skipped: it never holds up the others.
+pub async fn reconcile_all(
+    config: &Config,
+    store: &Store,
+    targets: &crate::target::Targets,
+) -> Result<Reconciled, ReconcileError> {
+    let mut all = Reconciled::default();
+    for target in targets.iter() {
+        match reconcile(config, store, target).await {
+            Ok(r) => all.absorb(r),
+            Err(ReconcileError::Engine(e)) if !target.is_local() => all
+                .warnings
+                .push(format!("target {}: not reconciled: {e}", target.name)),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(all)
+}
+
+impl Reconciled {
+    fn absorb(&mut self, o: Reconciled) {
+        self.removed.extend(o.removed);
+        self.unaccounted.extend(o.unaccounted);
+        self.requeued.extend(o.requeued);
+        self.routes_removed.extend(o.routes_removed);
+        self.networks_removed.extend(o.networks_removed);
+        self.warnings.extend(o.warnings);
+    }
+}
+
+/// Reconciles one target's engine with the journal's rows for that target.
 pub async fn reconcile(
     config: &Config,
     store: &Store,
-    engine: &Engine,
+    target: &crate::target::Target,
 ) -> Result<Reconciled, ReconcileError> {
+    let engine = &target.engine;
     // Containers first, then the rows: a container whose deployment finishes meanwhile is
     // then seen as current (or still running), never wrongly as an orphan.
     let containers = engine.managed_containers(None, None).await?;
@@ -56,6 +89,7 @@ pub async fn reconcile(
         .generations()
         .await?
         .into_iter()
+        .filter(|g| g.target == target.name)
         .map(|g| (g.app, (g.container_id, g.deployment_id)))
         .collect();
     let ids: Vec<Uuid> = containers
@@ -82,7 +116,10 @@ pub async fn reconcile(
         let serving = generations.get(app).is_some_and(|(id, dep)| {
             *id == c.id || (deployment == Some(*dep) && known.contains(&c.id))
         });
-        if config.app(app).is_none() || serving {
+        let on_target = config
+            .app(app)
+            .is_some_and(|a| a.targets.contains(&target.name));
+        if !on_target || serving {
             continue;
         }
         // While a deployment of the app is under way, its journal decides what it retires
@@ -129,11 +166,11 @@ pub async fn reconcile(
     // A route to a container that is gone sends every request to a closed port: removed
     // (the proxy then answers 503 at once), and the app's lost generation is requeued
     // below like any other.
-    for route in store.routes().await? {
+    for route in store.routes_of_target(&target.name).await? {
         if present.contains(route.container_id.as_str()) || store.app_busy(&route.app).await? {
             continue;
         }
-        if store.delete_route(&route.app, route.version).await? {
+        if store.delete_route(&route).await? {
             let detail = format!(
                 "proxy route to {} (container {}) removed: the container is gone",
                 route.upstream, route.container_id
@@ -152,7 +189,13 @@ pub async fn reconcile(
         }
     }
     for generation in store.generations().await? {
-        let Some(app) = config.app(&generation.app) else {
+        if generation.target != target.name {
+            continue;
+        }
+        let Some(app) = config
+            .app(&generation.app)
+            .filter(|a| a.targets.contains(&target.name))
+        else {
             continue;
         };
         // The generation is whole when its primary container and one container of each
@@ -219,6 +262,8 @@ pub async fn reconcile(
             out.requeued.push(id);
         }
     }
-    networks::remove_networks_of_gone_apps(config, store, engine, &mut out).await?;
+    if target.is_local() || config.targets.len() == 1 {
+        networks::remove_networks_of_gone_apps(config, store, engine, &mut out).await?;
+    }
     Ok(out)
 }

@@ -55,6 +55,9 @@ pub(crate) fn install_crypto_provider() {
 pub struct Parts {
     pub config: Arc<Config>,
     pub store: Store,
+    /// Every target's engine client (see `target/`).
+    pub targets: crate::target::Targets,
+    /// The `local` target's engine, connected now: reconciliation and the pages' view.
     pub engine: Engine,
 }
 
@@ -86,13 +89,19 @@ pub async fn connect(config: Config, migrate: bool) -> anyhow::Result<Parts> {
             }
         }
     }
-    let engine = Engine::connect(config.server.docker_host.as_deref())
+    let targets = crate::target::Targets::build(&config.targets, config.server.app_subnets)
+        .context("make the targets' engine clients")?;
+    let engine = targets.local().context("no `local` target")?.engine.clone();
+    // The local engine is asked now, as before targets existed: a Pier whose own engine
+    // is away says so at once. Other engines are asked when first used.
+    engine
+        .ping()
         .await
-        .context("connect to the Docker engine")?
-        .with_app_subnets(config.server.app_subnets);
+        .context("connect to the Docker engine")?;
     Ok(Parts {
         config: Arc::new(config),
         store,
+        targets,
         engine,
     })
 }
@@ -141,6 +150,7 @@ pub async fn run_until_with(
     let Parts {
         config,
         store,
+        targets,
         engine,
     } = connect(config, true).await?;
     let platform = engine
@@ -158,7 +168,7 @@ pub async fn run_until_with(
     }
     let ctx = Arc::new(Context {
         store: store.clone(),
-        engine: engine.clone(),
+        targets,
         registry: Registry::new(&config.registries, config.server.registry_limits),
         platform,
         http: crate::pipeline::probe_client(),
@@ -174,7 +184,7 @@ pub async fn run_until_with(
     let deploying = worker::Deploying::default();
 
     // Before any claim: remove what crashed runs left behind and that nothing will resume.
-    run_reconcile(&config, &store, &engine).await;
+    run_reconcile(&config, &store, &ctx.targets).await;
 
     // The listener holds this process's liveness lock: it stops only after the workers
     // have finished or released their deployments, or they would look abandoned.
@@ -194,7 +204,7 @@ pub async fn run_until_with(
     let (c, s, e, stop) = (
         live.clone(),
         store.clone(),
-        engine.clone(),
+        ctx.targets.clone(),
         shutdown.clone(),
     );
     let sweep = config.server.sweep_interval;
@@ -295,8 +305,8 @@ fn metrics_handle() -> Option<PrometheusHandle> {
         .clone()
 }
 
-async fn run_reconcile(config: &Config, store: &Store, engine: &Engine) {
-    match crate::reconcile::reconcile(config, store, engine).await {
+async fn run_reconcile(config: &Config, store: &Store, targets: &crate::target::Targets) {
+    match crate::reconcile::reconcile_all(config, store, targets).await {
         Ok(r) => {
             for w in &r.warnings {
                 tracing::warn!("reconcile: {w}");

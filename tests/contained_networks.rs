@@ -44,8 +44,8 @@ impl Drop for HandMade {
 async fn reconcile_with(toml: &str) -> Reconciled {
     let config = pier::config::Config::parse(toml, std::path::Path::new(".")).expect("config");
     let store = pier::store::Store::connect_lazy(config.server.database_url.expose()).unwrap();
-    let engine = pier::engine::Engine::connect(None).await.unwrap();
-    pier::reconcile::reconcile(&config, &store, &engine)
+    let targets = pier::target::Targets::build(&config.targets, None).unwrap();
+    pier::reconcile::reconcile_all(&config, &store, &targets)
         .await
         .expect("reconcile")
 }

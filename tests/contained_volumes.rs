@@ -133,8 +133,8 @@ async fn a_hand_made_volume_is_refused_and_never_recorded_as_the_apps() {
     // A record that names it anyway (one an earlier Pier wrote, or the app's own volume
     // replaced by hand since): listed as not Pier's, and `rm` still deletes nothing.
     sqlx::query(
-        "INSERT INTO volumes (name, app, incarnation, service, deployment_id)
-         VALUES ($1, $2, gen_random_uuid(), 'app', NULL)",
+        "INSERT INTO volumes (target, name, app, incarnation, service, deployment_id)
+         VALUES ('local', $1, $2, gen_random_uuid(), 'app', NULL)",
     )
     .bind(&name)
     .bind(&app)

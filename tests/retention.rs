@@ -62,8 +62,8 @@ async fn old_journals_lose_all_but_create_and_the_serving_one_and_recent_ones_st
     }
     let (serving, _) = history(&db, "b", 200, false).await;
     sqlx::query(
-        "INSERT INTO app_generations (app, deployment_id, digest, container_id)
-         VALUES ('b', $1, 'sha256:x', 'c')",
+        "INSERT INTO app_generations (app, target, deployment_id, digest, container_id)
+         VALUES ('b', 'local', $1, 'sha256:x', 'c')",
     )
     .bind(serving)
     .execute(&db.pool)

@@ -7,7 +7,7 @@ mod support;
 use std::time::Duration;
 
 use pier::store::{
-    DeploymentState, Enqueued, NewDelivery, NewDeployment, Step, Store, StoreError, Trigger,
+    DeploymentState, Enqueued, Lane, NewDelivery, NewDeployment, Step, Store, StoreError, Trigger,
     Verdict,
 };
 use sqlx::Connection;
@@ -234,7 +234,7 @@ async fn a_holder_cut_off_past_its_lease_is_fenced_out_of_every_write() {
             id,
             "cut-off",
             Step::Resolve,
-            "",
+            Lane::WHOLE,
             &serde_json::json!({"tag": "main"}),
             1,
         )
@@ -258,17 +258,27 @@ async fn a_holder_cut_off_past_its_lease_is_fenced_out_of_every_write() {
     assert!(lost(store.heartbeat(id, "cut-off", LONG).await));
     assert!(lost(
         store
-            .step_succeed(id, "cut-off", Step::Resolve, "", &result, None)
+            .step_succeed(id, "cut-off", Step::Resolve, Lane::WHOLE, &result, None)
             .await
     ));
     assert!(lost(
         store
-            .step_fail(id, "cut-off", Step::Resolve, "", "late failure")
+            .step_fail(id, "cut-off", Step::Resolve, Lane::WHOLE, "late failure")
             .await
     ));
     assert!(lost(
         store
-            .step_begin(id, "cut-off", Step::Pull, "", &serde_json::json!({}), 1)
+            .step_begin(
+                id,
+                "cut-off",
+                Step::Pull,
+                Lane {
+                    service: "",
+                    target: "local"
+                },
+                &serde_json::json!({}),
+                1
+            )
             .await
     ));
     assert!(lost(

@@ -25,6 +25,8 @@ pub(super) struct RawProxy {
     max_upstream_connections: usize,
     #[serde(default = "default_proxy_drain", with = "humantime_serde")]
     drain_timeout: Duration,
+    /// The engine whose apps this proxy serves (`pier proxy --target` overrides it).
+    target: Option<String>,
 }
 
 impl Default for RawProxy {
@@ -37,6 +39,7 @@ impl Default for RawProxy {
             trusted_proxies: Vec::new(),
             max_upstream_connections: default_max_upstream(),
             drain_timeout: default_proxy_drain(),
+            target: None,
         }
     }
 }
@@ -74,6 +77,9 @@ pub struct ProxyConfig {
     pub max_upstream_connections: usize,
     /// After SIGTERM: how long requests in flight get to finish before the proxy exits.
     pub drain_timeout: Duration,
+    /// The target whose routes this proxy serves: each host runs its own
+    /// `pier proxy --target NAME` beside its engine. Default `local`.
+    pub target: String,
 }
 
 impl ProxyConfig {
@@ -109,6 +115,9 @@ impl RawProxy {
             ),
             refresh: self.refresh.max(Duration::from_secs(1)),
             threads: self.threads,
+            target: self
+                .target
+                .unwrap_or_else(|| super::targets::LOCAL.to_owned()),
         })
     }
 }

@@ -606,6 +606,7 @@ impl Config {
                 rollout,
             };
             app.services = super::services::resolve(&app, a.services, base)?;
+            super::targets::check_placement(&app, &targets)?;
             apps.push(app);
         }
         let app_hosts: Vec<&str> = apps.iter().map(|a| a.registry_host()).collect();

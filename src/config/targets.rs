@@ -235,6 +235,37 @@ pub fn app_targets(
     Ok(names)
 }
 
+/// What a rollout across engines supports today, checked at load so that nothing is
+/// assumed at deploy time: a blue-green app runs on one target (its switch is the proxy
+/// beside that engine), and an HTTP health check needs the app's port on this machine's
+/// loopback, which only a local engine gives (a remote engine's containers are checked by
+/// the image's own HEALTHCHECK, read through that engine).
+pub fn check_placement(
+    app: &super::AppConfig,
+    targets: &[TargetConfig],
+) -> Result<(), ConfigError> {
+    if app.targets.len() > 1 && app.strategy == super::Strategy::BlueGreen {
+        return Err(invalid(format!(
+            "app `{}`: blue-green runs on one target; name one in `targets` or use strategy = \"recreate\"",
+            app.name
+        )));
+    }
+    let remote = app.targets.iter().find(|n| {
+        targets
+            .iter()
+            // `local` is where Pier always probed, whatever `server.docker_host` says.
+            .any(|t| &t.name == *n && t.name != LOCAL && !t.endpoint.is_local())
+    });
+    if let (Some(t), Some(_)) = (remote, &app.health) {
+        return Err(invalid(format!(
+            "app `{}`: an HTTP health check probes 127.0.0.1 on this machine, but target `{t}` \
+             is another host: drop `health` and give the image a HEALTHCHECK",
+            app.name
+        )));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -59,8 +59,8 @@ impl Run<'_> {
                 let verified = crate::archive::verify(path, &wanted)
                     .await
                     .map_err(|e| StepError::Check(e.to_string()))?;
-                let said = self.ctx.engine.load_archive(&verified).await?;
-                let Some(image) = self.ctx.engine.image(&digest).await? else {
+                let said = self.engine().load_archive(&verified).await?;
+                let Some(image) = self.engine().image(&digest).await? else {
                     return Err(StepError::Check(format!(
                         "digest mismatch: the archive holds [{}], not image {digest}",
                         said.join(", ")

@@ -187,14 +187,12 @@ impl Run<'_> {
         };
         let started: Started = self
             .step(Step::Start, &intent, || async {
-                self.ctx
-                    .engine
+                self.engine()
                     .start_container(&candidate.id)
                     .await
                     .map_err(|e| self.hide_paths(e))?;
                 let bound = self
-                    .ctx
-                    .engine
+                    .engine()
                     .published(&candidate.id, self.app.port)
                     .await?
                     .ok_or_else(|| {
@@ -244,6 +242,8 @@ impl Run<'_> {
             .and_then(|p| p.upstream.clone());
         let change = GenerationSwitch {
             app: self.app.name.clone(),
+            forget: false,
+            target: self.target.name.clone(),
             generation: Some((self.dep.id, r.digest.clone(), candidate.id.clone())),
             route: Some(RouteWrite {
                 version,
@@ -274,10 +274,10 @@ impl Run<'_> {
         candidate: &str,
     ) -> Result<Option<Previous>, PipelineError> {
         let generation = self
-            .store_retry(|| self.ctx.store.generation(&self.app.name))
+            .store_retry(|| self.ctx.store.generation(&self.app.name, &self.target.name))
             .await?;
         let route = self
-            .store_retry(|| self.ctx.store.route(&self.app.name))
+            .store_retry(|| self.ctx.store.route(&self.app.name, &self.target.name))
             .await?;
         Ok(generation
             .filter(|g| g.container_id != candidate)
@@ -357,8 +357,7 @@ impl Run<'_> {
         let _: OldGeneration = self
             .step(Step::StopOld, &intent, || async {
                 match self
-                    .ctx
-                    .engine
+                    .engine()
                     .stop_container(&prev.container, self.app.stop_timeout)
                     .await?
                 {
@@ -412,7 +411,7 @@ impl Run<'_> {
 
     /// One soak check: `None` when all is well, else why not.
     async fn soak_check(&self, probe: &Probe, id: &str) -> Result<Option<String>, StepError> {
-        let Some(state) = self.ctx.engine.inspect_container(id).await? else {
+        let Some(state) = self.engine().inspect_container(id).await? else {
             return Ok(Some("the container is gone".into()));
         };
         if !state.running {
@@ -463,6 +462,8 @@ impl Run<'_> {
             .await?;
         let change = GenerationSwitch {
             app: self.app.name.clone(),
+            forget: false,
+            target: self.target.name.clone(),
             generation: None,
             route: Some(RouteWrite {
                 version,
@@ -480,7 +481,7 @@ impl Run<'_> {
                 || async {
                     let mut r = super::container::Retired::default();
                     for id in &intent.containers {
-                        match self.ctx.engine.remove_container(id).await {
+                        match self.engine().remove_container(id).await {
                             Ok(Removed::Removed) => r.removed.push(id.clone()),
                             Ok(Removed::AlreadyGone) => r.already_gone.push(id.clone()),
                             Err(e) => r.warnings.push(format!("remove {id}: {}", error_chain(&e))),
@@ -501,9 +502,7 @@ impl Run<'_> {
     /// generation is started again if needed, proven healthy, and made to serve, route and
     /// generation in one transaction. `None` when there is nothing to switch back to.
     pub(super) async fn revert(&self) -> Result<Option<i64>, PipelineError> {
-        let steps = self
-            .store_retry(|| self.ctx.store.steps(self.dep.id))
-            .await?;
+        let steps = self.target_steps().await?;
         let switch = steps
             .iter()
             .find(|s| s.step == Step::Switch && s.state == StepState::Succeeded);
@@ -526,6 +525,8 @@ impl Run<'_> {
         let back_to = |r: &Reverted| {
             Some(GenerationSwitch {
                 app: self.app.name.clone(),
+                forget: false,
+                target: self.target.name.clone(),
                 generation: Some((prev.deployment, prev.digest.clone(), prev.container.clone())),
                 route: Some(RouteWrite {
                     version: r.version,
@@ -538,14 +539,12 @@ impl Run<'_> {
         };
         let reverted: Reverted = self
             .switching_step(Step::Revert, &intent, back_to, || async {
-                self.ctx
-                    .engine
+                self.engine()
                     .start_container(&prev.container)
                     .await
                     .map_err(|e| self.hide_paths(e))?;
                 let bound = self
-                    .ctx
-                    .engine
+                    .engine()
                     .published(&prev.container, self.app.port)
                     .await?
                     .ok_or_else(|| {

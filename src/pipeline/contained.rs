@@ -109,7 +109,7 @@ impl Run<'_> {
         };
         self.step(Step::Network, &intent, || async {
             self.policy_check()?;
-            match self.ctx.engine.network(&name).await? {
+            match self.engine().network(&name).await? {
                 Some(n) if n.is_apps(&self.app.name) => return Ok(name.clone()),
                 Some(_) => {
                     return Err(StepError::Check(format!(
@@ -123,10 +123,10 @@ impl Run<'_> {
                 (LABEL_MANAGED.to_owned(), "true".to_owned()),
                 (LABEL_APP.to_owned(), self.app.name.clone()),
             ]);
-            self.ctx.engine.create_network(&name, labels).await?;
+            self.engine().create_network(&name, labels).await?;
             // Made meanwhile by someone else under the same name (a 409 is not an error):
             // only one with our labels is ours.
-            match self.ctx.engine.network(&name).await? {
+            match self.engine().network(&name).await? {
                 Some(n) if n.is_apps(&self.app.name) => Ok(name.clone()),
                 _ => Err(StepError::Check(format!(
                     "network {name} is not labelled for this app after creating it"
@@ -179,7 +179,7 @@ impl Run<'_> {
     /// volume's labels decide whether it is the record's.
     async fn own_volume(&self, name: &str) -> Result<bool, StepError> {
         let app = &self.app.name;
-        let recorded = self.ctx.store.volume_owner(name).await?;
+        let recorded = self.ctx.store.volume_owner(&self.target.name, name).await?;
         if let Some(o) = &recorded
             && o.app != *app
         {
@@ -190,7 +190,7 @@ impl Run<'_> {
         }
         // The engine is looked at before anything is recorded: a volume that exists
         // without a record of this app is someone else's data, and gets no record.
-        match (self.ctx.engine.volume(name).await?, &recorded) {
+        match (self.engine().volume(name).await?, &recorded) {
             (Some(found), Some(o)) if found.carries(app, o.incarnation) => return Ok(false),
             (Some(_), _) => return Err(self.not_pier_made(name).await),
             (None, _) => {}
@@ -198,7 +198,13 @@ impl Run<'_> {
         let owner = self
             .ctx
             .store
-            .claim_volume(name, app, &self.contained().service, self.dep.id)
+            .claim_volume(
+                &self.target.name,
+                name,
+                app,
+                &self.contained().service,
+                self.dep.id,
+            )
             .await?;
         if owner.app != *app {
             return Err(StepError::Check(format!(
@@ -213,10 +219,10 @@ impl Run<'_> {
             (LABEL_INCARNATION.to_owned(), owner.incarnation.to_string()),
             (LABEL_SERVICE.to_owned(), owner.service.clone()),
         ]);
-        self.ctx.engine.create_volume(name, labels).await?;
+        self.engine().create_volume(name, labels).await?;
         // Creating a volume that was made meanwhile by hand returns that one unchanged:
         // only one that carries the record's labels is the app's.
-        match self.ctx.engine.volume(name).await? {
+        match self.engine().volume(name).await? {
             Some(found) if found.carries(app, owner.incarnation) => Ok(true),
             _ => Err(self.not_pier_made(name).await),
         }
@@ -230,7 +236,7 @@ impl Run<'_> {
         if let Err(e) = self
             .ctx
             .store
-            .unclaim_volume(name, &self.app.name, self.dep.id)
+            .unclaim_volume(&self.target.name, name, &self.app.name, self.dep.id)
             .await
         {
             return e.into();
@@ -260,13 +266,12 @@ impl Run<'_> {
             self.policy_check()?;
             let aliases = vec![c.service.clone()];
             for n in &c.networks {
-                if self.ctx.engine.network(n).await?.is_none() {
+                if self.engine().network(n).await?.is_none() {
                     return Err(StepError::Check(format!(
                         "shared network {n} does not exist; create it first"
                     )));
                 }
-                self.ctx
-                    .engine
+                self.engine()
                     .join_network(n, &candidate.id, &aliases)
                     .await?;
             }

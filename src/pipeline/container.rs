@@ -114,7 +114,7 @@ impl Run<'_> {
         &self,
         image: &str,
     ) -> Result<Option<crate::config::TmpfsOwner>, super::StepError> {
-        let facts = self.ctx.engine.image(image).await?;
+        let facts = self.engine().image(image).await?;
         Ok(facts
             .and_then(|f| f.user)
             .and_then(|u| crate::config::TmpfsOwner::of_user(&u))
@@ -181,8 +181,7 @@ impl Run<'_> {
         self.step(Step::Create, &intent, || async {
             let dep = self.dep.id.to_string();
             let existing = self
-                .ctx
-                .engine
+                .engine()
                 .managed_containers(Some(&self.app.name), Some(&dep))
                 .await?;
             // This service's container only (a primary made before services existed has no
@@ -206,7 +205,7 @@ impl Run<'_> {
             if !spec.contained.tmpfs.is_empty() && spec.contained.tmpfs_owner.is_none() {
                 spec.contained.tmpfs_owner = self.image_user_owner(&spec.image).await?;
             }
-            let id = self.ctx.engine.create_container(&spec).await?;
+            let id = self.engine().create_container(&spec).await?;
             Ok(Candidate {
                 id,
                 name: spec.name.clone(),
@@ -226,8 +225,7 @@ impl Run<'_> {
         self.observed_step(Step::StopOld, observed, |plan: OldGeneration| async move {
             for id in &plan.running {
                 match self
-                    .ctx
-                    .engine
+                    .engine()
                     .stop_container(id, self.app.stop_timeout)
                     .await?
                 {
@@ -245,8 +243,7 @@ impl Run<'_> {
     /// Every service's containers count: the old generation is all of them.
     async fn observe_old(&self, candidates: &[&Candidate]) -> Result<OldGeneration, PipelineError> {
         let all = match self
-            .ctx
-            .engine
+            .engine()
             .managed_containers(Some(&self.app.name), None)
             .await
         {
@@ -280,8 +277,7 @@ impl Run<'_> {
         };
         self.step(Step::Start, &intent, || async {
             Ok(self
-                .ctx
-                .engine
+                .engine()
                 .start_container(&candidate.id)
                 .await
                 .map_err(|e| self.hide_paths(e))?)
@@ -303,7 +299,7 @@ impl Run<'_> {
         self.step(Step::Retire, &intent, || async {
             let mut retired = Retired::default();
             for id in &intent.containers {
-                match self.ctx.engine.remove_container(id).await {
+                match self.engine().remove_container(id).await {
                     Ok(Removed::Removed) => retired.removed.push(id.clone()),
                     Ok(Removed::AlreadyGone) => retired.already_gone.push(id.clone()),
                     Err(e) => retired

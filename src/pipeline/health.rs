@@ -150,7 +150,7 @@ impl Run<'_> {
                     _ => None,
                 }
             };
-            let (state, answer) = tokio::join!(self.ctx.engine.inspect_container(id), get);
+            let (state, answer) = tokio::join!(self.engine().inspect_container(id), get);
             let Some(state) = state? else {
                 return Err(StepError::Check("candidate container disappeared".into()));
             };
@@ -241,6 +241,8 @@ impl Run<'_> {
         };
         let generation = GenerationSwitch {
             app: self.app.name.clone(),
+            forget: false,
+            target: self.target.name.clone(),
             generation: Some((self.dep.id, r.digest.clone(), candidate.id.clone())),
             route: None,
         };
@@ -250,9 +252,25 @@ impl Run<'_> {
                 &intent,
                 |_| Some(generation.clone()),
                 || async {
+                    // Read before this step's transaction replaces it; a replay reads the
+                    // same row, since the switch commits with the step's result.
+                    let previous = match self.multi_target {
+                        true => self
+                            .ctx
+                            .store
+                            .generation(&self.app.name, &self.target.name)
+                            .await?
+                            .map(|g| super::records::GenerationRef {
+                                deployment: g.deployment_id,
+                                digest: g.digest,
+                                container: g.container_id,
+                            }),
+                        false => None,
+                    };
                     Ok(SwitchedTo {
                         container: candidate.id.clone(),
                         name: candidate.name.clone(),
+                        previous,
                     })
                 },
             )

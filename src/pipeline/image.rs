@@ -55,7 +55,7 @@ impl Run<'_> {
         // What serves now, to tell a tag the registry has not moved yet from one that
         // moved on; read before the step so that a database error is not a registry one.
         let serving = self
-            .store_retry(|| self.ctx.store.generation(&self.app.name))
+            .store_retry(|| self.ctx.store.generation(&self.app.name, &self.target.name))
             .await?
             .map(|g| g.digest);
         let resolved = self
@@ -137,8 +137,7 @@ impl Run<'_> {
         let creds = self.ctx.registry.credentials(self.app.registry_host());
         self.step(Step::Pull, &intent, || async {
             Ok(self
-                .ctx
-                .engine
+                .engine()
                 .pull(&self.app.image, &r.digest, creds.clone())
                 .await?)
         })
@@ -153,16 +152,15 @@ impl Run<'_> {
             reference: reference.clone(),
         };
         self.step(Step::Verify, &intent, || async {
-            let image = match self.ctx.engine.image(&reference).await? {
+            let image = match self.engine().image(&reference).await? {
                 Some(image) => image,
                 // Removed since the pull (a prune, an operator): pull it again, once.
                 None => {
                     let creds = self.ctx.registry.credentials(self.app.registry_host());
-                    self.ctx
-                        .engine
+                    self.engine()
                         .pull(&self.app.image, &r.digest, creds)
                         .await?;
-                    self.ctx.engine.image(&reference).await?.ok_or_else(|| {
+                    self.engine().image(&reference).await?.ok_or_else(|| {
                         StepError::Check(format!("{reference} is not in the engine after the pull"))
                     })?
                 }

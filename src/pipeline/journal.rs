@@ -11,7 +11,7 @@ use super::{PipelineError, Run, Step, StepError, error_chain};
 use std::time::Duration;
 
 use crate::backoff::{Backoff, retry, retry_hinted};
-use crate::store::{GenerationSwitch, StepState, StoreError};
+use crate::store::{GenerationSwitch, Lane, StepRecord, StepState, StoreError};
 
 /// Where a step stands when the pipeline reaches it.
 enum Begun<T> {
@@ -35,12 +35,31 @@ enum IntentCheck {
 }
 
 impl Run<'_> {
-    /// A step's crash point: `create`, or `create@worker` for a further service's.
+    /// A step's crash point: `create`, `create@worker` for a further service's, and with
+    /// `#edge-1` appended for an engine's step in a rollout across several engines.
     fn point(&self, step: Step) -> String {
-        if self.service.is_empty() {
-            step.as_str().to_owned()
-        } else {
-            format!("{step}@{}", self.service)
+        let mut point = step.as_str().to_owned();
+        if !self.service.is_empty() {
+            point.push('@');
+            point.push_str(self.service);
+        }
+        if self.multi_target && !step.is_shared() {
+            point.push('#');
+            point.push_str(&self.target.name);
+        }
+        point
+    }
+
+    /// Where `step`'s journal entry belongs: this run's service, and this run's engine
+    /// unless the step is the whole deployment's.
+    pub(super) fn lane(&self, step: Step) -> Lane<'_> {
+        Lane {
+            service: self.service,
+            target: if step.is_shared() {
+                ""
+            } else {
+                &self.target.name
+            },
         }
     }
 
@@ -79,7 +98,8 @@ impl Run<'_> {
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, StepError>>,
     {
-        let span = tracing::info_span!("step", %step, service = self.service);
+        let span =
+            tracing::info_span!("step", %step, service = self.service, target = %self.target.name);
         async {
             match self.begin::<T>(step, intent, IntentCheck::Strict).await? {
                 Begun::Done(t) => Ok(t),
@@ -104,7 +124,8 @@ impl Run<'_> {
         F: Fn(I) -> Fut,
         Fut: Future<Output = Result<T, StepError>>,
     {
-        let span = tracing::info_span!("step", %step, service = self.service);
+        let span =
+            tracing::info_span!("step", %step, service = self.service, target = %self.target.name);
         async {
             let plan = match self
                 .begin::<T>(step, &observed, IntentCheck::Recorded)
@@ -157,7 +178,7 @@ impl Run<'_> {
     ) -> Result<Begun<T>, PipelineError> {
         let intent = serde_json::to_value(intent).expect("intents serialize");
         let recorded = self
-            .store_retry(|| self.ctx.store.step(self.dep.id, step, self.service))
+            .store_retry(|| self.ctx.store.step(self.dep.id, step, self.lane(step)))
             .await?;
         let Some(rec) = recorded else {
             // A step boundary: an operator's stop is honoured here, before anything of this
@@ -175,7 +196,7 @@ impl Run<'_> {
                     self.dep.id,
                     self.owner,
                     step,
-                    self.service,
+                    self.lane(step),
                     &intent,
                     self.dep.attempt,
                 )
@@ -218,7 +239,7 @@ impl Run<'_> {
                         self.dep.id,
                         self.owner,
                         step,
-                        self.service,
+                        self.lane(step),
                         self.dep.attempt,
                     )
                 })
@@ -242,7 +263,7 @@ impl Run<'_> {
                 self.dep.id,
                 self.owner,
                 step,
-                self.service,
+                self.lane(step),
                 &result,
                 switch,
             )
@@ -261,7 +282,7 @@ impl Run<'_> {
                     self.dep.id,
                     self.owner,
                     step,
-                    self.service,
+                    self.lane(step),
                     &intent,
                     self.dep.attempt,
                 )
@@ -282,7 +303,7 @@ impl Run<'_> {
             .store_retry(|| {
                 self.ctx
                     .store
-                    .step_fail(self.dep.id, self.owner, step, self.service, &reason)
+                    .step_fail(self.dep.id, self.owner, step, self.lane(step), &reason)
             })
             .await;
         match res {
@@ -301,6 +322,18 @@ impl Run<'_> {
             return p;
         }
         self.failed(step, e).await
+    }
+
+    /// The journal entries of this run's engine, every service's, oldest first: what a
+    /// rollback or revert on this engine reads, never another engine's.
+    pub(super) async fn target_steps(&self) -> Result<Vec<StepRecord>, PipelineError> {
+        let all = self
+            .store_retry(|| self.ctx.store.steps(self.dep.id))
+            .await?;
+        Ok(all
+            .into_iter()
+            .filter(|r| r.target == self.target.name)
+            .collect())
     }
 
     /// Journal writes wait out a database outage (with backoff) instead of abandoning a

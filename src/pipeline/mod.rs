@@ -19,6 +19,7 @@ mod outcome;
 pub mod records;
 mod redact;
 mod rollback;
+mod rollout;
 mod service_images;
 mod services;
 
@@ -31,6 +32,7 @@ use serde_json::Value;
 use crate::config::{AppConfig, Strategy};
 use crate::engine::{Engine, EngineError};
 use crate::registry::{Platform, Registry, RegistryError};
+pub use crate::store::Lane;
 pub use crate::store::Step;
 use crate::store::{Deployment, DeploymentState, Store, StoreError};
 
@@ -132,7 +134,8 @@ pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 /// What everything a pipeline run needs, shared by all workers of a process.
 pub struct Context {
     pub store: Store,
-    pub engine: Engine,
+    /// Every engine apps run on, by target name.
+    pub targets: crate::target::Targets,
     pub registry: Registry,
     pub platform: Platform,
     /// Health probes' HTTP client, built once: building one loads TLS roots, which costs
@@ -161,6 +164,10 @@ pub struct Run<'a> {
     /// The journal key of the service this run's steps are for: empty for the primary
     /// service and the generation's own steps (see `services.rs`).
     service: &'a str,
+    /// The engine this run's container steps run on and are journaled for.
+    target: &'a crate::target::Target,
+    /// The deployment crosses several engines: crash points name the engine.
+    multi_target: bool,
 }
 
 /// How a run ended.
@@ -176,6 +183,13 @@ pub const MAX_ATTEMPTS: i32 = 5;
 
 /// Runs (or resumes) one claimed deployment to a final state.
 pub async fn run(ctx: &Context, owner: &str, dep: &Deployment, app: &AppConfig) -> Outcome {
+    // Targets are connected at start; one added to the config by a reload is not here.
+    let Some(target) = app.targets.first().and_then(|t| ctx.targets.get(t)) else {
+        return Outcome::Abandoned(format!(
+            "app `{}` runs on a target this process has no engine for; restart Pier after adding targets",
+            app.name
+        ));
+    };
     let mut run = Run {
         ctx,
         owner,
@@ -183,6 +197,8 @@ pub async fn run(ctx: &Context, owner: &str, dep: &Deployment, app: &AppConfig) 
         app,
         import: None,
         service: "",
+        target,
+        multi_target: app.targets.len() > 1,
     };
     match run.store_retry(|| ctx.store.import_of(dep.id)).await {
         Ok(import) => run.import = import,
@@ -216,6 +232,9 @@ pub async fn run(ctx: &Context, owner: &str, dep: &Deployment, app: &AppConfig) 
             })
             .await;
     }
+    if run.multi_target {
+        return run.rollout_on_every_target().await;
+    }
     let done = match app.strategy {
         Strategy::Recreate => run.steps().await,
         Strategy::BlueGreen => run.steps_blue_green().await,
@@ -235,6 +254,37 @@ pub async fn run(ctx: &Context, owner: &str, dep: &Deployment, app: &AppConfig) 
     }
 }
 
+impl Run<'_> {
+    /// Several engines: every one of the app's targets must have an engine here, and the
+    /// archive of `pier import` is loaded into one engine only, so it is refused.
+    async fn rollout_on_every_target(&self) -> Outcome {
+        let targets: Option<Vec<_>> = self
+            .app
+            .targets
+            .iter()
+            .map(|t| self.ctx.targets.get(t))
+            .collect();
+        let Some(targets) = targets else {
+            return Outcome::Abandoned(format!(
+                "app `{}` runs on a target this process has no engine for; restart Pier after adding targets",
+                self.app.name
+            ));
+        };
+        if self.import.is_some() {
+            return self
+                .fail(PipelineError::Failed {
+                    step: Step::Resolve,
+                    source: StepError::Check(
+                        "pier import loads an archive into one engine; this app runs on several"
+                            .into(),
+                    ),
+                })
+                .await;
+        }
+        self.rollout(&targets).await
+    }
+}
+
 /// What both strategies do before a candidate runs, or why there is nothing to do.
 enum Prepared {
     /// A quarantined digest, or the one that already serves: the deployment ends here.
@@ -249,6 +299,11 @@ enum Prepared {
 }
 
 impl Run<'_> {
+    /// The engine this run's container steps run on.
+    fn engine(&self) -> &Engine {
+        &self.target.engine
+    }
+
     /// resolve, then (unless the digest is quarantined or already serves) pull, verify and
     /// create: the same for every strategy.
     async fn prepare(&self) -> Result<Prepared, PipelineError> {
@@ -343,23 +398,22 @@ impl Run<'_> {
         others: &[crate::registry::Resolved],
     ) -> Result<Option<String>, PipelineError> {
         let pulled = self
-            .store_retry(|| self.ctx.store.step(self.dep.id, Step::Pull, ""))
+            .store_retry(|| {
+                self.ctx
+                    .store
+                    .step(self.dep.id, Step::Pull, self.lane(Step::Pull))
+            })
             .await?;
         if pulled.is_some() {
             return Ok(None);
         }
         let current = self
-            .store_retry(|| self.ctx.store.generation(&self.app.name))
+            .store_retry(|| self.ctx.store.generation(&self.app.name, &self.target.name))
             .await?;
         let Some(current) = current.filter(|g| g.digest == digest) else {
             return Ok(None);
         };
-        match self
-            .ctx
-            .engine
-            .inspect_container(&current.container_id)
-            .await
-        {
+        match self.engine().inspect_container(&current.container_id).await {
             Ok(Some(c)) if c.running => {
                 // Every further service must run too: one added to the config since, or one
                 // whose container is gone, makes this push a deployment.

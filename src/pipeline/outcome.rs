@@ -11,7 +11,11 @@ impl Run<'_> {
     /// time may predate the resolve).
     pub(super) async fn resolved_digest(&self) -> Option<String> {
         let rec = self
-            .store_retry(|| self.ctx.store.step(self.dep.id, Step::Resolve, ""))
+            .store_retry(|| {
+                self.ctx
+                    .store
+                    .step(self.dep.id, Step::Resolve, self.lane(Step::Resolve))
+            })
             .await
             .ok()??;
         rec.result?.get("digest")?.as_str().map(str::to_owned)

@@ -131,6 +131,18 @@ pub struct SwitchIntent {
 pub struct SwitchedTo {
     pub container: String,
     pub name: String,
+    /// What served on this engine before, read inside the step (before its transaction
+    /// changes it), in a rollout across engines: what a `revert` puts back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<GenerationRef>,
+}
+
+/// A serving generation as the journal names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GenerationRef {
+    pub deployment: uuid::Uuid,
+    pub digest: String,
+    pub container: String,
 }
 
 /// `applied`: the route version the proxy must serve.

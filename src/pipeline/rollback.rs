@@ -63,9 +63,7 @@ impl Run<'_> {
         &self,
         reverted: Option<i64>,
     ) -> Result<RolledBack, PipelineError> {
-        let steps = self
-            .store_retry(|| self.ctx.store.steps(self.dep.id))
-            .await?;
+        let steps = self.target_steps().await?;
         // The generation's own steps are keyed by the empty service.
         let find = |s: Step| steps.iter().find(|r| r.step == s && r.service.is_empty());
         if reverted.is_none() && find(Step::Switch).is_some_and(|r| r.state == StepState::Succeeded)
@@ -91,8 +89,7 @@ impl Run<'_> {
         }
         let dep = self.dep.id.to_string();
         let labelled = self
-            .ctx
-            .engine
+            .engine()
             .managed_containers(Some(&self.app.name), Some(&dep))
             .await
             .map_err(|e| PipelineError::Failed {
@@ -132,7 +129,7 @@ impl Run<'_> {
             }
             for id in &plan.candidates {
                 if out.logs.is_none() {
-                    match self.ctx.engine.logs_tail(id, 30).await {
+                    match self.engine().logs_tail(id, 30).await {
                         Ok(l) if !l.is_empty() => out.logs = Some(self.redact(&l)),
                         Ok(_) => {}
                         Err(e) => out
@@ -140,7 +137,7 @@ impl Run<'_> {
                             .push(format!("read candidate {id}'s logs: {}", error_chain(&e))),
                     }
                 }
-                match self.ctx.engine.remove_container(id).await {
+                match self.engine().remove_container(id).await {
                     Ok(_) => out.removed_candidates.push(id.clone()),
                     Err(e) => out
                         .warnings
@@ -149,8 +146,7 @@ impl Run<'_> {
             }
             for id in &plan.restore {
                 match self
-                    .ctx
-                    .engine
+                    .engine()
                     .start_container(id)
                     .await
                     .map_err(|e| self.hide_paths(e))

@@ -47,6 +47,8 @@ impl<'a> Run<'a> {
                 self.import.clone()
             },
             service: &svc.contained.service,
+            target: self.target,
+            multi_target: self.multi_target,
         }
     }
 
@@ -147,7 +149,7 @@ impl<'a> Run<'a> {
         let mut probes = 0u32;
         loop {
             probes += 1;
-            let Some(state) = self.ctx.engine.inspect_container(id).await? else {
+            let Some(state) = self.engine().inspect_container(id).await? else {
                 return Err(StepError::Check("container disappeared".into()));
             };
             if !state.running || state.restarts > 0 {
@@ -188,8 +190,7 @@ impl Run<'_> {
         }
         let dep = serving.to_string();
         let all = match self
-            .ctx
-            .engine
+            .engine()
             .managed_containers(Some(&self.app.name), Some(&dep))
             .await
         {

@@ -78,7 +78,10 @@ async fn relay(
     shutdown: &CancellationToken,
 ) -> Result<(), String> {
     loop {
-        let routes = store.routes().await.map_err(|e| error_chain(&e))?;
+        let routes = store
+            .routes_of_target(&config.proxy.target)
+            .await
+            .map_err(|e| error_chain(&e))?;
         shared.install(&routes);
         if let Err(e) = save_state(&config.proxy.state_file, &routes) {
             tracing::warn!(error = %e, "cannot save the proxy's routes; a restart without the database would serve older ones");

@@ -79,6 +79,8 @@ pub enum Enqueued {
 #[derive(Debug, Clone, sqlx::FromRow, Serialize)]
 pub struct Generation {
     pub app: String,
+    /// The engine this generation serves on.
+    pub target: String,
     pub deployment_id: Uuid,
     pub digest: String,
     pub container_id: String,
@@ -411,19 +413,33 @@ impl Store {
         .await?)
     }
 
-    pub async fn generation(&self, app: &str) -> Result<Option<Generation>> {
+    /// What serves `app` on `target`.
+    pub async fn generation(&self, app: &str, target: &str) -> Result<Option<Generation>> {
         Ok(
-            sqlx::query_as("SELECT * FROM app_generations WHERE app = $1")
+            sqlx::query_as("SELECT * FROM app_generations WHERE app = $1 AND target = $2")
                 .bind(app)
+                .bind(target)
                 .fetch_optional(&self.pool)
                 .await?,
         )
     }
 
+    /// What serves the app on each of its engines, by target name.
+    pub async fn generations_of(&self, app: &str) -> Result<Vec<Generation>> {
+        Ok(
+            sqlx::query_as("SELECT * FROM app_generations WHERE app = $1 ORDER BY target")
+                .bind(app)
+                .fetch_all(&self.pool)
+                .await?,
+        )
+    }
+
     pub async fn generations(&self) -> Result<Vec<Generation>> {
-        Ok(sqlx::query_as("SELECT * FROM app_generations ORDER BY app")
-            .fetch_all(&self.pool)
-            .await?)
+        Ok(
+            sqlx::query_as("SELECT * FROM app_generations ORDER BY app, target")
+                .fetch_all(&self.pool)
+                .await?,
+        )
     }
 }
 

@@ -184,6 +184,12 @@ db_enum! {
 }
 
 impl Step {
+    /// Steps of the whole deployment, which no engine runs: journaled once, with the empty
+    /// target, however many engines the rollout crosses. One resolved digest for all.
+    pub fn is_shared(self) -> bool {
+        matches!(self, Self::Resolve)
+    }
+
     /// The steps before which a stop request is honoured: everything up to the switch.
     /// Until then a failure leaves the previous generation serving (the candidate is
     /// removed, a stopped old generation started again); from the switch on, the

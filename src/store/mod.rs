@@ -36,7 +36,7 @@ pub use reconcile::ReconcileAction;
 pub use retention::Pruned;
 pub use routes::{Quarantined, Route};
 pub use sessions::{Session, SignInMethod};
-pub use steps::{GenerationSwitch, RouteWrite, StepRecord};
+pub use steps::{GenerationSwitch, Lane, RouteWrite, StepRecord};
 pub use volumes::VolumeOwner;
 
 #[derive(Debug, thiserror::Error)]

@@ -12,11 +12,19 @@ use super::{Result, Store};
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, Serialize, Deserialize)]
 pub struct Route {
     pub app: String,
+    /// The engine whose `pier proxy --target` serves this route. A state file written
+    /// before targets existed has none: its routes were all `local`'s.
+    #[serde(default = "local_target")]
+    pub target: String,
     pub version: i64,
     pub upstream: String,
     pub container_id: String,
     pub deployment_id: Uuid,
     pub standby: Option<String>,
+}
+
+fn local_target() -> String {
+    crate::config::LOCAL.to_owned()
 }
 
 #[derive(Debug, Clone, sqlx::FromRow, Serialize)]
@@ -29,21 +37,34 @@ pub struct Quarantined {
 }
 
 impl Store {
+    /// Every route of every engine.
     pub async fn routes(&self) -> Result<Vec<Route>> {
         Ok(sqlx::query_as(
-            "SELECT app, version, upstream, container_id, deployment_id, standby
-             FROM proxy_routes ORDER BY app",
+            "SELECT app, target, version, upstream, container_id, deployment_id, standby
+             FROM proxy_routes ORDER BY app, target",
         )
         .fetch_all(&self.pool)
         .await?)
     }
 
-    pub async fn route(&self, app: &str) -> Result<Option<Route>> {
+    /// The routes one engine's proxy serves.
+    pub async fn routes_of_target(&self, target: &str) -> Result<Vec<Route>> {
         Ok(sqlx::query_as(
-            "SELECT app, version, upstream, container_id, deployment_id, standby
-             FROM proxy_routes WHERE app = $1",
+            "SELECT app, target, version, upstream, container_id, deployment_id, standby
+             FROM proxy_routes WHERE target = $1 ORDER BY app",
+        )
+        .bind(target)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    pub async fn route(&self, app: &str, target: &str) -> Result<Option<Route>> {
+        Ok(sqlx::query_as(
+            "SELECT app, target, version, upstream, container_id, deployment_id, standby
+             FROM proxy_routes WHERE app = $1 AND target = $2",
         )
         .bind(app)
+        .bind(target)
         .fetch_optional(&self.pool)
         .await?)
     }
@@ -58,13 +79,15 @@ impl Store {
 
     /// Reconciliation's repair: a route whose container is gone points nowhere; it is
     /// removed (the app has no serving generation to point it at).
-    pub async fn delete_route(&self, app: &str, version: i64) -> Result<bool> {
-        let n = sqlx::query("DELETE FROM proxy_routes WHERE app = $1 AND version = $2")
-            .bind(app)
-            .bind(version)
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
+    pub async fn delete_route(&self, route: &Route) -> Result<bool> {
+        let n =
+            sqlx::query("DELETE FROM proxy_routes WHERE app = $1 AND target = $2 AND version = $3")
+                .bind(&route.app)
+                .bind(&route.target)
+                .bind(route.version)
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
         Ok(n == 1)
     }
 

@@ -16,6 +16,10 @@ pub struct StepRecord {
     /// that are the whole generation's, like `resolve` or `switch`).
     #[serde(skip_serializing_if = "String::is_empty")]
     pub service: String,
+    /// The engine this entry ran on; empty for the steps of the whole deployment
+    /// (`resolve`), which no engine runs.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub target: String,
     pub state: StepState,
     pub intent: serde_json::Value,
     pub result: Option<serde_json::Value>,
@@ -26,14 +30,36 @@ pub struct StepRecord {
     pub finished_at: Option<DateTime<Utc>>,
 }
 
+/// Where in a deployment a journal entry belongs, besides its step: the service (empty
+/// for the primary one and for the generation's own steps) and the target engine (empty
+/// for the steps of the whole deployment).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lane<'a> {
+    pub service: &'a str,
+    pub target: &'a str,
+}
+
+impl Lane<'static> {
+    /// The whole deployment's entries (`resolve`): no service, no engine.
+    pub const WHOLE: Self = Lane {
+        service: "",
+        target: "",
+    };
+}
+
 /// What a step's success changes besides its own record, in the same transaction: the
 /// app's serving generation (the `switch` step, a revert) and the proxy's route to it. The
 /// page, the journal and the proxy can therefore never disagree about what serves.
 #[derive(Debug, Clone, Default)]
 pub struct GenerationSwitch {
     pub app: String,
+    /// The engine whose serving generation (and proxy route) this is.
+    pub target: String,
     /// The new serving generation: `(deployment, digest, container)`.
     pub generation: Option<(Uuid, String, String)>,
+    /// The engine serves nothing of the app any more (a rollout reverted on an engine the
+    /// app was new to): its generation row goes.
+    pub forget: bool,
     pub route: Option<RouteWrite>,
 }
 
@@ -76,20 +102,21 @@ impl Store {
         )
     }
 
-    /// One journal entry: `service` is empty for the primary service's (and the whole
-    /// generation's) steps.
+    /// One journal entry.
     pub async fn step(
         &self,
         deployment: Uuid,
         step: Step,
-        service: &str,
+        lane: Lane<'_>,
     ) -> Result<Option<StepRecord>> {
         Ok(sqlx::query_as(
-            "SELECT * FROM deployment_steps WHERE deployment_id = $1 AND step = $2 AND service = $3",
+            "SELECT * FROM deployment_steps
+             WHERE deployment_id = $1 AND step = $2 AND service = $3 AND target = $4",
         )
         .bind(deployment)
         .bind(step)
-        .bind(service)
+        .bind(lane.service)
+        .bind(lane.target)
         .fetch_optional(&self.pool)
         .await?)
     }
@@ -100,21 +127,23 @@ impl Store {
         deployment: Uuid,
         owner: &str,
         step: Step,
-        service: &str,
+        lane: Lane<'_>,
         intent: &serde_json::Value,
         attempt: i32,
     ) -> Result<()> {
         let mut tx = self.begin().await?;
         holds_lease(&mut tx, deployment, owner).await?;
         sqlx::query(
-            "INSERT INTO deployment_steps (deployment_id, step, service, state, intent, attempt)
-             VALUES ($1, $2, $5, 'started', $3, $4)",
+            "INSERT INTO deployment_steps
+                 (deployment_id, step, service, target, state, intent, attempt)
+             VALUES ($1, $2, $5, $6, 'started', $3, $4)",
         )
         .bind(deployment)
         .bind(step)
         .bind(pg_json(intent).as_ref())
         .bind(attempt)
-        .bind(service)
+        .bind(lane.service)
+        .bind(lane.target)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -127,19 +156,20 @@ impl Store {
         deployment: Uuid,
         owner: &str,
         step: Step,
-        service: &str,
+        lane: Lane<'_>,
         attempt: i32,
     ) -> Result<()> {
         let mut tx = self.begin().await?;
         holds_lease(&mut tx, deployment, owner).await?;
         sqlx::query(
             "UPDATE deployment_steps SET replays = replays + 1, attempt = $3
-             WHERE deployment_id = $1 AND step = $2 AND service = $4",
+             WHERE deployment_id = $1 AND step = $2 AND service = $4 AND target = $5",
         )
         .bind(deployment)
         .bind(step)
         .bind(attempt)
-        .bind(service)
+        .bind(lane.service)
+        .bind(lane.target)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -153,7 +183,7 @@ impl Store {
         deployment: Uuid,
         owner: &str,
         step: Step,
-        service: &str,
+        lane: Lane<'_>,
         result: &serde_json::Value,
         switch: Option<&GenerationSwitch>,
     ) -> Result<()> {
@@ -165,7 +195,7 @@ impl Store {
         finish_step(
             &mut tx,
             deployment,
-            (step, service),
+            (step, lane),
             StepState::Succeeded,
             Some(result),
             None,
@@ -180,7 +210,7 @@ impl Store {
         deployment: Uuid,
         owner: &str,
         step: Step,
-        service: &str,
+        lane: Lane<'_>,
         error: &str,
     ) -> Result<()> {
         let mut tx = self.begin().await?;
@@ -188,7 +218,7 @@ impl Store {
         finish_step(
             &mut tx,
             deployment,
-            (step, service),
+            (step, lane),
             StepState::Failed,
             None,
             Some(error),
@@ -200,25 +230,34 @@ impl Store {
 }
 
 async fn apply_switch(tx: &mut Transaction<'_, Postgres>, change: &GenerationSwitch) -> Result<()> {
+    if change.forget {
+        sqlx::query("DELETE FROM app_generations WHERE app = $1 AND target = $2")
+            .bind(&change.app)
+            .bind(&change.target)
+            .execute(&mut **tx)
+            .await?;
+    }
     if let Some((deployment, digest, container)) = &change.generation {
         sqlx::query(
-            "INSERT INTO app_generations (app, deployment_id, digest, container_id)
-             VALUES ($1, $2, $3, $4)
-             ON CONFLICT (app) DO UPDATE SET deployment_id = $2, digest = $3,
+            "INSERT INTO app_generations (app, deployment_id, digest, container_id, target)
+             VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (app, target) DO UPDATE SET deployment_id = $2, digest = $3,
                  container_id = $4, switched_at = now()",
         )
         .bind(&change.app)
         .bind(deployment)
         .bind(digest)
         .bind(container)
+        .bind(&change.target)
         .execute(&mut **tx)
         .await?;
     }
     if let Some(r) = &change.route {
         sqlx::query(
-            "INSERT INTO proxy_routes (app, version, upstream, container_id, deployment_id, standby)
-             VALUES ($1, $2, $3, $4, $5, $6)
-             ON CONFLICT (app) DO UPDATE SET version = $2, upstream = $3, container_id = $4,
+            "INSERT INTO proxy_routes
+                 (app, version, upstream, container_id, deployment_id, standby, target)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)
+             ON CONFLICT (app, target) DO UPDATE SET version = $2, upstream = $3, container_id = $4,
                  deployment_id = $5, standby = $6, updated_at = now()",
         )
         .bind(&change.app)
@@ -227,6 +266,7 @@ async fn apply_switch(tx: &mut Transaction<'_, Postgres>, change: &GenerationSwi
         .bind(&r.container_id)
         .bind(r.deployment_id)
         .bind(&r.standby)
+        .bind(&change.target)
         .execute(&mut **tx)
         .await?;
     }
@@ -236,21 +276,22 @@ async fn apply_switch(tx: &mut Transaction<'_, Postgres>, change: &GenerationSwi
 async fn finish_step(
     tx: &mut Transaction<'_, Postgres>,
     deployment: Uuid,
-    (step, service): (Step, &str),
+    (step, lane): (Step, Lane<'_>),
     state: StepState,
     result: Option<&serde_json::Value>,
     error: Option<&str>,
 ) -> Result<()> {
     sqlx::query(
         "UPDATE deployment_steps SET state = $3, result = $4, error = $5, finished_at = now()
-         WHERE deployment_id = $1 AND step = $2 AND service = $6",
+         WHERE deployment_id = $1 AND step = $2 AND service = $6 AND target = $7",
     )
     .bind(deployment)
     .bind(step)
     .bind(state)
     .bind(result.map(pg_json).as_ref().map(|c| c.as_ref()))
     .bind(error.map(pg_text))
-    .bind(service)
+    .bind(lane.service)
+    .bind(lane.target)
     .execute(&mut **tx)
     .await?;
     Ok(())

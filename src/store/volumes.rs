@@ -11,6 +11,8 @@ use super::{Result, Store};
 
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow, Serialize)]
 pub struct VolumeOwner {
+    /// The engine the volume is on: the same name on two engines is two volumes.
+    pub target: String,
     pub name: String,
     pub app: String,
     pub incarnation: Uuid,
@@ -42,6 +44,7 @@ impl Store {
     /// the owner on record: the caller compares it with itself and refuses another's.
     pub async fn claim_volume(
         &self,
+        target: &str,
         name: &str,
         app: &str,
         service: &str,
@@ -49,27 +52,29 @@ impl Store {
     ) -> Result<VolumeOwner> {
         let incarnation = self.incarnation(app).await?;
         sqlx::query(
-            "INSERT INTO volumes (name, app, incarnation, service, deployment_id)
-             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (name) DO NOTHING",
+            "INSERT INTO volumes (name, app, incarnation, service, deployment_id, target)
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (target, name) DO NOTHING",
         )
         .bind(name)
         .bind(app)
         .bind(incarnation)
         .bind(service)
         .bind(deployment)
+        .bind(target)
         .execute(&self.pool)
         .await?;
         Ok(self
-            .volume_owner(name)
+            .volume_owner(target, name)
             .await?
             .expect("a volume row just inserted or already present"))
     }
 
-    pub async fn volume_owner(&self, name: &str) -> Result<Option<VolumeOwner>> {
+    pub async fn volume_owner(&self, target: &str, name: &str) -> Result<Option<VolumeOwner>> {
         Ok(sqlx::query_as(
-            "SELECT name, app, incarnation, service, deployment_id, created_at
-             FROM volumes WHERE name = $1",
+            "SELECT target, name, app, incarnation, service, deployment_id, created_at
+             FROM volumes WHERE target = $1 AND name = $2",
         )
+        .bind(target)
         .bind(name)
         .fetch_optional(&self.pool)
         .await?)
@@ -77,8 +82,8 @@ impl Store {
 
     pub async fn volume_owners(&self) -> Result<Vec<VolumeOwner>> {
         Ok(sqlx::query_as(
-            "SELECT name, app, incarnation, service, deployment_id, created_at
-             FROM volumes ORDER BY app, name LIMIT 10000",
+            "SELECT target, name, app, incarnation, service, deployment_id, created_at
+             FROM volumes ORDER BY app, name, target LIMIT 10000",
         )
         .fetch_all(&self.pool)
         .await?)
@@ -87,26 +92,37 @@ impl Store {
     /// Undoes the record `deployment` wrote for `name`, and no other: the step that wrote
     /// it found a volume of that name that Pier did not make, and a record left behind
     /// would give that volume (and its data) to the app.
-    pub async fn unclaim_volume(&self, name: &str, app: &str, deployment: Uuid) -> Result<bool> {
+    pub async fn unclaim_volume(
+        &self,
+        target: &str,
+        name: &str,
+        app: &str,
+        deployment: Uuid,
+    ) -> Result<bool> {
+        Ok(sqlx::query(
+            "DELETE FROM volumes
+             WHERE target = $1 AND name = $2 AND app = $3 AND deployment_id = $4",
+        )
+        .bind(target)
+        .bind(name)
+        .bind(app)
+        .bind(deployment)
+        .execute(&self.pool)
+        .await?
+        .rows_affected()
+            > 0)
+    }
+
+    /// `pier volumes rm`: the record goes only after the volume itself is gone.
+    pub async fn forget_volume(&self, target: &str, name: &str) -> Result<bool> {
         Ok(
-            sqlx::query("DELETE FROM volumes WHERE name = $1 AND app = $2 AND deployment_id = $3")
+            sqlx::query("DELETE FROM volumes WHERE target = $1 AND name = $2")
+                .bind(target)
                 .bind(name)
-                .bind(app)
-                .bind(deployment)
                 .execute(&self.pool)
                 .await?
                 .rows_affected()
                 > 0,
         )
-    }
-
-    /// `pier volumes rm`: the record goes only after the volume itself is gone.
-    pub async fn forget_volume(&self, name: &str) -> Result<bool> {
-        Ok(sqlx::query("DELETE FROM volumes WHERE name = $1")
-            .bind(name)
-            .execute(&self.pool)
-            .await?
-            .rows_affected()
-            > 0)
     }
 }

@@ -384,6 +384,11 @@ mod tests {
             deployment_id: uuid::Uuid::nil(),
             step,
             service: String::new(),
+            target: if step.is_shared() {
+                String::new()
+            } else {
+                "local".into()
+            },
             state: if to.is_some() {
                 StepState::Succeeded
             } else {

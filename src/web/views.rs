@@ -188,11 +188,11 @@ pub async fn app_view(
     engine_error: Option<&str>,
     history: i64,
 ) -> Result<AppView, WebError> {
-    let generation = s.store.generation(&app.name).await?;
+    let generation = s.store.generation(&app.name, &app.targets[0]).await?;
     let deployments = s.store.app_deployments(&app.name, history).await?;
     let reconcile_actions = s.store.reconcile_actions(&app.name, 10).await?;
     let quarantine = s.store.quarantine_of(&app.name).await?;
-    let route = s.store.route(&app.name).await?;
+    let route = s.store.route(&app.name, &app.targets[0]).await?;
     let pin = s.store.pin(&app.name).await?;
     let mine: Vec<&ContainerFacts> = all
         .iter()

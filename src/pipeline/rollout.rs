@@ -1,0 +1,338 @@
+//! A rollout across several engines: one deployment, one resolved digest, each engine's
+//! container steps journaled under its own target.
+//!
+//! resolve (once, for all engines), then batch by batch: every engine of a batch runs the
+//! same pinned steps up to and including `switch`; the next batch starts only when the
+//! whole batch is healthy and switched. The first failure stops the rollout: the failing
+//! engine rolls back as a one-engine deployment does (its old generation never stopped
+//! serving or is started again), and every engine that already switched is switched back
+//! to its previous generation (`revert`, journaled like any step). Only when every engine
+//! switched is any old generation retired, so a revert always has one to go back to.
+//!
+//! A crash anywhere resumes from the journal: an engine whose steps are recorded replays
+//! them without doing anything twice, so no engine is deployed twice.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::container::{Candidate, OldGeneration};
+use super::{Outcome, PipelineError, Prepared, Run, Step, StepError, error_chain};
+use crate::registry::Resolved;
+use crate::store::{DeploymentState, GenerationSwitch, StepState};
+use crate::target::Target;
+
+/// What one engine reached in its part of the rollout.
+enum Up {
+    /// The digest already serves there, healthy: nothing to do on that engine.
+    AlreadyServing(String),
+    Switched {
+        all: Vec<Candidate>,
+        old: OldGeneration,
+        note: String,
+    },
+}
+
+/// The generation an engine served before this deployment's switch, as `revert` puts back.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RevertToIntent {
+    /// `None`: the engine served nothing of the app before; the revert forgets the
+    /// generation after removing the candidate.
+    pub to: Option<super::records::GenerationRef>,
+    pub remove: Vec<String>,
+    pub restart: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RevertedTo {
+    pub removed: Vec<String>,
+    pub restarted: Vec<String>,
+}
+
+impl<'a> Run<'a> {
+    /// The same deployment, on another engine.
+    fn on(&self, target: &'a Target) -> Run<'a> {
+        Run {
+            ctx: self.ctx,
+            owner: self.owner,
+            dep: self.dep,
+            app: self.app,
+            import: None,
+            service: self.service,
+            target,
+            multi_target: true,
+        }
+    }
+
+    pub(super) async fn rollout(&self, targets: &[&'a Arc<Target>]) -> Outcome {
+        let shared = async {
+            let resolved = self.resolve().await?;
+            if let Some(note) = self.skip_quarantined(&resolved.digest).await? {
+                return Ok(Err(note));
+            }
+            let others = self.resolve_services(&resolved).await?;
+            Ok(Ok((resolved, others)))
+        };
+        let (resolved, others) = match shared.await {
+            Ok(Ok(r)) => r,
+            Ok(Err(note)) => {
+                return self
+                    .finish(DeploymentState::Cancelled, &note, None, None)
+                    .await;
+            }
+            Err(PipelineError::Store(e)) => return Outcome::Abandoned(error_chain(&e)),
+            Err(e) => return self.fail(e).await,
+        };
+        let size = self.app.rollout.batch.size(targets.len());
+        let mut switched: Vec<(Run<'a>, Up)> = Vec::new();
+        for (i, batch) in targets.chunks(size).enumerate() {
+            if i > 0 && !self.app.rollout.pause.is_zero() {
+                tokio::time::sleep(self.app.rollout.pause).await;
+            }
+            let runs: Vec<Run<'a>> = batch.iter().map(|t| self.on(t)).collect();
+            let ups =
+                futures_util::future::join_all(runs.iter().map(|r| r.up(&resolved, &others))).await;
+            let mut failed: Vec<(Run<'a>, PipelineError)> = Vec::new();
+            for (run, up) in runs.into_iter().zip(ups) {
+                match up {
+                    Ok(up) => switched.push((run, up)),
+                    Err(PipelineError::Store(e)) => return Outcome::Abandoned(error_chain(&e)),
+                    Err(e) => failed.push((run, e)),
+                }
+            }
+            if !failed.is_empty() {
+                return self.stop_rollout(failed, &switched).await;
+            }
+        }
+        self.retire_everywhere(&resolved, &switched).await
+    }
+
+    /// One engine's part: the steps of a one-engine `recreate` deployment up to `switch`.
+    async fn up(&self, resolved: &Resolved, others: &[Resolved]) -> Result<Up, PipelineError> {
+        if !self.dep.trigger.is_operator()
+            && let Some(note) = self.already_running(&resolved.digest, others).await?
+        {
+            return Ok(Up::AlreadyServing(note));
+        }
+        self.pull(resolved).await?;
+        let image = self.verify(resolved).await?;
+        let images = self.pull_services(others, &image).await?;
+        let Prepared::Candidate {
+            candidate,
+            services: images,
+            ..
+        } = self
+            .contain_and_create(resolved.clone(), image.clone(), images)
+            .await?
+        else {
+            unreachable!("contain_and_create always makes a candidate")
+        };
+        let services = self.create_services(&images).await?;
+        let all: Vec<Candidate> = std::iter::once(candidate.clone())
+            .chain(services.iter().cloned())
+            .collect();
+        let refs: Vec<&Candidate> = all.iter().collect();
+        let old = self.stop_old(&refs).await?;
+        self.start(&candidate).await?;
+        self.start_services(&services).await?;
+        let probe = self.health(&candidate, &image, None).await?;
+        self.services_health(&services, &images).await?;
+        self.switch(resolved, &candidate).await?;
+        Ok(Up::Switched {
+            all,
+            old,
+            note: format!("{}: {} ({probe})", self.target.name, candidate.name),
+        })
+    }
+
+    /// Every engine switched: each retires its old generation; the deployment succeeds.
+    async fn retire_everywhere(&self, resolved: &Resolved, done: &[(Run<'a>, Up)]) -> Outcome {
+        let mut notes = Vec::new();
+        for (run, up) in done {
+            match up {
+                Up::AlreadyServing(note) => notes.push(format!("{}: {note}", run.target.name)),
+                Up::Switched { all, old, note } => {
+                    let refs: Vec<&Candidate> = all.iter().collect();
+                    match run.retire(&refs, old).await {
+                        Ok(r) if r.warnings.is_empty() => notes.push(note.clone()),
+                        Ok(r) => notes.push(format!("{note}; retire: {}", r.warnings.join("; "))),
+                        Err(PipelineError::Store(e)) => {
+                            return Outcome::Abandoned(error_chain(&e));
+                        }
+                        // The new generation serves everywhere: a leftover old container
+                        // is a warning, not a reason to undo the rollout.
+                        Err(e) => notes.push(format!("{note}; retire failed: {}", error_chain(&e))),
+                    }
+                }
+            }
+        }
+        let outcome = format!(
+            "{} is running on {} engines: {}",
+            resolved.digest,
+            done.len(),
+            notes.join("; ")
+        );
+        self.finish(DeploymentState::Succeeded, &outcome, None, None)
+            .await
+    }
+
+    /// The first failure of a batch ends the rollout: the failed engines roll back as a
+    /// one-engine deployment does, and every engine that switched goes back to what it
+    /// served before, newest first.
+    async fn stop_rollout(
+        &self,
+        failed: Vec<(Run<'a>, PipelineError)>,
+        switched: &[(Run<'a>, Up)],
+    ) -> Outcome {
+        let mut notes = Vec::new();
+        let mut logs = None;
+        let mut reasons = Vec::new();
+        for (run, error) in &failed {
+            reasons.push(format!(
+                "engine {} failed: {}",
+                run.target.name,
+                error_chain(error)
+            ));
+            if let Err(PipelineError::Store(e)) = run.quarantine_failed(error).await {
+                return Outcome::Abandoned(error_chain(&e));
+            }
+            match run.rollback(None).await {
+                Ok(r) => {
+                    logs = logs.or(r.logs.clone());
+                    notes.push(format!("{}: {}", run.target.name, r.summary()));
+                }
+                Err(PipelineError::Store(e)) => return Outcome::Abandoned(error_chain(&e)),
+                Err(e) => {
+                    tracing::error!(alert = true, target = %run.target.name, error = %error_chain(&e),
+                        "ALERT: rollback failed; the previous generation may not be running");
+                    notes.push(format!(
+                        "{}: ROLLBACK FAILED ({})",
+                        run.target.name,
+                        error_chain(&e)
+                    ));
+                }
+            }
+        }
+        for (run, up) in switched.iter().rev() {
+            let Up::Switched { all, old, .. } = up else {
+                continue;
+            };
+            match run.revert_to_previous(all, old).await {
+                Ok(r) => notes.push(format!(
+                    "{}: back on the previous generation (restarted {}, removed {})",
+                    run.target.name,
+                    r.restarted.len(),
+                    r.removed.len()
+                )),
+                Err(PipelineError::Store(e)) => return Outcome::Abandoned(error_chain(&e)),
+                Err(e) => {
+                    tracing::error!(alert = true, target = %run.target.name, error = %error_chain(&e),
+                        "ALERT: switching an engine back to its previous generation failed");
+                    notes.push(format!(
+                        "{}: REVERT FAILED ({})",
+                        run.target.name,
+                        error_chain(&e)
+                    ));
+                }
+            }
+        }
+        let reason = reasons.join("; ");
+        let outcome = format!("failed: {reason}; {}", notes.join("; "));
+        self.finish(
+            DeploymentState::Failed,
+            &outcome,
+            Some(&reason),
+            logs.as_deref(),
+        )
+        .await
+    }
+
+    /// A digest that failed its health check on any engine is quarantined for the app.
+    async fn quarantine_failed(&self, error: &PipelineError) -> Result<(), PipelineError> {
+        let PipelineError::Failed {
+            step: step @ Step::Health,
+            ..
+        } = error
+        else {
+            return Ok(());
+        };
+        let Some(digest) = self.resolved_digest().await else {
+            return Ok(());
+        };
+        let why = format!(
+            "failed its {step} on engine {} in deployment {}",
+            self.target.name, self.dep.id
+        );
+        self.store_retry(|| {
+            self.ctx
+                .store
+                .quarantine(&self.app.name, &digest, &why, self.dep.id)
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// `revert` on an engine that switched: its candidates are stopped and removed, the
+    /// containers `stop_old` stopped are started again, and the engine's serving
+    /// generation is what `switch` replaced, in the step's own transaction.
+    async fn revert_to_previous(
+        &self,
+        all: &[Candidate],
+        old: &OldGeneration,
+    ) -> Result<RevertedTo, PipelineError> {
+        let steps = self.target_steps().await?;
+        let previous = steps
+            .iter()
+            .find(|s| s.step == Step::Switch && s.service.is_empty())
+            .filter(|s| s.state == StepState::Succeeded)
+            .and_then(|s| s.result.clone())
+            .map(serde_json::from_value::<super::records::SwitchedTo>)
+            .transpose()
+            .map_err(|e| PipelineError::journal(Step::Switch, "result", e))?
+            .and_then(|s| s.previous);
+        let intent = RevertToIntent {
+            to: previous,
+            remove: all.iter().map(|c| c.id.clone()).collect(),
+            restart: old.running.clone(),
+        };
+        let back = |_: &RevertedTo| {
+            Some(GenerationSwitch {
+                app: self.app.name.clone(),
+                target: self.target.name.clone(),
+                generation: intent
+                    .to
+                    .as_ref()
+                    .map(|g| (g.deployment, g.digest.clone(), g.container.clone())),
+                forget: intent.to.is_none(),
+                route: None,
+            })
+        };
+        self.switching_step(Step::Revert, &intent, back, || async {
+            let mut out = RevertedTo::default();
+            // The candidate holds the app's host port: it goes before the old one starts.
+            for id in &intent.remove {
+                self.engine().remove_container(id).await?;
+                out.removed.push(id.clone());
+            }
+            for id in &intent.restart {
+                self.engine()
+                    .start_container(id)
+                    .await
+                    .map_err(|e| self.hide_paths(e))?;
+                out.restarted.push(id.clone());
+            }
+            for id in &intent.restart {
+                match self.engine().inspect_container(id).await? {
+                    Some(c) if c.running => {}
+                    _ => {
+                        return Err(StepError::Check(format!(
+                            "the previous generation's container {id} does not run again"
+                        )));
+                    }
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+}
