@@ -99,6 +99,8 @@ pub struct Config {
     pub policy: Policy,
     /// Where deployment outcomes are sent (`[[notifications]]`).
     pub notifications: Vec<NotificationConfig>,
+    /// `[[trust]]`: the keys that sign which repositories' images (issue 25).
+    pub trust: Vec<TrustEntry>,
 }
 
 #[derive(Debug, Clone)]
@@ -264,6 +266,9 @@ pub struct AppConfig {
     /// container (same name, image and tag; its own `contained.service`, command, env,
     /// limits; no port, health or route). Empty for a one-service app and inside a service.
     pub services: Vec<AppConfig>,
+    /// The keys its image must be signed by (`require_signature`, or a `[[trust]]` entry
+    /// that covers it); `None`: no signature is checked.
+    pub signature: Option<std::sync::Arc<crate::signature::Policy>>,
 }
 
 impl AppConfig {
@@ -367,8 +372,10 @@ pub use retention::RetentionConfig;
 mod signin;
 mod source;
 mod tags;
+mod trust;
 mod trusted;
 pub use raw::DEFAULT_POLL;
+pub use trust::TrustEntry;
 
 #[cfg(test)]
 mod tests {

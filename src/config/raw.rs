@@ -68,6 +68,9 @@ pub struct Config {
     policy: super::policy::RawPolicy,
     #[serde(default)]
     notifications: Vec<super::notify::RawNotification>,
+    /// Issue 25: which keys sign which repositories' images.
+    #[serde(default)]
+    trust: Vec<super::trust::RawTrust>,
 }
 
 #[derive(Deserialize)]
@@ -313,6 +316,9 @@ struct App {
     /// The app's further services (`[apps.services.worker]`), see `services.rs`.
     #[serde(default)]
     services: BTreeMap<String, super::services::RawService>,
+    /// Issue 25: the image must be signed by a key of a `[[trust]]` entry covering it;
+    /// default: as the covering entries say.
+    require_signature: Option<bool>,
 }
 
 /// Apps may share a proxy address only when their `Host` names tell them apart: at most one
@@ -465,6 +471,7 @@ impl Config {
             });
         }
 
+        let trust = super::trust::resolve(self.trust, base)?;
         let mut apps: Vec<AppConfig> = Vec::new();
         for a in self.apps {
             if !valid_name(&a.name) {
@@ -589,8 +596,10 @@ impl Config {
                 command,
                 settle: super::services::DEFAULT_SETTLE,
                 services: vec![],
+                signature: None,
             };
             app.services = super::services::resolve(&app, a.services, base)?;
+            app.signature = super::trust::for_app(&app, a.require_signature, &trust)?;
             apps.push(app);
         }
         let app_hosts: Vec<&str> = apps.iter().map(|a| a.registry_host()).collect();
@@ -664,6 +673,7 @@ impl Config {
             sources,
             apps,
             policy: self.policy.resolve()?,
+            trust,
         })
     }
 }
