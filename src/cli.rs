@@ -194,7 +194,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 fn store(config: &Config) -> anyhow::Result<Store> {
-    Ok(Store::connect_lazy(config.server.database_url.expose())?)
+    Ok(Store::connect_lazy_many(&config.server.database_urls())?)
 }
 
 /// Says what was queued; with `wait`, follows the deployment to its end (woken by the

@@ -62,7 +62,7 @@ pub struct Parts {
 /// unavailable at boot (Postgres starting beside Pier): wait for it with a deadline.
 pub async fn connect(config: Config, migrate: bool) -> anyhow::Result<Parts> {
     install_crypto_provider();
-    let store = Store::connect_lazy(config.server.database_url.expose()).context("database url")?;
+    let store = Store::connect_lazy_many(&config.server.database_urls()).context("database url")?;
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2))
         .within(Duration::from_secs(30));
     loop {

@@ -31,7 +31,7 @@ async fn web_only(env: &TestEnv) -> WebOnly {
     let config =
         pier::config::Config::parse(&env.config_toml(), std::path::Path::new(".")).expect("config");
     let config = Arc::new(config);
-    let store = pier::store::Store::connect_lazy(config.server.database_url.expose()).unwrap();
+    let store = pier::store::Store::connect_lazy_many(&config.server.database_urls()).unwrap();
     let engine = pier::engine::Engine::connect(None).await.unwrap();
     let stop = CancellationToken::new();
     let state = pier::web::AppState {

@@ -104,7 +104,9 @@ pub struct Config {
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     pub listen: SocketAddr,
-    pub database_url: Secret,
+    /// `database_url`, or the entries of `database_urls`: Postgres URLs, each maybe naming
+    /// several hosts; Pier uses the one that accepts writes (`store::cluster`).
+    pub database: Vec<Secret>,
     pub admin_token: Option<Secret>,
     pub docker_host: Option<String>,
     pub workers: usize,
@@ -132,6 +134,13 @@ pub struct ServerConfig {
     /// Proxies in front of Pier whose forwarding header names the client, for the brakes
     /// and the logs; an empty list trusts no header.
     pub trusted_proxies: TrustedProxies,
+}
+
+impl ServerConfig {
+    /// The database URLs as given, for `Store::connect_lazy_many`.
+    pub fn database_urls(&self) -> Vec<&str> {
+        self.database.iter().map(Secret::expose).collect()
+    }
 }
 
 #[derive(Debug, Clone)]

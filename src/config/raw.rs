@@ -75,7 +75,11 @@ pub struct Config {
 struct Server {
     #[serde(default = "default_listen")]
     listen: SocketAddr,
-    database_url: String,
+    /// One Postgres URL; it may name several hosts, libpq style (issue 28).
+    database_url: Option<String>,
+    /// Or a list of them: Pier uses the one that accepts writes.
+    #[serde(default)]
+    database_urls: Vec<String>,
     admin_token: Option<String>,
     docker_host: Option<String>,
     #[serde(default = "default_workers")]
@@ -374,6 +378,30 @@ pub(super) fn valid_name(name: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
 }
 
+/// `server.database_url` or `server.database_urls`, exactly one of them; each entry may be
+/// `env:` or `file:` like any secret. The URLs themselves (and how many hosts they name)
+/// are read by the store when Pier connects.
+fn database_urls(
+    one: Option<&str>,
+    many: &[String],
+    base: &Path,
+) -> Result<Vec<Secret>, ConfigError> {
+    match (one, many.is_empty()) {
+        (Some(url), true) => Ok(vec![Secret::resolve("server.database_url", url, base)?]),
+        (None, false) => many
+            .iter()
+            .enumerate()
+            .map(|(i, url)| Secret::resolve(&format!("server.database_urls[{i}]"), url, base))
+            .collect(),
+        (Some(_), false) => Err(invalid(
+            "server.database_url and server.database_urls: give one of them, not both",
+        )),
+        (None, true) => Err(invalid(
+            "server.database_url (or server.database_urls) is required",
+        )),
+    }
+}
+
 impl Config {
     pub fn resolve(self, base: &Path) -> Result<super::Config, ConfigError> {
         let s = self.server;
@@ -386,7 +414,7 @@ impl Config {
         }
         let server = ServerConfig {
             listen: s.listen,
-            database_url: Secret::resolve("server.database_url", &s.database_url, base)?,
+            database: database_urls(s.database_url.as_deref(), &s.database_urls, base)?,
             admin_token: s
                 .admin_token
                 .map(|t| Secret::resolve("server.admin_token", &t, base))

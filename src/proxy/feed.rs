@@ -39,7 +39,7 @@ fn save_state(path: &Path, routes: &[Route]) -> std::io::Result<()> {
 }
 
 pub async fn follow(config: Arc<Config>, shared: Arc<Shared>, shutdown: CancellationToken) {
-    let store = match Store::connect_lazy(config.server.database_url.expose()) {
+    let store = match Store::connect_lazy_many(&config.server.database_urls()) {
         Ok(s) => s,
         Err(e) => {
             tracing::error!(error = %error_chain(&e), "proxy: bad database url; serving the last known routes only");

@@ -110,9 +110,12 @@ impl Hub {
                                     let id = Uuid::parse_str(n.payload()).unwrap_or(Uuid::nil());
                                     let _ = self.changes.send(id);
                                 }
-                                // The connection was lost (sqlx reconnects at the next
-                                // call): changes in between were missed.
-                                Ok(None) => { let _ = self.changes.send(Uuid::nil()); }
+                                // The connection was lost: a new listener, on whichever
+                                // host is usable now, and pages read everything again.
+                                Ok(None) => {
+                                    tracing::warn!("live-page listener lost its connection; reconnecting");
+                                    break;
+                                }
                                 Err(e) => {
                                     tracing::warn!(error = %e, "live-page listener failed; reconnecting");
                                     break;
