@@ -48,6 +48,7 @@ mod hooks;
 mod hostile_registry;
 mod images;
 mod load;
+mod pg_pair;
 mod pgproxy;
 mod pier_process;
 mod proxies;
@@ -67,6 +68,8 @@ pub use hostile_registry::*;
 pub use images::*;
 #[allow(unused_imports)] // only the zero-downtime tests put load on an app
 pub use load::*;
+#[allow(unused_imports)] // only the failover tests run a primary and a standby
+pub use pg_pair::*;
 #[allow(unused_imports)] // only some test binaries relay Postgres
 pub use pgproxy::*;
 pub use pier_process::*;
