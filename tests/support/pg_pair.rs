@@ -334,6 +334,37 @@ impl PgPair {
     }
 }
 
+impl PgPair {
+    /// The killed primary started again on its own data directory (crash recovery), with
+    /// synchronous replication off: the baseline of a plain restart. Waits until the killed
+    /// postmaster's processes are gone (they hold its shared memory) and it accepts writes.
+    pub async fn restart_primary(&self) -> Instant {
+        let orphans = self.orphans.clone();
+        wait_until(
+            "the killed primary's processes exit",
+            Duration::from_secs(30),
+            || {
+                let alive = orphans
+                    .iter()
+                    .any(|p| std::path::Path::new(&format!("/proc/{p}/status")).exists()
+                        && !is_zombie(*p));
+                async move { (!alive).then_some(()) }
+            },
+        )
+        .await;
+        let asked = Instant::now();
+        self.primary
+            .start(self.dir.path(), &[("synchronous_standby_names", "''")]);
+        asked
+    }
+}
+
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map(|s| s.lines().any(|l| l.starts_with("State:") && l.contains('Z')))
+        .unwrap_or(true)
+}
+
 fn chown_postgres(path: &Path) -> (bool, String) {
     let out = Command::new("chown")
         .args(["-R", "postgres:postgres"])
