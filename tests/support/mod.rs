@@ -43,6 +43,7 @@ use tempfile::TempDir;
 
 mod db;
 mod engine;
+mod engines;
 mod env;
 mod hooks;
 mod hostile_registry;
@@ -58,6 +59,8 @@ mod signin;
 
 pub use db::*;
 pub use engine::*;
+#[allow(unused_imports)] // only the remote-target tests start extra engines
+pub use engines::*;
 #[allow(unused_imports)] // the store-only tests need no environment
 pub use env::*;
 #[allow(unused_imports)] // only some test binaries record hooks

@@ -13,7 +13,7 @@ use http_body_util::{BodyExt, Either, Full};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper::header::{HOST, HeaderValue};
-use hyper::{Request, Response, Uri};
+use hyper::{Method, Request, Response, Uri};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -42,6 +42,10 @@ pub(crate) struct Dialed {
     /// Resolves to what the far side said when it closed the stream (ssh's stderr), if
     /// it said anything that classifies the failure; bounded in time by the dialer.
     pub explain: Option<BoxFuture<'static, Option<TransportError>>>,
+    /// Resolves once what carried the stream is gone (an ssh process killed and reaped),
+    /// after the stream was dropped: the connection's slot is free only then, so the
+    /// bound on connections is a bound on processes too.
+    pub gone: Option<BoxFuture<'static, ()>>,
 }
 
 /// Opens streams to one engine. Each stream carries one HTTP/1.1 connection.
@@ -101,14 +105,20 @@ impl Pool {
             let Some(mut sender) = self.checkout() else {
                 break;
             };
+            let replay = replayable(&req);
             match sender.try_send_request(req).await {
                 Ok(resp) => {
                     self.recycle(sender);
                     return Ok(resp);
                 }
-                Err(mut e) => match e.take_message() {
-                    Some(unsent) => req = unsent,
-                    None => return Err(self.dialer.request_failed(&e.into_error())),
+                Err(mut e) => match (e.take_message(), replay) {
+                    (Some(unsent), _) => req = unsent,
+                    // The engine closed this idle connection as the request left (it
+                    // restarted): nothing was answered. A request that changes nothing
+                    // goes again; any other may have been acted on, so it fails, as a
+                    // transient error, rather than run twice.
+                    (None, Some(again)) if closed_unanswered(e.error()) => req = again,
+                    (None, _) => return Err(self.dialer.request_failed(&e.into_error())),
                 },
             }
         }
@@ -156,7 +166,7 @@ impl Pool {
         let dialed = tokio::time::timeout_at(deadline, self.dialer.dial())
             .await
             .map_err(|_| late())??;
-        let mut sender = spawn_connection(dialed.io, permit, target).await?;
+        let mut sender = spawn_connection(dialed.io, dialed.gone, permit, target).await?;
         let answered = tokio::time::timeout_at(deadline, ping(&mut sender, &self.host)).await;
         let failure = match answered {
             Ok(Ok(())) => return Ok(sender),
@@ -204,10 +214,11 @@ impl Pool {
 
 /// Drives one HTTP/1.1 connection on its own task. The task holds the connection's slot
 /// and the stream: when the last sender is dropped (idle timeout, pool gone) or the engine
-/// closes, the task ends, the stream is dropped (an ssh process is killed with it) and the
-/// slot is free.
+/// closes, the stream is dropped (an ssh process is killed with it), and once it is `gone`
+/// the slot is free.
 async fn spawn_connection(
     io: Box<dyn Io>,
+    gone: Option<BoxFuture<'static, ()>>,
     permit: OwnedSemaphorePermit,
     target: &str,
 ) -> Result<SendRequest<Body>, TransportError> {
@@ -219,6 +230,9 @@ async fn spawn_connection(
         let _slot = permit;
         if let Err(e) = conn.await {
             tracing::debug!(error = %e, "engine connection ended");
+        }
+        if let Some(gone) = gone {
+            gone.await;
         }
     });
     Ok(sender)
@@ -235,6 +249,41 @@ async fn ping(sender: &mut SendRequest<Body>, host: &HeaderValue) -> Result<(), 
     sender.ready().await
 }
 
+/// A copy of `req` to send again, if it is a read (GET or HEAD) with a body in memory.
+fn replayable(req: &BollardRequest) -> Option<BollardRequest> {
+    if !matches!(*req.method(), Method::GET | Method::HEAD) {
+        return None;
+    }
+    let Either::Left(body) = req.body() else {
+        return None;
+    };
+    let mut copy = Request::new(Either::Left(body.clone()));
+    *copy.method_mut() = req.method().clone();
+    *copy.uri_mut() = req.uri().clone();
+    *copy.version_mut() = req.version();
+    *copy.headers_mut() = req.headers().clone();
+    Some(copy)
+}
+
+/// The connection ended before any answer: EOF, a reset, a broken pipe.
+fn closed_unanswered(e: &hyper::Error) -> bool {
+    use std::io::ErrorKind as K;
+    if e.is_incomplete_message() || e.is_canceled() || e.is_closed() {
+        return true;
+    }
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                K::UnexpectedEof | K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe
+            );
+        }
+        cause = c.source();
+    }
+    false
+}
+
 /// bollard addresses requests as `http://authority/v1.41/...`; on a connection of one's
 /// own the request line carries only the path, and `Host` says who it is for.
 fn origin_form(mut req: BollardRequest, host: &HeaderValue) -> BollardRequest {
@@ -248,4 +297,35 @@ fn origin_form(mut req: BollardRequest, host: &HeaderValue) -> BollardRequest {
         .unwrap_or_else(|_| Uri::from_static("/"));
     req.headers_mut().insert(HOST, host.clone());
     req
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(method: Method) -> BollardRequest {
+        Request::builder()
+            .method(method)
+            .uri("http://10.0.0.2:2376/v1.41/containers/json?all=true")
+            .body(Either::Left(Full::default()))
+            .unwrap()
+    }
+
+    #[test]
+    fn only_reads_are_sent_twice() {
+        assert!(replayable(&request(Method::GET)).is_some());
+        assert!(replayable(&request(Method::HEAD)).is_some());
+        assert!(replayable(&request(Method::POST)).is_none());
+        assert!(replayable(&request(Method::DELETE)).is_none());
+    }
+
+    #[test]
+    fn requests_carry_only_the_path_and_the_engine_as_host() {
+        let req = origin_form(
+            request(Method::GET),
+            &HeaderValue::from_static("engine:2376"),
+        );
+        assert_eq!(req.uri().to_string(), "/v1.41/containers/json?all=true");
+        assert_eq!(req.headers()[HOST], "engine:2376");
+    }
 }

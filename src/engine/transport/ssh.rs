@@ -16,7 +16,7 @@ use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 
 use super::pool::{Dialed, Dialer};
 use super::{TransportError, one_line};
@@ -131,8 +131,8 @@ impl Dialer for SshDialer {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            // The stream owns the process: dropping it (connection closed, idle timeout,
-            // the client dropped, a deadline hit) kills and reaps it.
+            // Ended by `keep` when its stream is dropped (connection closed, idle timeout,
+            // the client dropped, a deadline hit); this covers a runtime shutting down.
             .kill_on_drop(true)
             .spawn();
         let target = self.target.clone();
@@ -151,13 +151,15 @@ impl Dialer for SshDialer {
                 };
             let said = Said::collect(stderr);
             let explain = said.explain(target).boxed();
+            let (dropped, gone) = keep(child);
             Ok(Dialed {
                 io: Box::new(SshStream {
                     stdin,
                     stdout,
-                    _child: child,
+                    _dropped: dropped,
                 }),
                 explain: Some(explain),
+                gone: Some(gone),
             })
         }
         .boxed()
@@ -176,11 +178,31 @@ impl Dialer for SshDialer {
     }
 }
 
+/// Owns `child` on a task of its own until it exits, or until the returned sender is
+/// dropped (the stream is gone), then kills it; the returned future resolves once the
+/// process has been reaped. No ssh outlives its connection, and none is left a zombie.
+fn keep(mut child: Child) -> (oneshot::Sender<()>, BoxFuture<'static, ()>) {
+    let (dropped_tx, dropped) = oneshot::channel::<()>();
+    let (reaped_tx, reaped) = oneshot::channel::<()>();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = child.wait() => {}
+            _ = dropped => {
+                // kill() also waits; kill_on_drop covers a runtime that shuts down first.
+                let _ = child.kill().await;
+            }
+        }
+        let _ = reaped_tx.send(());
+    });
+    (dropped_tx, reaped.map(|_| ()).boxed())
+}
+
 /// One ssh process's stdio as a byte stream.
 struct SshStream {
     stdin: ChildStdin,
     stdout: ChildStdout,
-    _child: Child,
+    /// Dropped with the stream: tells [`keep`] to end the process.
+    _dropped: oneshot::Sender<()>,
 }
 
 impl AsyncRead for SshStream {

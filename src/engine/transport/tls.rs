@@ -80,6 +80,7 @@ impl Dialer for TlsDialer {
             Ok(Dialed {
                 io: Box::new(tls),
                 explain: None,
+                gone: None,
             })
         }
         .boxed()
