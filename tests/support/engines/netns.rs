@@ -169,17 +169,44 @@ pub fn sweep_orphans() {
             "test harness: cleaning up {} left by pid {owner}",
             dir.display()
         );
-        for (pid, started) in read_pids(&dir) {
-            if procs::alive(pid, started) {
-                procs::signal_group(pid, "KILL");
-                procs::signal(pid, "KILL");
-            }
-        }
+        stop_orphan(&dir);
         procs::kill_namespace_processes(&netns, Duration::from_secs(5));
         attempt(Command::new("ip").args(["netns", "del", &netns]));
         procs::unmount_under(&dir);
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+/// An orphaned engine's containers first, while its dockerd still answers; then its
+/// processes, given the time a stop takes before they are killed.
+fn stop_orphan(dir: &Path) {
+    let sock = dir.join("docker.sock");
+    if sock.exists() {
+        let host = format!("unix://{}", sock.display());
+        let ids = Command::new("timeout")
+            .args(["20", "docker", "-H", &host, "ps", "-aq"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        if !ids.trim().is_empty() {
+            attempt(
+                Command::new("timeout")
+                    .args(["30", "docker", "-H", &host, "rm", "-f", "-v"])
+                    .args(ids.split_whitespace()),
+            );
+        }
+    }
+    let pids = read_pids(dir);
+    let running = || pids.iter().filter(|&&(p, s)| procs::alive(p, s));
+    running().for_each(|&(pid, _)| procs::signal(pid, "TERM"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while running().next().is_some() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    running().for_each(|&(pid, _)| {
+        procs::signal_group(pid, "KILL");
+        procs::signal(pid, "KILL");
+    });
 }
 
 fn read_owner(dir: &Path) -> Option<(u32, u64, String)> {
