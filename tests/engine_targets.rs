@@ -411,3 +411,34 @@ async fn ssh_connections_are_bounded_and_end_with_the_client() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn a_new_client_whose_first_call_lists_or_creates_agrees_on_the_api_version_first() {
+    // This engine speaks an older API (1.41) than bollard's default (1.53): the first
+    // call on a new client must not depend on an agreement an earlier call made.
+    let (registry, repo, digest) = registry_with_image("first").await;
+    let remote = ExtraEngine::builder()
+        .forward(registry.port())
+        .start()
+        .await;
+    let (ok, out) = remote.docker(&["pull", &format!("{}/{repo}@{digest}", registry.host())]);
+    assert!(ok, "{out}");
+    let engine = Engine::for_endpoint(&remote.tls_endpoint()).unwrap();
+    let listed = within("list", engine.managed_containers(None, None)).await;
+    assert!(listed.expect("list as the first call").is_empty());
+
+    let engine = Engine::for_endpoint(&remote.tls_endpoint()).unwrap();
+    let image = format!("{}/{repo}@{digest}", registry.host());
+    let app = unique_app("first");
+    let loopback = SocketAddr::new(Ipv4Addr::LOCALHOST.into(), 0);
+    let id = within(
+        "create",
+        engine.create_container(&spec(&app, &image, &digest, loopback)),
+    )
+    .await
+    .expect("create as the first call");
+    assert_eq!(
+        engine.remove_container(&id).await.unwrap(),
+        Removed::Removed
+    );
+}
