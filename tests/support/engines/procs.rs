@@ -143,7 +143,7 @@ pub async fn wait_ready(
         if ready() {
             return;
         }
-        let log_tail = || super::super::tail(&super::super::read_lossy(log), 30);
+        let log_tail = || crate::support::tail(&crate::support::read_lossy(log), 30);
         if let Ok(Some(status)) = child.try_wait() {
             panic!(
                 "{what} exited ({status}) before it was ready; {}:\n{}",
