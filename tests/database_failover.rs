@@ -259,6 +259,40 @@ async fn a_deployment_in_flight_during_a_failover_finishes_once_on_the_same_cont
         .filter_map(|c| c.id)
         .collect();
     assert_eq!(before.len(), 1, "{before:?}");
+    // A browser on the deployment's page, and an API client waiting for its end, both
+    // from before the failover until after it.
+    let page = tokio::spawn({
+        let url = env.pier_url(&format!("/deployments/{}/events", running.id));
+        async move { follow_until_final(&url, DEPLOY).await }
+    });
+    let waiter = tokio::spawn({
+        let url = env.pier_url(&format!("/api/deployments/{}?wait=110s", running.id));
+        let token = env.admin_token.clone();
+        async move {
+            let resp = reqwest::Client::new()
+                .get(&url)
+                .bearer_auth(token)
+                .timeout(Duration::from_secs(130))
+                .send()
+                .await
+                .expect("the long poll answers");
+            let status = resp.status().as_u16();
+            (status, resp.json::<serde_json::Value>().await.unwrap_or_default())
+        }
+    });
+    // Both are listening (their LISTEN is the last statement of its connection) before
+    // the primary goes.
+    wait_until("the page and the waiter listen", DEPLOY, || async {
+        let listening: Vec<String> = sqlx::query_scalar(
+            "SELECT query FROM pg_stat_activity WHERE query LIKE 'LISTEN %'",
+        )
+        .fetch_all(&env.db.pool)
+        .await
+        .ok()?;
+        let on = |c: &str| listening.iter().any(|q| q.contains(c));
+        (on("pier_live") && on("pier_queue")).then_some(())
+    })
+    .await;
 
     pair.kill_primary().await;
     // Both processes notice, and neither can write anywhere, before the promotion.
@@ -280,6 +314,15 @@ async fn a_deployment_in_flight_during_a_failover_finishes_once_on_the_same_cont
         .filter_map(|c| c.id)
         .collect();
     assert_eq!(after, before, "the same container serves");
+    let (status, waited) = waiter.await.unwrap();
+    assert_eq!(status, 200, "{waited:#}");
+    assert_eq!(waited["state"], "succeeded", "the long poll followed the failover: {waited:#}");
+    let (events, opened) = page.await.unwrap();
+    assert!(
+        events.last().unwrap().data.contains("succeeded"),
+        "the page's last frame shows the end ({opened} streams): {:?}",
+        events.last()
+    );
     assert_eq!(
         creates_of(&running.id, since),
         before,

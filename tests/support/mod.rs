@@ -56,6 +56,7 @@ mod recording_app;
 mod registry;
 mod reload;
 mod signin;
+mod sse;
 
 pub use db::*;
 pub use engine::*;
@@ -82,6 +83,8 @@ pub use registry::*;
 pub use reload::*;
 #[allow(unused_imports)] // only the page tests sign in
 pub use signin::*;
+#[allow(unused_imports)] // only the live-page tests read event streams
+pub use sse::*;
 
 // ---------------------------------------------------------------------------------------------
 // Small utilities
