@@ -92,13 +92,20 @@ async fn round(mode: Mode) -> Round {
     let mut env = env;
     env.db.repoint(&server).await;
     let app = env.app().to_owned();
-    let started = wait_until("the v2 deployment is claimed", Duration::from_secs(90), || async {
-        env.deployment_rows(&app)
-            .await
-            .into_iter()
-            .filter(|r| r.started_at.is_some_and(|t| t > ready_wall - chrono::Duration::seconds(60)))
-            .find_map(|r| (r.resolved_digest.as_deref() != Some(&v1)).then_some(r.started_at?))
-    })
+    let started = wait_until(
+        "the v2 deployment is claimed",
+        Duration::from_secs(90),
+        || async {
+            env.deployment_rows(&app)
+                .await
+                .into_iter()
+                .filter(|r| {
+                    r.started_at
+                        .is_some_and(|t| t > ready_wall - chrono::Duration::seconds(60))
+                })
+                .find_map(|r| (r.resolved_digest.as_deref() != Some(&v1)).then_some(r.started_at?))
+        },
+    )
     .await;
     env.wait_app_version("v2", Duration::from_secs(90)).await;
     env.cleanup().await;
@@ -132,10 +139,19 @@ async fn main() {
         }
     }
     let of = |mode: Mode, f: fn(&Round) -> Duration| {
-        median(results.iter().filter(|(m, _)| *m == mode).map(|(_, r)| f(r)).collect())
+        median(
+            results
+                .iter()
+                .filter(|(m, _)| *m == mode)
+                .map(|(_, r)| f(r))
+                .collect(),
+        )
     };
     for (what, f) in [
-        ("first 2xx", (|r: &Round| r.first_2xx) as fn(&Round) -> Duration),
+        (
+            "first 2xx",
+            (|r: &Round| r.first_2xx) as fn(&Round) -> Duration,
+        ),
         ("first claim", |r: &Round| r.first_claim),
     ] {
         let (restart, failover) = (of(Mode::Restart, f), of(Mode::Failover, f));

@@ -68,7 +68,11 @@ async fn pushes_through_a_failover_get_503_in_the_gap_and_no_acknowledged_delive
         .add_app(AppSpec::new("job"))
         .start()
         .await;
-    let (web, api, job) = (env.apps[0].clone(), env.apps[1].clone(), env.apps[2].clone());
+    let (web, api, job) = (
+        env.apps[0].clone(),
+        env.apps[1].clone(),
+        env.apps[2].clone(),
+    );
     env.push(&TestImage::healthy("v1"), "main").await;
     wait_serving(&web, "v1").await;
 
@@ -95,17 +99,37 @@ async fn pushes_through_a_failover_get_503_in_the_gap_and_no_acknowledged_delive
     let scenario = async {
         let start = Instant::now();
         wait_answers(&seen, "deliveries are acknowledged", start, 5, is_2xx).await;
-        let api_v1 = env.registry().push(&api.repo, "main", &TestImage::healthy("v1")).await;
+        let api_v1 = env
+            .registry()
+            .push(&api.repo, "main", &TestImage::healthy("v1"))
+            .await;
         pair.kill_primary().await;
         let killed = Instant::now();
         // Pushed while no server accepts writes: the registry's notification gets 503s.
-        let job_v1 = env.registry().push(&job.repo, "main", &TestImage::healthy("v1")).await;
-        wait_answers(&seen, "a delivery is refused with 503", killed, 3, |s| s == Some(503)).await;
+        let job_v1 = env
+            .registry()
+            .push(&job.repo, "main", &TestImage::healthy("v1"))
+            .await;
+        wait_answers(&seen, "a delivery is refused with 503", killed, 3, |s| {
+            s == Some(503)
+        })
+        .await;
         let promoted = pair.promote_standby().await;
         let web_v2 = env.push(&TestImage::healthy("v2"), "main").await;
-        wait_answers(&seen, "deliveries are acknowledged again", promoted, 20, is_2xx).await;
+        wait_answers(
+            &seen,
+            "deliveries are acknowledged again",
+            promoted,
+            20,
+            is_2xx,
+        )
+        .await;
         stop.store(true, Ordering::SeqCst);
-        (killed, promoted, [(api, api_v1), (job, job_v1), (web, web_v2)])
+        (
+            killed,
+            promoted,
+            [(api, api_v1), (job, job_v1), (web, web_v2)],
+        )
     };
     let ((), (killed, promoted, pushes)) = tokio::join!(stream, scenario);
     let sent = seen.lock().unwrap().clone();
@@ -142,21 +166,38 @@ async fn pushes_through_a_failover_get_503_in_the_gap_and_no_acknowledged_delive
         .fetch_one(&env.db.pool)
         .await
         .unwrap();
-    assert_eq!(stored as usize, ids.len(), "acknowledged deliveries missing");
+    assert_eq!(
+        stored as usize,
+        ids.len(),
+        "acknowledged deliveries missing"
+    );
 
     // Every push's digest ends up running, deployed once (never resumed by another run).
     for (app, digest) in &pushes {
-        let rows = wait_until(&format!("{} deployed {digest}", app.name), DEPLOY, || async {
-            let rows = env.deployment_rows(&app.name).await;
-            let settled = rows.iter().all(|r| r.state != "queued" && r.state != "running");
-            let deployed = rows
-                .iter()
-                .any(|r| r.state == "succeeded" && r.resolved_digest.as_deref() == Some(digest));
-            (settled && deployed).then_some(rows)
-        })
+        let rows = wait_until(
+            &format!("{} deployed {digest}", app.name),
+            DEPLOY,
+            || async {
+                let rows = env.deployment_rows(&app.name).await;
+                let settled = rows
+                    .iter()
+                    .all(|r| r.state != "queued" && r.state != "running");
+                let deployed = rows.iter().any(|r| {
+                    r.state == "succeeded" && r.resolved_digest.as_deref() == Some(digest)
+                });
+                (settled && deployed).then_some(rows)
+            },
+        )
         .await;
-        assert!(rows.iter().all(|r| r.attempt == 1), "{}: {rows:?}", app.name);
-        assert_eq!(env.running_digests_of(&app.name).await, vec![digest.clone()]);
+        assert!(
+            rows.iter().all(|r| r.attempt == 1),
+            "{}: {rows:?}",
+            app.name
+        );
+        assert_eq!(
+            env.running_digests_of(&app.name).await,
+            vec![digest.clone()]
+        );
         let version = if app.name == env.app() { "v2" } else { "v1" };
         wait_serving(app, version).await;
     }
@@ -226,11 +267,7 @@ async fn a_deployment_in_flight_during_a_failover_finishes_once_on_the_same_cont
     let mut pair = PgPair::start().await;
     // A long lease: only a wrong reading of the missing liveness locks on the promoted
     // standby could make another worker take the deployment over within this test.
-    let mut env = TestEnv::builder()
-        .on_pair(&pair)
-        .lease("60s")
-        .start()
-        .await;
+    let mut env = TestEnv::builder().on_pair(&pair).lease("60s").start().await;
     let other = env.start_another_pier().await;
     let app = env.app().to_owned();
     let since = chrono::Utc::now().timestamp() - 1;
@@ -277,18 +314,20 @@ async fn a_deployment_in_flight_during_a_failover_finishes_once_on_the_same_cont
                 .await
                 .expect("the long poll answers");
             let status = resp.status().as_u16();
-            (status, resp.json::<serde_json::Value>().await.unwrap_or_default())
+            (
+                status,
+                resp.json::<serde_json::Value>().await.unwrap_or_default(),
+            )
         }
     });
     // Both are listening (their LISTEN is the last statement of its connection) before
     // the primary goes.
     wait_until("the page and the waiter listen", DEPLOY, || async {
-        let listening: Vec<String> = sqlx::query_scalar(
-            "SELECT query FROM pg_stat_activity WHERE query LIKE 'LISTEN %'",
-        )
-        .fetch_all(&env.db.pool)
-        .await
-        .ok()?;
+        let listening: Vec<String> =
+            sqlx::query_scalar("SELECT query FROM pg_stat_activity WHERE query LIKE 'LISTEN %'")
+                .fetch_all(&env.db.pool)
+                .await
+                .ok()?;
         let on = |c: &str| listening.iter().any(|q| q.contains(c));
         (on("pier_live") && on("pier_queue")).then_some(())
     })
@@ -297,7 +336,8 @@ async fn a_deployment_in_flight_during_a_failover_finishes_once_on_the_same_cont
     pair.kill_primary().await;
     // Both processes notice, and neither can write anywhere, before the promotion.
     for p in [env.pier(), &other] {
-        p.wait_for_log("queue listener lost its connection", DEPLOY).await;
+        p.wait_for_log("queue listener lost its connection", DEPLOY)
+            .await;
     }
     pair.promote_standby().await;
     env.db.repoint(&pair.standby.url("postgres")).await;
@@ -316,7 +356,10 @@ async fn a_deployment_in_flight_during_a_failover_finishes_once_on_the_same_cont
     assert_eq!(after, before, "the same container serves");
     let (status, waited) = waiter.await.unwrap();
     assert_eq!(status, 200, "{waited:#}");
-    assert_eq!(waited["state"], "succeeded", "the long poll followed the failover: {waited:#}");
+    assert_eq!(
+        waited["state"], "succeeded",
+        "the long poll followed the failover: {waited:#}"
+    );
     let (events, opened) = page.await.unwrap();
     assert!(
         events.last().unwrap().data.contains("succeeded"),
@@ -344,7 +387,7 @@ async fn a_deployment_in_flight_during_a_failover_finishes_once_on_the_same_cont
 #[tokio::test]
 async fn pier_proxy_serves_through_a_failover_without_a_failed_request() {
     let mut pair = PgPair::start().await;
-    let mut env = TestEnv::builder()
+    let env = TestEnv::builder()
         .on_pair(&pair)
         .lease("10s")
         .health_timeout(Duration::from_secs(10))
@@ -357,9 +400,7 @@ async fn pier_proxy_serves_through_a_failover_without_a_failed_request() {
 
     let load = Load::start(&env.app_url("/version"), 200_000, Duration::from_secs(180));
     pair.kill_primary().await;
-    proxy
-        .wait_for_log("proxy lost the database", DEPLOY)
-        .await;
+    proxy.wait_for_log("proxy lost the database", DEPLOY).await;
     pair.promote_standby().await;
     // The route feed follows the new primary: a version deployed after the promotion is
     // what the proxy then serves.
@@ -376,7 +417,10 @@ async fn pier_proxy_serves_through_a_failover_without_a_failed_request() {
         answers.len(),
         &failed[..failed.len().min(10)]
     );
-    eprintln!("{} requests through the failover, none failed", answers.len());
+    eprintln!(
+        "{} requests through the failover, none failed",
+        answers.len()
+    );
     // And the deployment after the promotion went all the way: v1 retired.
     wait_until("only v2 runs", DEPLOY, || async {
         (env.running_digests_of(env.app()).await == [v2.clone()]).then_some(())

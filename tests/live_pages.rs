@@ -8,7 +8,6 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use support::*;
 use tokio_util::sync::CancellationToken;
 
@@ -57,7 +56,6 @@ async fn web_only(env: &TestEnv) -> WebOnly {
     ));
     WebOnly { base, stop }
 }
-
 
 async fn newest_deployment(env: &TestEnv) -> uuid::Uuid {
     wait_until("a deployment is queued", DEPLOY, || async {

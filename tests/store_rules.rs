@@ -207,10 +207,14 @@ async fn a_process_whose_liveness_lock_is_lost_does_not_take_over_its_own_deploy
     );
     // Another process takes it over at once: the holder's lock, taken here, is gone.
     let other = Holder::new(&db).await;
-    let taken = wait_until("takeover of the lost holder", Duration::from_secs(5), || {
-        let store = store.clone();
-        async move { store.claim("other", other.key, LONG).await.unwrap() }
-    })
+    let taken = wait_until(
+        "takeover of the lost holder",
+        Duration::from_secs(5),
+        || {
+            let store = store.clone();
+            async move { store.claim("other", other.key, LONG).await.unwrap() }
+        },
+    )
     .await;
     assert_eq!((taken.id, taken.attempt), (id, 2));
     other.die().await;
@@ -236,7 +240,11 @@ async fn a_holder_whose_lock_this_server_never_saw_taken_keeps_its_deployment_un
     store.claim("w0", elsewhere, lease).await.unwrap().unwrap();
     let other = Holder::new(&db).await;
     assert!(
-        store.claim("other", other.key, LONG).await.unwrap().is_none(),
+        store
+            .claim("other", other.key, LONG)
+            .await
+            .unwrap()
+            .is_none(),
         "taken over for a lock this server never saw taken"
     );
     let stale: i64 = sqlx::query_scalar("SELECT count(*) FROM pier_holders WHERE key = $1")
@@ -245,10 +253,14 @@ async fn a_holder_whose_lock_this_server_never_saw_taken_keeps_its_deployment_un
         .await
         .unwrap();
     assert_eq!(stale, 0, "registrations of an earlier instance are pruned");
-    let taken = wait_until("takeover once the lease expired", Duration::from_secs(10), || {
-        let store = store.clone();
-        async move { store.claim("other", other.key, LONG).await.unwrap() }
-    })
+    let taken = wait_until(
+        "takeover once the lease expired",
+        Duration::from_secs(10),
+        || {
+            let store = store.clone();
+            async move { store.claim("other", other.key, LONG).await.unwrap() }
+        },
+    )
     .await;
     assert_eq!((taken.id, taken.attempt), (id, 2));
     other.die().await;

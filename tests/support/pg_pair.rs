@@ -113,7 +113,10 @@ impl PgNode {
         };
         let data = self.data.to_string_lossy().into_owned();
         let stopped = std::panic::catch_unwind(|| {
-            as_postgres("pg_ctl", &["-D", &data, "-m", "immediate", "-w", "-t", "20", "stop"])
+            as_postgres(
+                "pg_ctl",
+                &["-D", &data, "-m", "immediate", "-w", "-t", "20", "stop"],
+            )
         });
         if stopped.is_err() && std::path::Path::new(&format!("/proc/{pid}")).exists() {
             kill_pid(pid);
@@ -344,10 +347,9 @@ impl PgPair {
             "the killed primary's processes exit",
             Duration::from_secs(30),
             || {
-                let alive = orphans
-                    .iter()
-                    .any(|p| std::path::Path::new(&format!("/proc/{p}/status")).exists()
-                        && !is_zombie(*p));
+                let alive = orphans.iter().any(|p| {
+                    std::path::Path::new(&format!("/proc/{p}/status")).exists() && !is_zombie(*p)
+                });
                 async move { (!alive).then_some(()) }
             },
         )
@@ -361,7 +363,10 @@ impl PgPair {
 
 fn is_zombie(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .map(|s| s.lines().any(|l| l.starts_with("State:") && l.contains('Z')))
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("State:") && l.contains('Z'))
+        })
         .unwrap_or(true)
 }
 

@@ -92,8 +92,7 @@ pub async fn follow_until_final(url: &str, deadline: Duration) -> (Vec<SseEvent>
         {
             let mut body = resp.bytes_stream();
             let mut buf = String::new();
-            while let Ok(Some(Ok(chunk))) =
-                tokio::time::timeout_at(until.into(), body.next()).await
+            while let Ok(Some(Ok(chunk))) = tokio::time::timeout_at(until.into(), body.next()).await
             {
                 buf.push_str(&String::from_utf8_lossy(&chunk));
                 while let Some(at) = buf.find("\n\n") {
@@ -103,8 +102,10 @@ pub async fn follow_until_final(url: &str, deadline: Duration) -> (Vec<SseEvent>
                         .find_map(|l| l.strip_prefix("event: "))
                         .unwrap_or("message")
                         .to_owned();
-                    let data: Vec<&str> =
-                        block.lines().filter_map(|l| l.strip_prefix("data:")).collect();
+                    let data: Vec<&str> = block
+                        .lines()
+                        .filter_map(|l| l.strip_prefix("data:"))
+                        .collect();
                     if data.is_empty() {
                         continue;
                     }
@@ -121,5 +122,8 @@ pub async fn follow_until_final(url: &str, deadline: Duration) -> (Vec<SseEvent>
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    panic!("{url}: no final event within {deadline:?} ({opened} streams, {} events)", events.len());
+    panic!(
+        "{url}: no final event within {deadline:?} ({opened} streams, {} events)",
+        events.len()
+    );
 }

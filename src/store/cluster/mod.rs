@@ -47,7 +47,10 @@ pub struct Cluster {
 impl std::fmt::Debug for Cluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Cluster")
-            .field("hosts", &self.hosts.iter().map(Targets::label).collect::<Vec<_>>())
+            .field(
+                "hosts",
+                &self.hosts.iter().map(Targets::label).collect::<Vec<_>>(),
+            )
             .field("wants", &self.wants)
             .field("current", &self.current.load(Ordering::Relaxed))
             .finish()
@@ -144,7 +147,9 @@ impl Cluster {
                 // One host: its own error, so that what it means (a wrong password is not
                 // an outage) is kept.
                 Err(e) if n == 1 => return Err(e),
-                Err(e) => failures.push(format!("{}: {}", Targets::label(&self.hosts[i]), brief(&e))),
+                Err(e) => {
+                    failures.push(format!("{}: {}", Targets::label(&self.hosts[i]), brief(&e)))
+                }
             }
         }
         Err(sqlx::Error::Protocol(format!(

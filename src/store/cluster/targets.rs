@@ -39,11 +39,10 @@ impl Wants {
         if self == Wants::Any {
             return Ok(true);
         }
-        let (in_recovery, read_only): (bool, String) = sqlx::query_as(
-            "SELECT pg_is_in_recovery(), current_setting('transaction_read_only')",
-        )
-        .fetch_one(&mut *conn)
-        .await?;
+        let (in_recovery, read_only): (bool, String) =
+            sqlx::query_as("SELECT pg_is_in_recovery(), current_setting('transaction_read_only')")
+                .fetch_one(&mut *conn)
+                .await?;
         Ok(match self {
             Wants::Any => true,
             Wants::ReadWrite => !in_recovery && read_only == "off",
@@ -100,12 +99,11 @@ impl Targets {
                 wants = Some(w);
             }
             for single in split.urls {
-                let options = PgConnectOptions::from_str(&single).map_err(|e| {
-                    TargetError::Invalid {
+                let options =
+                    PgConnectOptions::from_str(&single).map_err(|e| TargetError::Invalid {
                         which,
                         reason: describe(&e),
-                    }
-                })?;
+                    })?;
                 hosts.push(options);
             }
         }
@@ -229,15 +227,14 @@ mod tests {
     fn several_hosts_ask_for_a_writable_server_unless_told_otherwise_and_one_host_asks_nothing() {
         let one = Targets::parse(["postgres://pier@db1/pier"]).unwrap();
         assert_eq!(one.wants, Wants::Any);
-        let list = Targets::parse(["postgres://pier@db1/pier", "postgresql://pier@db2/pier"])
-            .unwrap();
+        let list =
+            Targets::parse(["postgres://pier@db1/pier", "postgresql://pier@db2/pier"]).unwrap();
         assert_eq!(hosts(&list), ["db1:5432", "db2:5432"]);
         assert_eq!(list.wants, Wants::ReadWrite);
-        let any = Targets::parse(["postgres://pier@db1,db2/pier?target_session_attrs=any"])
-            .unwrap();
+        let any =
+            Targets::parse(["postgres://pier@db1,db2/pier?target_session_attrs=any"]).unwrap();
         assert_eq!(any.wants, Wants::Any);
-        let primary =
-            Targets::parse(["postgres://db1/p?target_session_attrs=primary"]).unwrap();
+        let primary = Targets::parse(["postgres://db1/p?target_session_attrs=primary"]).unwrap();
         assert_eq!(primary.wants, Wants::Primary);
     }
 
@@ -246,7 +243,10 @@ mod tests {
         let cases: &[(&[&str], TargetError)] = &[
             (&[], TargetError::None),
             (&["mysql://u:hunter2@db/x"], TargetError::Scheme(1)),
-            (&["postgres://u:hunter2@db1,,db2/x"], TargetError::EmptyHost(1)),
+            (
+                &["postgres://u:hunter2@db1,,db2/x"],
+                TargetError::EmptyHost(1),
+            ),
             (
                 &["postgres://u:hunter2@db1,db2/x?target_session_attrs=standby"],
                 TargetError::ReadOnly("standby".into()),
@@ -258,10 +258,7 @@ mod tests {
                 ],
                 TargetError::Disagree,
             ),
-            (
-                &["postgres://a,b,c,d,e,f,g,h,i/x"],
-                TargetError::TooMany(9),
-            ),
+            (&["postgres://a,b,c,d,e,f,g,h,i/x"], TargetError::TooMany(9)),
         ];
         for (urls, want) in cases {
             let err = Targets::parse(urls.iter().copied()).unwrap_err();
@@ -269,7 +266,10 @@ mod tests {
             assert!(!err.to_string().contains("hunter2"), "{err}");
         }
         let bad_port = Targets::parse(["postgres://u:hunter2@db1:99999/x"]).unwrap_err();
-        assert!(matches!(bad_port, TargetError::Invalid { which: 1, .. }), "{bad_port}");
+        assert!(
+            matches!(bad_port, TargetError::Invalid { which: 1, .. }),
+            "{bad_port}"
+        );
         assert!(!bad_port.to_string().contains("hunter2"), "{bad_port}");
     }
 
