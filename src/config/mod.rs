@@ -415,6 +415,33 @@ mod tests {
     }
 
     #[test]
+    fn database_urls_are_kept_in_order_and_exactly_one_of_the_two_fields_is_required() {
+        let base = MINIMAL.replace("token = \"env:PIER_TEST_CONFIG_TOKEN\"", "token = \"t\"");
+        let list = base.replace(
+            "database_url = \"postgres://localhost/pier\"",
+            "database_urls = [\"postgres://db1/pier\", \"postgres://db2,db3/pier\"]",
+        );
+        let c = Config::parse(&list, Path::new(".")).unwrap();
+        assert_eq!(
+            c.server.database_urls(),
+            ["postgres://db1/pier", "postgres://db2,db3/pier"]
+        );
+        let both = base.replace(
+            "database_url = \"postgres://localhost/pier\"",
+            "database_url = \"postgres://db1/pier\"\ndatabase_urls = [\"postgres://db2/pier\"]",
+        );
+        let e = Config::parse(&both, Path::new("."))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not both"), "{e}");
+        let neither = base.replace("database_url = \"postgres://localhost/pier\"", "");
+        let e = Config::parse(&neither, Path::new("."))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("is required"), "{e}");
+    }
+
+    #[test]
     fn a_docker_hub_image_is_read_as_docker_pull_reads_it() {
         let hub = MINIMAL
             .replace("127.0.0.1:5000/demo/web", "acme/web")

@@ -74,9 +74,7 @@ impl PgNode {
     fn postmaster_pid(&self) -> Option<u32> {
         let pidfile = std::fs::read_to_string(self.data.join("postmaster.pid")).ok()?;
         let pid: u32 = pidfile.lines().next()?.trim().parse().ok()?;
-        std::path::Path::new(&format!("/proc/{pid}"))
-            .exists()
-            .then_some(pid)
+        (!is_zombie(pid)).then_some(pid)
     }
 
     fn start(&self, socket_dir: &Path, extra: &[(&str, &str)]) {
@@ -354,6 +352,11 @@ impl PgPair {
             },
         )
         .await;
+        // Nobody may have reaped the killed postmaster: as a zombie it still "runs" for
+        // Postgres' lock-file check. With every process of it gone, its lock file is stale.
+        if self.primary.postmaster_pid().is_none() {
+            let _ = std::fs::remove_file(self.primary.data.join("postmaster.pid"));
+        }
         let asked = Instant::now();
         self.primary
             .start(self.dir.path(), &[("synchronous_standby_names", "''")]);
@@ -361,6 +364,7 @@ impl PgPair {
     }
 }
 
+/// Gone, or a zombie nobody reaped yet (then its pid still answers `kill -0`).
 fn is_zombie(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .map(|s| {
