@@ -356,6 +356,10 @@ impl PgPair {
         // Postgres' lock-file check. With every process of it gone, its lock file is stale.
         if self.primary.postmaster_pid().is_none() {
             let _ = std::fs::remove_file(self.primary.data.join("postmaster.pid"));
+            // And its socket's lock file, which names the dead pid too.
+            let socket = format!(".s.PGSQL.{}", self.primary.port);
+            let _ = std::fs::remove_file(self.dir.path().join(format!("{socket}.lock")));
+            let _ = std::fs::remove_file(self.dir.path().join(socket));
         }
         let asked = Instant::now();
         self.primary
