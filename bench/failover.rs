@@ -5,7 +5,8 @@
 //! deploys v1, pushes v2 without a notification, SIGKILLs the primary's postmaster, and
 //! posts signed deliveries of v2 every 10 ms. Then either the standby is promoted
 //! (`failover`) or the primary started again on its own data (`restart`, replication
-//! off). From the moment that server accepts writes it measures:
+//! off). From the moment that server first takes a write (a probe every 5 ms, the same
+//! clock for both) it measures:
 //! - first 2xx: the first delivery Pier acknowledges;
 //! - first claim: when a worker claimed the deployment that delivery queued (the
 //!   deployment's `started_at`, Postgres' clock on this same machine).
@@ -75,20 +76,26 @@ async fn round(mode: Mode) -> Round {
         }
         panic!("no delivery was acknowledged after the {mode:?}");
     };
-    let recovering = async {
-        // The gap a real failover has before anyone promotes: Pier sees only refusals.
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        match mode {
-            Mode::Failover => pair.promote_standby().await,
-            Mode::Restart => pair.restart_primary().await,
-        };
-        (Instant::now(), chrono::Utc::now())
-    };
-    let (acked, (ready, ready_wall)) = tokio::join!(sending, recovering);
     let server = match mode {
         Mode::Failover => pair.standby.url("postgres"),
         Mode::Restart => pair.primary.url("postgres"),
     };
+    let recovering = async {
+        // The gap a real failover has before anyone promotes: Pier sees only refusals.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        // The same clock for both: the first moment the server takes a write, seen by a
+        // probe every 5 ms beside the command that brings it up.
+        let writable = first_writable(&server);
+        let bring_up = async {
+            match mode {
+                Mode::Failover => pair.promote_standby().await,
+                Mode::Restart => pair.restart_primary().await,
+            };
+        };
+        let (ready, ()) = tokio::join!(writable, bring_up);
+        ready
+    };
+    let (acked, (ready, ready_wall)) = tokio::join!(sending, recovering);
     let mut env = env;
     env.db.repoint(&server).await;
     let app = env.app().to_owned();
@@ -113,6 +120,32 @@ async fn round(mode: Mode) -> Round {
         first_2xx: acked.saturating_duration_since(ready),
         first_claim: (started - ready_wall).to_std().unwrap_or_default(),
     }
+}
+
+/// The first moment `server` commits a write (a temporary table's insert), probed every
+/// 5 ms for at most a minute.
+async fn first_writable(server: &str) -> (Instant, chrono::DateTime<chrono::Utc>) {
+    use sqlx::Connection;
+    for _ in 0..12_000 {
+        if let Ok(Ok(mut conn)) = tokio::time::timeout(
+            Duration::from_millis(500),
+            sqlx::PgConnection::connect(server),
+        )
+        .await
+        {
+            let wrote =
+                sqlx::raw_sql("CREATE TEMP TABLE probe (x int); INSERT INTO probe VALUES (1)")
+                    .execute(&mut conn)
+                    .await
+                    .is_ok();
+            let _ = conn.close().await;
+            if wrote {
+                return (Instant::now(), chrono::Utc::now());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("{server} never took a write");
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
