@@ -20,6 +20,7 @@ pub mod proxy;
 pub mod reconcile;
 pub mod registry;
 pub mod serve;
+pub mod signature;
 pub mod store;
 pub mod target;
 pub mod web;
