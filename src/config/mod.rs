@@ -101,6 +101,8 @@ pub struct Config {
     pub notifications: Vec<NotificationConfig>,
     /// Where apps run: `local` (from `server.docker_host`) and every `[[targets]]` entry.
     pub targets: Vec<TargetConfig>,
+    /// `[[trust]]`: the keys that sign which repositories' images (issue 25).
+    pub trust: Vec<TrustEntry>,
 }
 
 #[derive(Debug, Clone)]
@@ -269,6 +271,9 @@ pub struct AppConfig {
     /// The targets this app runs on, by name, in rollout order (default `["local"]`).
     pub targets: Vec<String>,
     pub rollout: Rollout,
+    /// The keys its image must be signed by (`require_signature`, or a `[[trust]]` entry
+    /// that covers it); `None`: no signature is checked.
+    pub signature: Option<std::sync::Arc<crate::signature::Policy>>,
 }
 
 impl AppConfig {
@@ -373,9 +378,11 @@ mod signin;
 mod source;
 mod tags;
 mod targets;
+mod trust;
 mod trusted;
 pub use raw::DEFAULT_POLL;
 pub use targets::{Batch, LOCAL, Rollout, TargetConfig, TargetKind};
+pub use trust::TrustEntry;
 
 #[cfg(test)]
 mod tests {

@@ -71,6 +71,9 @@ pub struct Config {
     /// Issue 23: where apps run (see `targets.rs`).
     #[serde(default)]
     targets: Vec<super::targets::RawTarget>,
+    /// Issue 25: which keys sign which repositories' images.
+    #[serde(default)]
+    trust: Vec<super::trust::RawTrust>,
 }
 
 #[derive(Deserialize)]
@@ -319,6 +322,9 @@ struct App {
     /// The targets the app runs on (default `["local"]`) and how a rollout crosses them.
     targets: Option<Vec<String>>,
     rollout: Option<super::targets::RawRollout>,
+    /// Issue 25: the image must be signed by a key of a `[[trust]]` entry covering it;
+    /// default: as the covering entries say.
+    require_signature: Option<bool>,
 }
 
 /// Apps may share a proxy address only when their `Host` names tell them apart: at most one
@@ -472,6 +478,7 @@ impl Config {
         }
 
         let targets = super::targets::resolve(self.targets, server.docker_host.as_deref(), base)?;
+        let trust = super::trust::resolve(self.trust, base)?;
         let mut apps: Vec<AppConfig> = Vec::new();
         for a in self.apps {
             if !valid_name(&a.name) {
@@ -604,9 +611,11 @@ impl Config {
                 services: vec![],
                 targets: app_targets,
                 rollout,
+                signature: None,
             };
             app.services = super::services::resolve(&app, a.services, base)?;
             super::targets::check_placement(&app, &targets)?;
+            app.signature = super::trust::for_app(&app, a.require_signature, &trust)?;
             apps.push(app);
         }
         let app_hosts: Vec<&str> = apps.iter().map(|a| a.registry_host()).collect();
@@ -681,6 +690,7 @@ impl Config {
             sources,
             apps,
             policy: self.policy.resolve()?,
+            trust,
         })
     }
 }
