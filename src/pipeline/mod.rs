@@ -22,6 +22,7 @@ mod rollback;
 mod rollout;
 mod service_images;
 mod services;
+mod signature;
 
 pub use health::probe_client;
 
@@ -308,6 +309,8 @@ impl Run<'_> {
     /// create: the same for every strategy.
     async fn prepare(&self) -> Result<Prepared, PipelineError> {
         if let Some(import) = &self.import {
+            // An app that must be signed loads no archive (nothing would check it).
+            self.refuse_unsigned_import(&import.archive).await?;
             // Loaded and checked (id, platform, labels) in `resolve`: no pull, no verify.
             let (resolved, image) = self.load_archive(import).await?;
             let others = self.resolve_services(&resolved).await?;
@@ -326,6 +329,9 @@ impl Run<'_> {
         {
             return Ok(Prepared::Skip(note));
         }
+        // Before anything is pulled: an app that must be signed runs only a digest a
+        // trusted key signed (a no-op for one that need not be).
+        self.signature(&resolved).await?;
         // Every image pulled and verified before any container is created.
         self.pull(&resolved).await?;
         let image = self.verify(&resolved).await?;

@@ -25,6 +25,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+pub use bundle::SIGN_PREDICATE;
 pub use key::{Fingerprint, KeyError, PublicKey};
 pub use verify::{Finding, Rejected, verify};
 

@@ -88,6 +88,17 @@ pub struct Rejected {
     pub found: Vec<Finding>,
 }
 
+impl Finding {
+    /// The first finding (and how many more), for a quarantine's reason.
+    pub fn summary(found: &[Finding]) -> String {
+        match found {
+            [] => "no signature".into(),
+            [one] => one.to_string(),
+            [first, rest @ ..] => format!("{first}; and {} more", rest.len()),
+        }
+    }
+}
+
 impl Rejected {
     /// Nothing at all was found: worth waiting a moment for (the signer may still be at
     /// work), unlike a wrong signature.

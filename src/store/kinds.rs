@@ -157,6 +157,8 @@ db_enum! {
     /// `deployment_steps.step`: the pipeline's steps, in the order they run.
     pub enum Step ("pipeline step") {
         Resolve = "resolve",
+        /// Issue 25: the resolved digest carries a trusted key's cosign signature.
+        Signature = "signature",
         Pull = "pull",
         Verify = "verify",
         /// The app's private network exists (issue 10).
@@ -198,6 +200,7 @@ impl Step {
         matches!(
             self,
             Self::Resolve
+                | Self::Signature
                 | Self::Pull
                 | Self::Verify
                 | Self::Create

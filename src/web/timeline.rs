@@ -11,7 +11,8 @@ use crate::pipeline::records::{
     Applied, AppliedIntent, Candidate, ConnectIntent, CreateIntent, DrainIntent, Healthy,
     ImageIntent, ImportIntent, NetworkIntent, OldGeneration, Probe, Resolved, RetireIntent,
     Retired, RevertIntent, RollbackIntent, ServiceHealthIntent, ServiceProbe, ServiceResolveIntent,
-    SoakIntent, StartIntent, SwitchIntent, Switched, SwitchedTo, VerifiedImage,
+    SignatureIntent, Signed, SoakIntent, StartIntent, SwitchIntent, Switched, SwitchedTo,
+    VerifiedImage,
 };
 use crate::store::{Deployment, Step, StepRecord, StepState};
 
@@ -92,6 +93,7 @@ pub fn intent_words(step: Step, i: &Value) -> String {
 fn generic_intent(step: Step) -> &'static str {
     match step {
         Step::Resolve => "Ask the registry which image the tag is",
+        Step::Signature => "Check that a trusted key signed exactly this digest",
         Step::Pull => "Pull the image by digest",
         Step::Verify => "Check that the engine's image carries exactly that digest",
         Step::Create => "Create the new container",
@@ -137,6 +139,18 @@ fn intent_sentence(step: Step, i: &Value) -> Option<String> {
                 )
             }
         },
+        Step::Signature => {
+            let s: SignatureIntent = read(i)?;
+            let of = match &s.manifest {
+                Some(m) => format!(" (the index of {})", short_digest(m)),
+                None => String::new(),
+            };
+            format!(
+                "Check that {}{of} is signed by a trusted key: {}",
+                s.subject,
+                s.keys.join(", ")
+            )
+        }
         Step::Pull => format!("Pull {} by digest", read::<ImageIntent>(i)?.reference),
         Step::Verify => format!(
             "Check that the engine's image {} carries exactly that digest",
@@ -282,6 +296,7 @@ fn result_sentence(step: Step, r: &Value) -> Option<String> {
             let r: Resolved = read(r)?;
             format!("Resolved to {} ({})", short_digest(&r.digest), r.platform)
         }
+        Step::Signature => signed_by(&read::<Signed>(r)?),
         Step::Verify => format!(
             "Image {} verified",
             short_id(&read::<VerifiedImage>(r)?.image_id)
@@ -317,6 +332,18 @@ fn result_sentence(step: Step, r: &Value) -> Option<String> {
         }
         _ => return None,
     })
+}
+
+/// Who signed what runs, in words: the page's "Signed by" and the step's result.
+pub fn signed_by(s: &Signed) -> String {
+    format!(
+        "Signed by {} ({}, trust {}), {} over {}",
+        s.key,
+        s.algorithm,
+        s.trust,
+        s.format.describe(),
+        short_digest(&s.signed)
+    )
 }
 
 /// The top-level scalar fields of a JSON object, as `key value, …`.

@@ -43,6 +43,9 @@ pub struct AppView {
     pub current_step: Option<String>,
     /// The pin in force (a rollback's): pushes do not move the app until it is unpinned.
     pub pin: Option<crate::store::Pin>,
+    /// Which key signed what serves: the `signature` step of the serving deployment (none
+    /// for an app that need not be signed).
+    pub signature: Option<crate::pipeline::records::Signed>,
 }
 
 impl AppView {
@@ -77,6 +80,11 @@ impl AppView {
             .iter()
             .find(|d| d.id == g.deployment_id)
             .and_then(|d| d.requested_tag.as_deref())
+    }
+
+    /// "Signed by …" for what serves, in words.
+    pub fn signed_by(&self) -> Option<String> {
+        self.signature.as_ref().map(super::timeline::signed_by)
     }
 
     /// The newest deployment that has ended.
@@ -213,7 +221,17 @@ pub async fn app_view(
         None => None,
     };
     let services = services_of(app, generation.as_ref(), &mine);
+    let signature = match &generation {
+        Some(g) => s
+            .store
+            .step(g.deployment_id, crate::store::Step::Signature, "")
+            .await?
+            .and_then(|st| st.result)
+            .and_then(|r| serde_json::from_value(r).ok()),
+        None => None,
+    };
     Ok(AppView {
+        signature,
         services,
         name: app.name.clone(),
         image: app.image.clone(),
