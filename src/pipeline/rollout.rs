@@ -70,6 +70,8 @@ impl<'a> Run<'a> {
             if let Some(note) = self.skip_quarantined(&resolved.digest).await? {
                 return Ok(Err(note));
             }
+            // Issue 25: checked once, for every engine, before any engine pulls.
+            self.signature(&resolved).await?;
             let others = self.resolve_services(&resolved).await?;
             Ok(Ok((resolved, others)))
         };

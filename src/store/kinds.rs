@@ -187,9 +187,10 @@ db_enum! {
 
 impl Step {
     /// Steps of the whole deployment, which no engine runs: journaled once, with the empty
-    /// target, however many engines the rollout crosses. One resolved digest for all.
+    /// target, however many engines the rollout crosses. One resolved digest for all, and
+    /// one signature check of it (issue 25).
     pub fn is_shared(self) -> bool {
-        matches!(self, Self::Resolve)
+        matches!(self, Self::Resolve | Self::Signature)
     }
 
     /// The steps before which a stop request is honoured: everything up to the switch.
