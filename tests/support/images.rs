@@ -321,14 +321,14 @@ pub fn registry_auth(host: &str) -> RegistryAuth {
         .unwrap_or(RegistryAuth::Anonymous)
 }
 
-fn oci_client(host: &str) -> OciClient {
+pub fn oci_client(host: &str) -> OciClient {
     OciClient::new(ClientConfig {
         protocol: ClientProtocol::HttpsExcept(vec![host.to_owned()]),
         ..Default::default()
     })
 }
 
-fn oci_ref(host: &str, repo: &str, tag_or_digest: &str) -> Reference {
+pub fn oci_ref(host: &str, repo: &str, tag_or_digest: &str) -> Reference {
     if tag_or_digest.starts_with("sha256:") {
         Reference::with_digest(host.to_owned(), repo.to_owned(), tag_or_digest.to_owned())
     } else {

@@ -41,6 +41,7 @@ use sha2::{Digest as _, Sha256};
 use sqlx::{Connection, PgPool};
 use tempfile::TempDir;
 
+mod cosign;
 mod db;
 mod engine;
 mod env;
@@ -56,6 +57,8 @@ mod registry;
 mod reload;
 mod signin;
 
+#[allow(unused_imports)] // only the signature tests sign images
+pub use cosign::*;
 pub use db::*;
 pub use engine::*;
 #[allow(unused_imports)] // the store-only tests need no environment
@@ -166,7 +169,7 @@ where
     }
 }
 
-fn http_client() -> reqwest::Client {
+pub fn http_client() -> reqwest::Client {
     // Building a client loads TLS roots (hundreds of ms), far more than a loopback request,
     // so each thread keeps one. Every #[tokio::test] runs its runtime on its own thread, and
     // no idle connection is pooled, so nothing outlives the runtime that made it.
