@@ -173,10 +173,15 @@ async fn an_unsigned_image_fails_at_signature_with_nothing_pulled_and_nothing_cr
 
     let digest = env.push(&TestImage::healthy("v1"), "main").await;
     let d = env.latest_final_of(&app, &[], DEPLOY).await;
-    let d = env.deployment_final(d["id"].as_str().unwrap(), DEPLOY).await;
+    let d = env
+        .deployment_final(d["id"].as_str().unwrap(), DEPLOY)
+        .await;
     nothing_happened(env, &d, &digest).await;
     let error = d["error"].as_str().unwrap_or_default();
-    assert!(error.starts_with("signature: no valid signature for"), "{error}");
+    assert!(
+        error.starts_with("signature: no valid signature for"),
+        "{error}"
+    );
     assert!(error.contains("found: no signature"), "{error}");
     assert!(
         error.contains(&format!("keys tried: {} (trust ci)", key.fingerprint())),
@@ -226,16 +231,23 @@ async fn an_image_signed_by_another_key_fails_and_names_that_key() {
     .await;
     env.push(&image, "main").await;
     let d = env.latest_final_of(env.app(), &[], DEPLOY).await;
-    let d = env.deployment_final(d["id"].as_str().unwrap(), DEPLOY).await;
+    let d = env
+        .deployment_final(d["id"].as_str().unwrap(), DEPLOY)
+        .await;
     nothing_happened(env, &d, &built.digest).await;
     let error = d["error"].as_str().unwrap_or_default();
     assert!(
-        error.contains(&format!("signed by an untrusted key {}", other.fingerprint())),
+        error.contains(&format!(
+            "signed by an untrusted key {}",
+            other.fingerprint()
+        )),
         "{error}"
     );
     assert!(
-        error.contains(&format!("recovered from the ECDSA signature, is {}", other.fingerprint()))
-            || error.contains(&format!(" or {}", other.fingerprint())),
+        error.contains(&format!(
+            "recovered from the ECDSA signature, is {}",
+            other.fingerprint()
+        )) || error.contains(&format!(" or {}", other.fingerprint())),
         "the legacy signature's key is named too: {error}"
     );
     s.env.cleanup().await;
@@ -252,14 +264,25 @@ async fn a_signature_over_another_digest_or_a_changed_payload_fails() {
     let v2 = TestImage::healthy("v2");
     let d2 = digest_of(&v2);
     let signed_v1 = signed_layer(&key, simple_payload(&env.image(), &d1, "null"));
-    push_sig_tag(&env.registry_host(), env.repo(), &d2, &[signed_v1.clone()]).await;
+    push_sig_tag(
+        &env.registry_host(),
+        env.repo(),
+        &d2,
+        std::slice::from_ref(&signed_v1),
+    )
+    .await;
     env.push(&v2, "main").await;
     let first = env.latest_final_of(&app, &[], DEPLOY).await;
-    let first = env.deployment_final(first["id"].as_str().unwrap(), DEPLOY).await;
+    let first = env
+        .deployment_final(first["id"].as_str().unwrap(), DEPLOY)
+        .await;
     nothing_happened(env, &first, &d2).await;
     let error = first["error"].as_str().unwrap_or_default();
     assert!(
-        error.contains(&format!("signature for another digest ({d1}) by {}", key.fingerprint())),
+        error.contains(&format!(
+            "signature for another digest ({d1}) by {}",
+            key.fingerprint()
+        )),
         "{error}"
     );
 
@@ -278,10 +301,15 @@ async fn a_signature_over_another_digest_or_a_changed_payload_fails() {
     env.push(&v3, "main").await;
     let id1 = first["id"].as_str().unwrap();
     let second = env.latest_final_of(&app, &[id1], DEPLOY).await;
-    let second = env.deployment_final(second["id"].as_str().unwrap(), DEPLOY).await;
+    let second = env
+        .deployment_final(second["id"].as_str().unwrap(), DEPLOY)
+        .await;
     nothing_happened(env, &second, &d3).await;
     let error = second["error"].as_str().unwrap_or_default();
-    assert!(error.contains("a signature no trusted key verifies"), "{error}");
+    assert!(
+        error.contains("a signature no trusted key verifies"),
+        "{error}"
+    );
     s.env.cleanup().await;
 }
 
@@ -292,10 +320,7 @@ async fn a_signed_index_deploys_the_engines_platform() {
     let env = &s.env;
     // The index is pushed first under another tag, to learn its digest and size; it is
     // signed (as `cosign sign` signs what a tag names: the index), then tagged `main`.
-    let (index, amd64) = env
-        .registry()
-        .push_index(env.repo(), "build", "v1")
-        .await;
+    let (index, amd64) = env.registry().push_index(env.repo(), "build", "v1").await;
     let size = index_size(env, &index).await;
     push_bundle(
         &env.registry_host(),
@@ -309,7 +334,9 @@ async fn a_signed_index_deploys_the_engines_platform() {
     env.registry().push_index(env.repo(), "main", "v1").await;
     env.wait_app_version("v1", DEPLOY).await;
     let d = env.latest_final_of(env.app(), &[], DEPLOY).await;
-    let d = env.deployment_final(d["id"].as_str().unwrap(), DEPLOY).await;
+    let d = env
+        .deployment_final(d["id"].as_str().unwrap(), DEPLOY)
+        .await;
     assert_eq!(d["state"], "succeeded", "{d:#}");
     assert_eq!(d["resolved_digest"], amd64.as_str());
     let sig = step(&d, "signature");
@@ -320,7 +347,11 @@ async fn a_signed_index_deploys_the_engines_platform() {
 }
 
 async fn index_size(env: &TestEnv, digest: &str) -> usize {
-    let url = format!("{}/v2/{}/manifests/{digest}", env.registry().url(), env.repo());
+    let url = format!(
+        "{}/v2/{}/manifests/{digest}",
+        env.registry().url(),
+        env.repo()
+    );
     let resp = http_client()
         .get(&url)
         .header("Accept", MANIFEST_ACCEPT)
@@ -368,7 +399,9 @@ async fn real_cosign_signatures_are_verified_and_judged_by_what_they_sign() {
     .await;
     env.push(&image, "main").await;
     let d = env.latest_final_of(env.app(), &[], DEPLOY).await;
-    let d = env.deployment_final(d["id"].as_str().unwrap(), DEPLOY).await;
+    let d = env
+        .deployment_final(d["id"].as_str().unwrap(), DEPLOY)
+        .await;
     nothing_happened(env, &d, &built.digest).await;
     let error = d["error"].as_str().unwrap_or_default();
     eprintln!("real cosign vectors: {error}");
@@ -410,16 +443,16 @@ async fn dies_at(point: &str, var: &str) {
     legacy_sign(&env, &key, &digest).await;
     env.push(&image, "main").await;
     if var == "PIER_PAUSE_AT" {
-        env.pier().wait_for_log("PIER_PAUSE_AT reached", DEPLOY).await;
+        env.pier()
+            .wait_for_log("PIER_PAUSE_AT reached", DEPLOY)
+            .await;
         env.pier_mut().kill();
     } else {
         env.pier_mut().wait_dead("pier aborts", DEPLOY).await;
     }
     let crashed = env.deployment_rows(&app).await.pop().expect("a deployment");
     assert_eq!(crashed.state, "running", "{crashed:?}");
-    env.pier_mut()
-        .restart_with(|c| c.without_env(var))
-        .await;
+    env.pier_mut().restart_with(|c| c.without_env(var)).await;
     let d = env.deployment_final(&crashed.id, DEPLOY).await;
     assert_eq!(d["state"], "succeeded", "{d:#}");
     env.wait_app_version("v1", Duration::from_secs(10)).await;
@@ -429,7 +462,10 @@ async fn dies_at(point: &str, var: &str) {
     assert_eq!(sig["result"]["key"], key.fingerprint().as_str());
     let replays = if point.ends_with(":before") { 1 } else { 0 };
     assert_eq!(sig["replays"], replays, "{sig:#}");
-    assert_eq!(steps_of(&d).iter().filter(|s| **s == "signature").count(), 1);
+    assert_eq!(
+        steps_of(&d).iter().filter(|s| **s == "signature").count(),
+        1
+    );
     env.cleanup().await;
 }
 
@@ -447,7 +483,11 @@ async fn abort_after_signature_resumes_and_deploys() {
 /// fails within the registry's limits, as a manifest does, with nothing pulled.
 #[tokio::test]
 async fn a_huge_or_trickled_signature_manifest_fails_within_the_registry_limits() {
-    let huge = HostileRegistry::start_for(Fault::HugeStreamed { bytes: 100 << 20 }, "/manifests/sha256-").await;
+    let huge = HostileRegistry::start_for(
+        Fault::HugeStreamed { bytes: 100 << 20 },
+        "/manifests/sha256-",
+    )
+    .await;
     let slow = HostileRegistry::start_for(
         Fault::Trickle {
             every: Duration::from_millis(500),
@@ -459,8 +499,10 @@ async fn a_huge_or_trickled_signature_manifest_fails_within_the_registry_limits(
     let mut second = AppSpec::new("slow");
     second.registry = Some(slow.host());
     let dir = tempfile::tempdir().unwrap();
-    let trust = trust_toml(&[key.pem()], dir.path(), "")
-        .replace("{registry}/demo/*", &format!("{}/demo/*\", \"{}/demo/*", huge.host(), slow.host()));
+    let trust = trust_toml(&[key.pem()], dir.path(), "").replace(
+        "{registry}/demo/*",
+        &format!("{}/demo/*\", \"{}/demo/*", huge.host(), slow.host()),
+    );
     let env = TestEnv::builder()
         .without_notifications()
         .app(|a| a.registry = Some(huge.host()))
@@ -477,7 +519,10 @@ async fn a_huge_or_trickled_signature_manifest_fails_within_the_registry_limits(
     let image = TestImage::healthy("v1");
     let mut digests = BTreeMap::new();
     for a in &env.apps {
-        digests.insert(a.name.clone(), env.registry().push(&a.repo, "main", &image).await);
+        digests.insert(
+            a.name.clone(),
+            env.registry().push(&a.repo, "main", &image).await,
+        );
     }
     let (a, b) = tokio::join!(
         deploy(&env, &env.apps[0].name),
@@ -493,7 +538,11 @@ async fn a_huge_or_trickled_signature_manifest_fails_within_the_registry_limits(
         error.starts_with("signature:") && error.contains("not complete within 3s"),
         "{error}"
     );
-    assert!(huge.body_bytes_sent() < 64 << 20, "{} bytes", huge.body_bytes_sent());
+    assert!(
+        huge.body_bytes_sent() < 64 << 20,
+        "{} bytes",
+        huge.body_bytes_sent()
+    );
     for d in [&a, &b] {
         assert_eq!(d["state"], "failed", "{d:#}");
         assert!(!steps_of(d).contains(&"pull"), "{d:#}");
@@ -505,7 +554,11 @@ async fn a_huge_or_trickled_signature_manifest_fails_within_the_registry_limits(
 async fn deploy(env: &TestEnv, app: &str) -> Value {
     let out = env.pier().run_cli(&["deploy", app]).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let id = stdout
         .lines()
         .find_map(|l| l.strip_prefix("queued deployment "))

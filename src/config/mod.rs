@@ -611,6 +611,16 @@ mod example {
         }
         assert!(c.apps.iter().any(|a| a.poll_explicit && a.poll.is_none()));
         assert!(c.apps.iter().any(|a| a.poll.is_some()));
+        // Signed images: a [[trust]] entry with a file key and an inline one, covering apps.
+        assert_eq!(c.trust.len(), 1);
+        assert_eq!(c.trust[0].rule.keys.len(), 2);
+        let signed: Vec<&str> = c
+            .apps
+            .iter()
+            .filter(|a| a.signature.is_some())
+            .map(|a| a.name.as_str())
+            .collect();
+        assert_eq!(signed, ["api", "shop"]);
         // Both notification formats are documented.
         assert_eq!(c.notifications.len(), 2);
         assert_ne!(c.notifications[0].format, c.notifications[1].format);

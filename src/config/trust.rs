@@ -88,10 +88,14 @@ pub(super) fn resolve(raw: Vec<RawTrust>, base: &Path) -> Result<Vec<TrustEntry>
             )));
         }
         for (i, p) in t.repositories.iter().enumerate() {
-            check_pattern(p).map_err(|e| invalid(format!("{}: {e}", what(&format!("repositories[{i}]")))))?;
+            check_pattern(p)
+                .map_err(|e| invalid(format!("{}: {e}", what(&format!("repositories[{i}]")))))?;
         }
         if t.keys.is_empty() || t.keys.len() > MAX_KEYS {
-            return Err(invalid(format!("{}: give 1 to {MAX_KEYS} keys", what("keys"))));
+            return Err(invalid(format!(
+                "{}: give 1 to {MAX_KEYS} keys",
+                what("keys")
+            )));
         }
         let mut keys: Vec<PublicKey> = Vec::new();
         for (i, spec) in t.keys.iter().enumerate() {
@@ -136,7 +140,9 @@ fn read_key(field: &str, spec: &str, base: &Path) -> Result<PublicKey, ConfigErr
             source,
         })?
     } else {
-        super::Secret::resolve(field, spec, base)?.expose().to_owned()
+        super::Secret::resolve(field, spec, base)?
+            .expose()
+            .to_owned()
     };
     PublicKey::from_pem(&text).map_err(|e| invalid(format!("{field}: {e}")))
 }
@@ -271,7 +277,10 @@ mod tests {
             pem()
         ));
         let c = load(&trust, dir.path()).unwrap();
-        let p = c.apps[0].signature.as_ref().expect("inherited from [[trust]] ci");
+        let p = c.apps[0]
+            .signature
+            .as_ref()
+            .expect("inherited from [[trust]] ci");
         assert_eq!(p.rules.len(), 1);
         assert_eq!(p.rules[0].keys.len(), 2);
         assert_eq!(p.rules[0].annotations["env"], "prod");
@@ -279,14 +288,29 @@ mod tests {
         assert_eq!(p.keys().len(), 2);
 
         let opted_out = trust.replace("port = 8080", "port = 8080\nrequire_signature = false");
-        assert!(load(&opted_out, dir.path()).unwrap().apps[0].signature.is_none());
+        assert!(
+            load(&opted_out, dir.path()).unwrap().apps[0]
+                .signature
+                .is_none()
+        );
         let not_required = trust.replace("wait =", "require_signature = false\nwait =");
-        assert!(load(&not_required, dir.path()).unwrap().apps[0].signature.is_none());
+        assert!(
+            load(&not_required, dir.path()).unwrap().apps[0]
+                .signature
+                .is_none()
+        );
         let uncovered = trust.replace("demo/*", "other/*");
-        assert!(load(&uncovered, dir.path()).unwrap().apps[0].signature.is_none());
+        assert!(
+            load(&uncovered, dir.path()).unwrap().apps[0]
+                .signature
+                .is_none()
+        );
         let demanded = uncovered.replace("port = 8080", "port = 8080\nrequire_signature = true");
         let e = load(&demanded, dir.path()).unwrap_err();
-        assert!(e.contains("no [[trust]] entry covers 127.0.0.1:5000/demo/web"), "{e}");
+        assert!(
+            e.contains("no [[trust]] entry covers 127.0.0.1:5000/demo/web"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -313,7 +337,13 @@ mod tests {
     fn a_pattern_names_its_registry() {
         assert!(check_pattern("docker.io/acme/*").is_ok());
         assert!(check_pattern("localhost/web").is_ok());
-        for bad in ["acme/*", "*/acme/web", "ghcr.io", "ghcr.io/Acme", "ghcr.io/a b"] {
+        for bad in [
+            "acme/*",
+            "*/acme/web",
+            "ghcr.io",
+            "ghcr.io/Acme",
+            "ghcr.io/a b",
+        ] {
             assert!(check_pattern(bad).is_err(), "{bad}");
         }
     }

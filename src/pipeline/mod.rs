@@ -1,5 +1,5 @@
 //! The journaled deployment pipeline, strategy `recreate`:
-//! resolve, pull, verify, create (every service), stop_old, start (every service), health
+//! resolve, signature (an app that must be signed), pull, verify, create (every service), stop_old, start (every service), health
 //! (every service), switch, retire.
 //! On failure before `switch`: rollback (remove the candidate, start the old generation).
 //!

@@ -162,7 +162,13 @@ impl Endpoint {
         shown: &str,
     ) -> Result<Manifest, RegistryError> {
         let (body, announced) = self
-            .get(session, repo, &format!("manifests/{reference}"), MANIFEST_TYPES, shown)
+            .get(
+                session,
+                repo,
+                &format!("manifests/{reference}"),
+                MANIFEST_TYPES,
+                shown,
+            )
             .await?;
         let digest = format!("sha256:{}", hex::encode(Sha256::digest(&body)));
         if reference.contains(':') && reference != digest {
@@ -218,7 +224,13 @@ impl Endpoint {
         shown: &str,
     ) -> Result<Bytes, RegistryError> {
         let (body, _) = self
-            .get(session, repo, &format!("referrers/{digest}"), OCI_INDEX, shown)
+            .get(
+                session,
+                repo,
+                &format!("referrers/{digest}"),
+                OCI_INDEX,
+                shown,
+            )
             .await?;
         Ok(body)
     }

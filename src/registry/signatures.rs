@@ -64,8 +64,14 @@ impl Registry {
     ) -> Result<Vec<Envelope>, RegistryError> {
         let repo = app.repository();
         let host = app.registry_host();
-        let Some(hex) = digest.strip_prefix("sha256:").filter(|_| is_sha256_digest(digest)) else {
-            return Err(invalid(&format!("{host}/{repo}@{digest}"), "not a sha256 digest"));
+        let Some(hex) = digest
+            .strip_prefix("sha256:")
+            .filter(|_| is_sha256_digest(digest))
+        else {
+            return Err(invalid(
+                &format!("{host}/{repo}@{digest}"),
+                "not a sha256 digest",
+            ));
         };
         let mut session = Session::default();
         match place {
@@ -154,9 +160,10 @@ impl Registry {
             .take(MAX_REFERRERS)
         {
             let r_shown = format!("{host}/{repo}@{} (a referrer of {digest})", r.digest);
-            let m = endpoint.manifest(session, repo, &r.digest, &r_shown).await?;
-            let shape: Shape =
-                serde_json::from_slice(&m.body).map_err(|e| invalid(&r_shown, e))?;
+            let m = endpoint
+                .manifest(session, repo, &r.digest, &r_shown)
+                .await?;
+            let shape: Shape = serde_json::from_slice(&m.body).map_err(|e| invalid(&r_shown, e))?;
             // A referrer of another digest (the fallback tag is anyone's to write) is not
             // a signature of this one.
             if shape.subject.as_ref().map(|s| s.digest.as_str()) != Some(digest) {

@@ -8,10 +8,10 @@ use std::collections::BTreeMap;
 use base64::Engine as _;
 use serde::Deserialize;
 
-use super::{Claim, Signed};
 use super::key::Fingerprint;
 use super::simple::quote;
 use super::verify::{Opened, Signer};
+use super::{Claim, Signed};
 
 const IN_TOTO: &str = "application/vnd.in-toto+json";
 /// What `cosign sign` (3) states; an attestation (`cosign attest`) states something else.
@@ -76,7 +76,10 @@ pub fn pae(payload_type: &str, payload: &[u8]) -> Vec<u8> {
 pub(super) fn open(json: &[u8]) -> Result<Opened, String> {
     let b: Bundle =
         serde_json::from_slice(json).map_err(|e| format!("not a sigstore bundle: {e}"))?;
-    if !b.media_type.starts_with("application/vnd.dev.sigstore.bundle") {
+    if !b
+        .media_type
+        .starts_with("application/vnd.dev.sigstore.bundle")
+    {
         return Err(format!(
             "not a sigstore bundle (media type `{}`)",
             quote(&b.media_type)

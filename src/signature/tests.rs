@@ -145,7 +145,11 @@ fn check(found: &[Envelope], policy: &Policy) -> Result<Verified, Rejected> {
 #[test]
 fn a_legacy_signature_by_a_trusted_key_over_this_digest_passes() {
     let key = Signing::p256();
-    let v = check(&[sig_tag(&key, IMAGE, DIGEST, "null")], &policy(&[&key], &[])).unwrap();
+    let v = check(
+        &[sig_tag(&key, IMAGE, DIGEST, "null")],
+        &policy(&[&key], &[]),
+    )
+    .unwrap();
     assert_eq!(v.key, key.public().fingerprint().to_string());
     assert_eq!((v.format, v.trust.as_str()), (Format::SigTag, "ci"));
     assert_eq!(v.signed, DIGEST);
@@ -155,7 +159,11 @@ fn a_legacy_signature_by_a_trusted_key_over_this_digest_passes() {
 #[test]
 fn a_cosign_3_bundle_passes_with_either_kind_of_key() {
     for key in [Signing::p256(), Signing::ed25519()] {
-        let v = check(&[bundle(&key, DIGEST)], &policy(&[&key], &[("env", "prod")])).unwrap();
+        let v = check(
+            &[bundle(&key, DIGEST)],
+            &policy(&[&key], &[("env", "prod")]),
+        )
+        .unwrap();
         assert_eq!(v.format, Format::Bundle);
         assert_eq!(v.key, key.public().fingerprint().to_string());
     }
@@ -179,7 +187,10 @@ fn a_signature_by_another_key_names_that_key() {
     let other = Signing::p256();
     let other_fp = other.public().fingerprint().to_string();
     // A bundle names its key by hint; a legacy ECDSA signature's key is recovered.
-    for found in [bundle(&other, DIGEST), sig_tag(&other, IMAGE, DIGEST, "null")] {
+    for found in [
+        bundle(&other, DIGEST),
+        sig_tag(&other, IMAGE, DIGEST, "null"),
+    ] {
         let e = check(&[found], &policy(&[&trusted], &[])).unwrap_err();
         let text = e.to_string();
         assert!(text.contains(&other_fp), "{text}");
@@ -189,11 +200,7 @@ fn a_signature_by_another_key_names_that_key() {
         );
         assert!(!e.found_nothing());
     }
-    let e = check(
-        &[bundle(&other, DIGEST)],
-        &policy(&[&trusted], &[]),
-    )
-    .unwrap_err();
+    let e = check(&[bundle(&other, DIGEST)], &policy(&[&trusted], &[])).unwrap_err();
     assert!(
         e.to_string()
             .contains(&format!("signed by an untrusted key {other_fp}")),
@@ -210,7 +217,10 @@ fn a_signature_over_another_digest_fails_and_says_which_digest_it_signed() {
             matches!(&e.found[..], [Finding::OtherDigest { signed, .. }] if signed == &[OTHER]),
             "{e:?}"
         );
-        assert!(e.to_string().contains("signature for another digest"), "{e}");
+        assert!(
+            e.to_string().contains("signature for another digest"),
+            "{e}"
+        );
     }
 }
 
@@ -236,10 +246,7 @@ fn a_changed_payload_fails_whatever_changed() {
         &policy(&[&key], &[]),
     )
     .unwrap_err();
-    assert!(
-        matches!(&e.found[..], [Finding::Untrusted { .. }]),
-        "{e:?}"
-    );
+    assert!(matches!(&e.found[..], [Finding::Untrusted { .. }]), "{e:?}");
     // A bundle whose statement was changed names the trusted key by its hint: tampered.
     let Envelope::Bundle { json, referrer } = bundle(&key, OTHER) else {
         unreachable!()
@@ -281,7 +288,8 @@ fn required_annotations_must_be_signed_with_their_values() {
     for optional in ["null", r#"{"env":"staging"}"#, r#"{"env":1}"#] {
         let e = check(&[sig_tag(&key, IMAGE, DIGEST, optional)], &want).unwrap_err();
         assert!(
-            e.to_string().contains("without the required annotation env=prod"),
+            e.to_string()
+                .contains("without the required annotation env=prod"),
             "{optional}: {e}"
         );
     }

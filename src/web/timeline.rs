@@ -503,6 +503,26 @@ mod tests {
         assert!(end[1].width >= 0.4 && end[1].left + end[1].width <= 100.0);
     }
 
+    #[test]
+    fn a_signature_step_says_which_key_signed_what() {
+        let signed = Signed {
+            key: "SHA256:abc=".into(),
+            algorithm: "ECDSA P-256".into(),
+            trust: "ci".into(),
+            format: crate::signature::Format::Bundle,
+            signed: "sha256:0123456789abcdef0123".into(),
+        };
+        let mut s = step(Step::Signature, 0, Some(1));
+        s.result = Some(serde_json::to_value(&signed).unwrap());
+        assert_eq!(
+            result_words(&s).as_deref(),
+            Some(
+                "Signed by SHA256:abc= (ECDSA P-256, trust ci), sigstore bundle (OCI referrer) \
+                 over sha256:0123456789ab"
+            )
+        );
+    }
+
     fn words(step: Step, intent: impl serde::Serialize) -> String {
         intent_words(step, &serde_json::to_value(intent).unwrap())
     }
@@ -527,7 +547,7 @@ mod tests {
     #[test]
     fn every_step_says_what_its_own_record_holds() {
         let c = || "0123456789abcdef".to_owned();
-        let cases: Vec<(Step, Value, &str)> = vec![
+        let mut cases: Vec<(Step, Value, &str)> = vec![
             (
                 Step::Start,
                 serde_json::to_value(StartIntent {
@@ -581,6 +601,18 @@ mod tests {
                  linux/amd64",
             ),
         ];
+        cases.push((
+            Step::Signature,
+            serde_json::to_value(SignatureIntent {
+                subject: "127.0.0.1:5000/demo/web@sha256:1111".into(),
+                manifest: Some("sha256:0123456789abcdef0123".into()),
+                keys: vec!["SHA256:abc= (trust ci)".into()],
+                annotations: vec![],
+            })
+            .unwrap(),
+            "Check that 127.0.0.1:5000/demo/web@sha256:1111 (the index of sha256:0123456789ab) \
+             is signed by a trusted key: SHA256:abc= (trust ci)",
+        ));
         for (step, intent, want) in cases {
             assert_eq!(intent_words(step, &intent), want, "{step:?}");
         }

@@ -6,6 +6,7 @@
 //! - cosign 3: a sigstore bundle v0.3 (a DSSE envelope of an in-toto statement) as the one
 //!   layer of a referrer manifest whose `subject` is the signed digest, listed in the OCI
 //!   referrers fallback tag `sha256-<hex>` (Distribution 2.8 has no referrers API).
+//!
 //! Also real cosign output, when its published test vectors are at hand (see
 //! [`cosign_vectors`]).
 
@@ -135,7 +136,12 @@ async fn push_blob(client: &OciClient, r: &Reference, data: &[u8]) -> String {
     digest
 }
 
-async fn push_manifest(client: &OciClient, r: &Reference, manifest: &[u8], media_type: &'static str) {
+async fn push_manifest(
+    client: &OciClient,
+    r: &Reference,
+    manifest: &[u8],
+    media_type: &'static str,
+) {
     client
         .push_manifest_raw(
             r,
@@ -158,7 +164,9 @@ pub async fn push_sig_tag(
     let client = oci_client(host);
     let tag = format!("sha256-{}.sig", digest.trim_start_matches("sha256:"));
     let r = oci_ref(host, repo, &tag);
-    client.store_auth_if_needed(host, &registry_auth(host)).await;
+    client
+        .store_auth_if_needed(host, &registry_auth(host))
+        .await;
     let mut descriptors = Vec::new();
     let mut diff_ids = Vec::new();
     for (payload, annotations) in layers {
@@ -209,7 +217,9 @@ pub async fn push_bundle(
     let client = oci_client(host);
     let fallback = format!("sha256-{}", subject.trim_start_matches("sha256:"));
     let r = oci_ref(host, repo, &fallback);
-    client.store_auth_if_needed(host, &registry_auth(host)).await;
+    client
+        .store_auth_if_needed(host, &registry_auth(host))
+        .await;
     let layer = push_blob(&client, &r, bundle_json).await;
     let config_digest = push_blob(&client, &r, b"{}").await;
     let annotations = serde_json::json!({
@@ -258,10 +268,10 @@ pub async fn push_bundle(
 pub fn cosign_vectors() -> Option<PathBuf> {
     let dir = std::env::var_os("PIER_COSIGN_VECTORS")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/cosign-vectors")
-        });
-    dir.join("containers-image/cosign.pub").is_file().then_some(dir)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/cosign-vectors"));
+    dir.join("containers-image/cosign.pub")
+        .is_file()
+        .then_some(dir)
 }
 
 /// A containers/image `signature-N` file: cosign's payload and annotations, as cosign wrote

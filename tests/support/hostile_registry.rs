@@ -104,7 +104,11 @@ impl HostileRegistry {
         Self::start_with(fault, Some(format!("tok-{}", random_hex(16))), None).await
     }
 
-    async fn start_with(fault: Fault, token: Option<String>, only: Option<String>) -> HostileRegistry {
+    async fn start_with(
+        fault: Fault,
+        token: Option<String>,
+        only: Option<String>,
+    ) -> HostileRegistry {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind the hostile registry");
