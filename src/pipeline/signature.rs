@@ -16,8 +16,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{PipelineError, Run, Step, StepError};
 use crate::backoff::Backoff;
-use crate::registry::{Place, Resolved};
-use crate::signature::{Policy, Rejected, Subject, Verified, verify};
+use crate::registry::{Place, RegistryError, Resolved};
+use crate::signature::{Envelope, Finding, Format, Policy, Rejected, Subject, Verified, verify};
 
 /// What `signature` checks: the subject, and what may sign it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -123,15 +123,16 @@ impl Run<'_> {
     }
 
     /// The `.sig` tag first, then the referrers: the second is asked only when the first
-    /// holds no signature that passes.
+    /// holds no signature that passes. A place whose content cannot be read (too large,
+    /// not a manifest) is a finding, not the end: the other place may hold a good one.
     async fn find_signature(
         &self,
         policy: &Policy,
         subject: &Subject<'_>,
     ) -> Result<Result<Signed, Rejected>, StepError> {
-        let registry = &self.ctx.registry;
-        let mut found = registry
-            .signatures(self.app, subject.digest, Place::SigTag)
+        let mut unreadable = Vec::new();
+        let mut found = self
+            .signatures_at(Place::SigTag, subject.digest, &mut unreadable)
             .await?;
         if !found.is_empty()
             && let Ok(signed) = verify(&found, subject, policy)
@@ -139,11 +140,38 @@ impl Run<'_> {
             return Ok(Ok(signed));
         }
         found.extend(
-            registry
-                .signatures(self.app, subject.digest, Place::Referrers)
+            self.signatures_at(Place::Referrers, subject.digest, &mut unreadable)
                 .await?,
         );
-        Ok(verify(&found, subject, policy))
+        Ok(verify(&found, subject, policy).map_err(|mut rejected| {
+            rejected.found.extend(unreadable);
+            rejected
+        }))
+    }
+
+    /// The signatures at `place`; a permanent refusal of what is there is noted in
+    /// `unreadable`. Network trouble and refused credentials end the attempt (retried, or
+    /// the step's error): they say nothing about the image.
+    async fn signatures_at(
+        &self,
+        place: Place,
+        digest: &str,
+        unreadable: &mut Vec<Finding>,
+    ) -> Result<Vec<Envelope>, StepError> {
+        match self.ctx.registry.signatures(self.app, digest, place).await {
+            Ok(found) => Ok(found),
+            Err(e @ (RegistryError::Invalid { .. } | RegistryError::TooLarge { .. })) => {
+                unreadable.push(Finding::Unreadable {
+                    format: match place {
+                        Place::SigTag => Format::SigTag,
+                        Place::Referrers => Format::Bundle,
+                    },
+                    reason: e.to_string(),
+                });
+                Ok(vec![])
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Quarantined before the failure is journaled: a replay after a crash in between
@@ -153,7 +181,7 @@ impl Run<'_> {
         let why = format!(
             "no valid signature (deployment {}): {}",
             self.dep.id,
-            crate::signature::Finding::summary(&rejected.found)
+            Finding::summary(&rejected.found)
         );
         if let Err(e) = self
             .ctx
