@@ -156,6 +156,24 @@ async fn an_image_signed_in_either_format_deploys_and_the_page_names_the_key() {
         page.contains(&format!("Signed by {}", bundle_key.fingerprint())),
         "{page}"
     );
+
+    // An unsigned v3 fails at `signature`; v2 keeps serving, untouched.
+    let id2 = second["id"].as_str().unwrap().to_owned();
+    env.push(&TestImage::healthy("v3"), "main").await;
+    let third = env.latest_final_of(&app, &[&id1, &id2], DEPLOY).await;
+    assert_eq!(third["state"], "failed", "{third:#}");
+    assert!(
+        third["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("signature: ")),
+        "{third:#}"
+    );
+    env.wait_app_version("v2", Duration::from_secs(5)).await;
+    assert_eq!(
+        env.running_digests_of(&app).await,
+        vec![built.digest.clone()]
+    );
+    assert_eq!(env.engine.containers_of_app(&app).await.len(), 1);
     s.env.cleanup().await;
 }
 
