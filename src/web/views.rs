@@ -224,7 +224,11 @@ pub async fn app_view(
     let signature = match &generation {
         Some(g) => s
             .store
-            .step(g.deployment_id, crate::store::Step::Signature, crate::store::Lane::WHOLE)
+            .step(
+                g.deployment_id,
+                crate::store::Step::Signature,
+                crate::store::Lane::WHOLE,
+            )
             .await?
             .and_then(|st| st.result)
             .and_then(|r| serde_json::from_value(r).ok()),
