@@ -9,6 +9,12 @@
 //!   through the proxy (what users see). Floor: pull, create on an ephemeral loopback port,
 //!   start, `docker port`, poll that port directly every 10 ms (no proxy, no stop of the old).
 //!
+//! - `recreate+signed` (issue 25): the recreate app again, but one whose images must be
+//!   signed (`[[trust]]`): each version is signed (a cosign `.sig`, before its push, outside
+//!   the timed part, as CI signs before it moves the tag), and Pier checks the signature
+//!   before it pulls. Its median against the plain recreate lane's, in the same run, is
+//!   what verification costs.
+//!
 //! Both sides are timed by the same poller (every 10 ms). The clock starts when the push
 //! returns (the registry sends its notification as the manifest lands). Rounds interleave
 //! Pier and the floor so that the machine's noise falls on both.
@@ -88,6 +94,8 @@ enum Strategy {
 /// One side of the comparison for one strategy: Pier's app and the floor's own container.
 struct Lane {
     strategy: Strategy,
+    /// The app's images must be signed: each version is signed by this key first.
+    signer: Option<Signer>,
     app: usize,
     floor_app: String,
     floor_port: u16,
@@ -99,9 +107,10 @@ struct Lane {
 }
 
 impl Lane {
-    fn new(strategy: Strategy, app: usize) -> Lane {
+    fn new(strategy: Strategy, app: usize, signer: Option<Signer>) -> Lane {
         Lane {
             strategy,
+            signer,
             app,
             floor_app: unique_app("bench-floor"),
             floor_port: free_port(),
@@ -114,9 +123,10 @@ impl Lane {
     }
 
     fn name(&self) -> &'static str {
-        match self.strategy {
-            Strategy::Recreate => "recreate",
-            Strategy::BlueGreen => "blue-green",
+        match (self.strategy, &self.signer) {
+            (Strategy::Recreate, None) => "recreate",
+            (Strategy::Recreate, Some(_)) => "recreate+signed",
+            (Strategy::BlueGreen, _) => "blue-green",
         }
     }
 
@@ -126,6 +136,12 @@ impl Lane {
         let spec = &env.apps[self.app];
         let image = TestImage::healthy(version);
         let url = format!("http://{}/version", spec.publish());
+        if let Some(key) = &self.signer {
+            let digest = image.build("amd64").digest;
+            let reference = format!("{}/{}", env.registry_host(), spec.repo);
+            let layer = signed_layer(key, simple_payload(&reference, &digest, "null"));
+            push_sig_tag(&env.registry_host(), &spec.repo, &digest, &[layer]).await;
+        }
         let start = Instant::now();
         env.registry().push(&spec.repo, "main", &image).await;
         let pushed = Instant::now();
@@ -258,15 +274,25 @@ async fn main() {
     };
     let mut bg = AppSpec::new("bench-bg");
     bg.blue_green("soak = \"0s\"");
+    let signed = AppSpec::new("bench-sig");
+    let key = Signer::p256();
+    let trust = format!(
+        "[[trust]]\nname = \"bench\"\nrepositories = [\"{{registry}}/{}\"]\nkeys = ['''{}''']\n",
+        signed.repo,
+        key.pem()
+    );
     let env = TestEnv::builder()
         .app(|a| a.name = unique_app("bench-rc"))
         .add_app(bg)
+        .add_app(signed)
+        .sources_toml(&trust)
         .start()
         .await;
     let _proxy = env.start_proxy().await;
     let mut lanes = [
-        Lane::new(Strategy::Recreate, 0),
-        Lane::new(Strategy::BlueGreen, 1),
+        Lane::new(Strategy::Recreate, 0, None),
+        Lane::new(Strategy::BlueGreen, 1, None),
+        Lane::new(Strategy::Recreate, 2, Some(key)),
     ];
     let mut guards: Vec<AppGuard> = lanes.iter().map(|l| AppGuard::new(&l.floor_app)).collect();
     for lane in &lanes {
@@ -297,6 +323,15 @@ async fn main() {
         }
     }
     println!("load average at end: {}", load_average());
+    // Issue 25: what checking the signature adds, plain recreate against signed recreate.
+    let (plain, signed) = (&lanes[0].pier, &lanes[2].pier);
+    println!(
+        "\nsignature: recreate+signed median {} ms vs recreate {} ms: {:+} ms, ratio {:.3}",
+        signed.median().as_millis(),
+        plain.median().as_millis(),
+        signed.median().as_millis() as i64 - plain.median().as_millis() as i64,
+        signed.median().as_secs_f64() / plain.median().as_secs_f64()
+    );
     for lane in &lanes {
         println!();
         println!(

@@ -209,7 +209,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 fn store(config: &Config) -> anyhow::Result<Store> {
-    Ok(Store::connect_lazy(config.server.database_url.expose())?)
+    Ok(Store::connect_lazy_many(&config.server.database_urls())?)
 }
 
 /// Says what was queued; with `wait`, follows the deployment to its end (woken by the
@@ -265,23 +265,47 @@ async fn queued(
 
 async fn status(config: &Config, json: bool) -> anyhow::Result<()> {
     let store = store(config)?;
+    let views = status_engines(config);
+    let targets = config
+        .apps
+        .iter()
+        .flat_map(|a| a.targets.iter().map(String::as_str));
+    let snapshot = views.snapshot(targets, None).await;
     let mut apps = Vec::new();
+    let mut rows = Vec::new();
     for a in &config.apps {
-        let generation = store.generation(&a.name, &a.targets[0]).await?;
+        let generations = store.generations_of(&a.name).await?;
+        let generation = generations.iter().find(|g| g.target == a.targets[0]);
         let latest = store.app_deployments(&a.name, 1).await?.into_iter().next();
+        let running = latest
+            .as_ref()
+            .filter(|d| d.state == DeploymentState::Running);
+        let steps = match running {
+            Some(d) => store.steps(d.id).await?,
+            None => Vec::new(),
+        };
+        let engines = crate::web::engines::engine_rows(
+            &views,
+            a,
+            &snapshot,
+            &generations,
+            running.map(|d| (d, steps.as_slice())),
+        );
         apps.push(serde_json::json!({
             "name": a.name,
             "image": a.image,
             "tag": a.tag,
             "generation": generation,
             "latest_deployment": latest,
+            "engines": engines,
         }));
+        rows.push(engines);
     }
     if json {
         println!("{}", serde_json::to_string_pretty(&apps)?);
         return Ok(());
     }
-    for a in &apps {
+    for (a, engines) in apps.iter().zip(&rows) {
         let serving = a["generation"]["digest"]
             .as_str()
             .unwrap_or("nothing deployed");
@@ -295,6 +319,52 @@ async fn status(config: &Config, json: bool) -> anyhow::Result<()> {
             latest["state"].as_str().unwrap_or(""),
             latest["error"].as_str().unwrap_or(""),
         );
+        if engines.len() > 1 {
+            for e in engines {
+                println!("{}", engine_line(e));
+            }
+        }
     }
     Ok(())
+}
+
+/// The engines `pier status` asks: every target's, read-only. A target whose client
+/// cannot be built here (its key file is not readable by this user) is shown as
+/// unreachable with the reason, and the journal's rows are shown all the same.
+fn status_engines(config: &Config) -> crate::web::engines::TargetViews {
+    match crate::target::Targets::build(&config.targets, None) {
+        Ok(t) => crate::web::engines::TargetViews::of(&t),
+        Err(e) => {
+            eprintln!(
+                "pier: {}: engines not asked",
+                crate::web::engines::public_reason(&e.to_string())
+            );
+            crate::web::engines::TargetViews::default()
+        }
+    }
+}
+
+/// `  engine tls1  sha256:…  pier-web-…  running  (rollout: health started)`.
+fn engine_line(e: &crate::web::engines::EngineRow) -> String {
+    let digest = e
+        .digest
+        .as_deref()
+        .map(crate::web::engines::short_digest)
+        .unwrap_or_else(|| "-".to_owned());
+    let container = e
+        .container_name
+        .as_deref()
+        .or(e.container_id.as_deref())
+        .unwrap_or("-");
+    let mut line = format!(
+        "  engine {:<12} {digest:<20} {container:<32} {}",
+        e.target, e.state
+    );
+    if let Some(why) = &e.unreachable {
+        line.push_str(&format!(": {why}"));
+    }
+    if let Some(r) = &e.rollout {
+        line.push_str(&format!("  (rollout: {})", r.words()));
+    }
+    line
 }

@@ -63,7 +63,7 @@ pub fn reload(pid: Option<u32>, pid_file: Option<&Path>) -> anyhow::Result<()> {
 }
 
 pub async fn volumes(config: &Config, action: Option<VolumesCommand>) -> anyhow::Result<()> {
-    let store = Store::connect_lazy(config.server.database_url.expose())?;
+    let store = Store::connect_lazy_many(&config.server.database_urls())?;
     let targets = crate::target::Targets::build(&config.targets, None)
         .context("make the targets' engine clients")?;
     match action {
@@ -153,7 +153,7 @@ pub async fn import(
     if !std::fs::metadata(&archive).is_ok_and(|m| m.is_file()) {
         bail!("{} is not a regular file", archive.display());
     }
-    let store = Store::connect_lazy(config.server.database_url.expose())?;
+    let store = Store::connect_lazy_many(&config.server.database_urls())?;
     let enqueued = store
         .enqueue_import(
             crate::store::NewDeployment {

@@ -58,6 +58,14 @@ impl ImageName {
                 && r.digest() == Some(digest)
         })
     }
+
+    /// Whether `reference` (a signature's `docker-reference`: a repository, perhaps with a
+    /// tag or digest) names this repository, in any of its written forms. The tag is not
+    /// compared: what was signed is the digest, checked apart.
+    pub fn is_same_repository(&self, reference: &str) -> bool {
+        Reference::try_from(reference)
+            .is_ok_and(|r| r.registry() == self.registry && r.repository() == self.repository)
+    }
 }
 
 /// The full form, `docker.io/library/nginx`.
@@ -141,5 +149,23 @@ mod tests {
         assert!(!local.is_repo_digest(&format!("127.0.0.1:5001/demo/web@{d}"), d));
         assert!(!local.is_repo_digest("garbage", d));
         assert_eq!(hub.to_string(), "docker.io/library/nginx");
+    }
+
+    #[test]
+    fn a_signed_reference_names_the_repository_in_any_written_form() {
+        let hub = ImageName::parse("nginx").unwrap();
+        for same in [
+            "nginx",
+            "index.docker.io/library/nginx",
+            "docker.io/library/nginx:1.27",
+        ] {
+            assert!(hub.is_same_repository(same), "{same}");
+        }
+        assert!(!hub.is_same_repository("acme/nginx"));
+        let local = ImageName::parse("127.0.0.1:5000/demo/web").unwrap();
+        assert!(local.is_same_repository("127.0.0.1:5000/demo/web"));
+        assert!(!local.is_same_repository("127.0.0.1:5000/demo/web2"));
+        assert!(!local.is_same_repository("127.0.0.1:5001/demo/web"));
+        assert!(!local.is_same_repository("not a reference"));
     }
 }

@@ -9,6 +9,7 @@ pub mod config;
 /// Issue 10: `pier volumes`, `pier reload`, `pier import`.
 pub mod contain;
 pub mod engine;
+pub mod errors;
 pub mod faults;
 pub mod image_name;
 pub mod intake;
@@ -16,11 +17,15 @@ pub mod log_budget;
 pub mod notify;
 pub mod pipeline;
 pub mod poller;
+/// Issue 23: the HTTP health probe the pipeline and a remote target's `pier proxy` share.
+pub mod probe;
 pub mod proxy;
 pub mod reconcile;
 pub mod registry;
 pub mod serve;
+pub mod signature;
 pub mod store;
+pub mod tags;
 pub mod target;
 pub mod web;
 pub mod worker;

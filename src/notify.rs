@@ -17,8 +17,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
 use crate::config::{Config, NotificationConfig, NotifyFormat, standard_webhooks_key};
-use crate::pipeline::error_chain;
-use crate::store::{DueNotification, Endpoint, OUTBOX_CHANNEL, Store};
+use crate::errors::error_chain;
+use crate::store::{Channel, DueNotification, Endpoint, Store};
 
 /// Notifications claimed per query.
 const BATCH: i64 = 16;
@@ -114,7 +114,7 @@ impl Sender {
         let mut listener = None;
         while !shutdown.is_cancelled() {
             if listener.is_none() {
-                match self.store.own_listener(OUTBOX_CHANNEL).await {
+                match self.store.own_listener(Channel::Outbox).await {
                     Ok(l) => listener = Some(l),
                     Err(e) => {
                         tracing::warn!(error = %error_chain(&e), "notifications: cannot listen; retrying");

@@ -18,8 +18,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
 use crate::config::{AppConfig, LiveConfig};
+use crate::errors::error_chain;
 use crate::intake::{self, IntakeSource, Parsed, PushEvent};
-use crate::pipeline::error_chain;
 use crate::registry::tags::{TagLister, TagsError};
 use crate::registry::{Platform, Registry, RegistryError, Wanted};
 use crate::store::{DigestStatus, POLLER_SOURCE, Store};

@@ -142,6 +142,7 @@ pub async fn reconcile(
                 tracing::info!(%app, container = %c.id, "{detail}");
                 store
                     .record_reconcile(
+                        &target.name,
                         app,
                         ReconcileKind::RemovedOrphan,
                         Some(&c.id),
@@ -178,6 +179,7 @@ pub async fn reconcile(
             tracing::warn!(app = %route.app, "{detail}");
             store
                 .record_reconcile(
+                    &target.name,
                     &route.app,
                     ReconcileKind::RemovedRoute,
                     Some(&route.container_id),
@@ -252,6 +254,7 @@ pub async fn reconcile(
             tracing::warn!(app = %app.name, "{detail}");
             store
                 .record_reconcile(
+                    &target.name,
                     &app.name,
                     ReconcileKind::RequeuedMissing,
                     Some(&generation.container_id),
@@ -262,8 +265,6 @@ pub async fn reconcile(
             out.requeued.push(id);
         }
     }
-    if target.is_local() || config.targets.len() == 1 {
-        networks::remove_networks_of_gone_apps(config, store, engine, &mut out).await?;
-    }
+    networks::remove_networks_of_gone_apps(config, store, target, &mut out).await?;
     Ok(out)
 }

@@ -14,7 +14,8 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use crate::backoff::Backoff;
 use crate::config::Config;
 use crate::engine::{Engine, EngineView};
-use crate::pipeline::{Context, error_chain};
+use crate::errors::error_chain;
+use crate::pipeline::Context;
 use crate::registry::Registry;
 use crate::store::Store;
 use crate::web::{self, AppState};
@@ -65,7 +66,7 @@ pub struct Parts {
 /// unavailable at boot (Postgres starting beside Pier): wait for it with a deadline.
 pub async fn connect(config: Config, migrate: bool) -> anyhow::Result<Parts> {
     install_crypto_provider();
-    let store = Store::connect_lazy(config.server.database_url.expose()).context("database url")?;
+    let store = Store::connect_lazy_many(&config.server.database_urls()).context("database url")?;
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2))
         .within(Duration::from_secs(30));
     loop {
@@ -247,6 +248,8 @@ pub async fn run_until_with(
         },
         &shutdown,
     );
+    // The pages' read-only view of every target's engine, before the workers take `ctx`.
+    let page_targets = web::engines::TargetViews::of(&ctx.targets);
     tasks.spawn(
         Workers {
             ctx,
@@ -265,6 +268,7 @@ pub async fn run_until_with(
             config: config.clone(),
             store: store.clone(),
             engine: EngineView::new(engine),
+            targets: page_targets,
             metrics,
             guard: Arc::new(web::guard::Guard::new(config.server.webhook_buffer_bytes)),
             live: Some(live.clone()),

@@ -43,7 +43,7 @@ impl Drop for HandMade {
 /// One reconciliation pass in this process, with `toml` as the config.
 async fn reconcile_with(toml: &str) -> Reconciled {
     let config = pier::config::Config::parse(toml, std::path::Path::new(".")).expect("config");
-    let store = pier::store::Store::connect_lazy(config.server.database_url.expose()).unwrap();
+    let store = pier::store::Store::connect_lazy_many(&config.server.database_urls()).unwrap();
     let targets = pier::target::Targets::build(&config.targets, None).unwrap();
     pier::reconcile::reconcile_all(&config, &store, &targets)
         .await

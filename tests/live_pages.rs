@@ -8,7 +8,6 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use support::*;
 use tokio_util::sync::CancellationToken;
 
@@ -31,13 +30,14 @@ async fn web_only(env: &TestEnv) -> WebOnly {
     let config =
         pier::config::Config::parse(&env.config_toml(), std::path::Path::new(".")).expect("config");
     let config = Arc::new(config);
-    let store = pier::store::Store::connect_lazy(config.server.database_url.expose()).unwrap();
+    let store = pier::store::Store::connect_lazy_many(&config.server.database_urls()).unwrap();
     let engine = pier::engine::Engine::connect(None).await.unwrap();
     let stop = CancellationToken::new();
     let state = pier::web::AppState {
         config: config.clone(),
         store: store.clone(),
-        engine: pier::engine::EngineView::new(engine),
+        engine: pier::engine::EngineView::new(engine.clone()),
+        targets: pier::web::engines::TargetViews::single(pier::engine::EngineView::new(engine)),
         metrics: None,
         guard: Arc::new(pier::web::guard::Guard::new(1 << 20)),
         live: None,
@@ -56,76 +56,6 @@ async fn web_only(env: &TestEnv) -> WebOnly {
         stop.clone(),
     ));
     WebOnly { base, stop }
-}
-
-#[derive(Debug)]
-struct SseEvent {
-    name: String,
-    data: String,
-}
-
-/// Reads server-sent events from `url` until the stream ends or `deadline` passes.
-async fn read_events(url: &str, deadline: Duration) -> (Vec<SseEvent>, bool) {
-    read_events_until(url, deadline, |_| false).await
-}
-
-/// Reads server-sent events from `url` until one satisfies `enough`, the stream ends or
-/// `deadline` passes; `true` when the stream ended or `enough` was met.
-async fn read_events_until(
-    url: &str,
-    deadline: Duration,
-    mut enough: impl FnMut(&SseEvent) -> bool,
-) -> (Vec<SseEvent>, bool) {
-    let resp = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .unwrap()
-        .get(url)
-        .send()
-        .await
-        .expect("the stream answers");
-    assert_eq!(resp.status(), 200);
-    assert_eq!(
-        resp.headers()["content-type"].to_str().unwrap(),
-        "text/event-stream"
-    );
-    let mut body = resp.bytes_stream();
-    let mut buf = String::new();
-    let mut events = Vec::new();
-    let until = tokio::time::Instant::now() + deadline;
-    let ended = loop {
-        match tokio::time::timeout_at(until, body.next()).await {
-            Err(_) => break false,
-            Ok(None) => break true,
-            Ok(Some(chunk)) => buf.push_str(&String::from_utf8_lossy(&chunk.unwrap())),
-        }
-        while let Some(at) = buf.find("\n\n") {
-            let block: String = buf.drain(..at + 2).collect();
-            let mut name = String::from("message");
-            let mut data = Vec::new();
-            for line in block.lines() {
-                if let Some(n) = line.strip_prefix("event: ") {
-                    name = n.to_owned();
-                } else if let Some(d) = line.strip_prefix("data: ") {
-                    data.push(d);
-                } else if let Some(d) = line.strip_prefix("data:") {
-                    data.push(d);
-                }
-            }
-            if !data.is_empty() {
-                let event = SseEvent {
-                    name,
-                    data: data.join("\n"),
-                };
-                let met = enough(&event);
-                events.push(event);
-                if met {
-                    return (events, true);
-                }
-            }
-        }
-    };
-    (events, ended)
 }
 
 async fn newest_deployment(env: &TestEnv) -> uuid::Uuid {

@@ -176,7 +176,7 @@ async fn a_rate_limiting_registry_is_asked_again_only_after_its_retry_after() {
     let config =
         std::sync::Arc::new(pier::config::Config::parse(&toml, std::path::Path::new(".")).unwrap());
     let poller = pier::poller::Poller {
-        store: pier::store::Store::connect_lazy(config.server.database_url.expose()).unwrap(),
+        store: pier::store::Store::connect_lazy_many(&config.server.database_urls()).unwrap(),
         registry: pier::registry::Registry::new(&config.registries, config.server.registry_limits),
         tags: pier::registry::tags::TagLister::new(&config.registries),
         platform: pier::registry::Platform::from_engine("linux", "amd64"),

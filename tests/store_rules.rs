@@ -53,9 +53,8 @@ impl Holder {
     async fn new(db: &TestDb) -> Holder {
         let key = pier::worker::liveness_key();
         let mut conn = sqlx::PgConnection::connect(&db.url).await.expect("connect");
-        let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
-            .bind(key)
-            .fetch_one(&mut conn)
+        // The lock and its registration on this server, as `pier`'s listener takes them.
+        let locked = pier::store::take_liveness(&mut conn, key)
             .await
             .expect("lock");
         assert!(locked);
@@ -196,21 +195,73 @@ async fn a_deployment_whose_holder_died_is_taken_over_at_once_without_waiting_fo
 async fn a_process_whose_liveness_lock_is_lost_does_not_take_over_its_own_deployments() {
     let (mut db, store) = store().await;
     let id = queued_id(store.enqueue(wanted("a", None)).await.unwrap());
-    // The key this process would hold, but no connection holds it now.
-    let key = pier::worker::liveness_key();
+    // The process took its lock on this server, then lost its connection.
+    let lost = Holder::new(&db).await;
+    let key = lost.key;
     let first = store.claim("w0", key, LONG).await.unwrap().unwrap();
     assert_eq!(first.id, id);
+    lost.die().await;
     assert!(
         store.claim("w1", key, LONG).await.unwrap().is_none(),
         "a worker of the same process took over its sibling's deployment"
     );
-    // Another process still takes it over at once: the holder's lock is not held.
+    // Another process takes it over at once: the holder's lock, taken here, is gone.
     let other = Holder::new(&db).await;
-    let taken = store
-        .claim("other", other.key, LONG)
+    let taken = wait_until(
+        "takeover of the lost holder",
+        Duration::from_secs(5),
+        || {
+            let store = store.clone();
+            async move { store.claim("other", other.key, LONG).await.unwrap() }
+        },
+    )
+    .await;
+    assert_eq!((taken.id, taken.attempt), (id, 2));
+    other.die().await;
+    db.cleanup().await;
+}
+
+/// After a failover the promoted standby holds no liveness lock and knows of none taken on
+/// it (its holders are alive, re-taking their locks as they reconnect): a missing lock says
+/// nothing there, and only an expired lease lets another process take a deployment over.
+#[tokio::test]
+async fn a_holder_whose_lock_this_server_never_saw_taken_keeps_its_deployment_until_its_lease_ends()
+{
+    let (mut db, store) = store().await;
+    let id = queued_id(store.enqueue(wanted("a", None)).await.unwrap());
+    // Registered on an earlier instance of the server (a clean restart keeps the rows).
+    let elsewhere = pier::worker::liveness_key();
+    sqlx::query("INSERT INTO pier_holders (key, instance) VALUES ($1, '2000-01-01Z')")
+        .bind(elsewhere)
+        .execute(&db.pool)
         .await
-        .unwrap()
         .unwrap();
+    let lease = Duration::from_secs(2);
+    store.claim("w0", elsewhere, lease).await.unwrap().unwrap();
+    let other = Holder::new(&db).await;
+    assert!(
+        store
+            .claim("other", other.key, LONG)
+            .await
+            .unwrap()
+            .is_none(),
+        "taken over for a lock this server never saw taken"
+    );
+    let stale: i64 = sqlx::query_scalar("SELECT count(*) FROM pier_holders WHERE key = $1")
+        .bind(elsewhere)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(stale, 0, "registrations of an earlier instance are pruned");
+    let taken = wait_until(
+        "takeover once the lease expired",
+        Duration::from_secs(10),
+        || {
+            let store = store.clone();
+            async move { store.claim("other", other.key, LONG).await.unwrap() }
+        },
+    )
+    .await;
     assert_eq!((taken.id, taken.attempt), (id, 2));
     other.die().await;
     db.cleanup().await;
@@ -357,7 +408,7 @@ async fn a_stored_value_the_code_does_not_know_is_an_error_that_names_it() {
     .await
     .unwrap();
     let err = store.steps(id).await.unwrap_err();
-    let text = pier::pipeline::error_chain(&err);
+    let text = pier::errors::error_chain(&err);
     assert!(
         text.contains("unknown pipeline step `teleport`"),
         "the error names the value: {text}"

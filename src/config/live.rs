@@ -134,15 +134,15 @@ mod tests {
         let e = live.reload_error().unwrap();
         assert!(!e.contains("hunter2"), "{e}");
         assert_eq!(
-            live.load().server.database_url.expose(),
-            "postgres://localhost/a"
+            live.load().server.database_urls(),
+            ["postgres://localhost/a"]
         );
         std::fs::write(&path, good.replace("/a", "/b")).unwrap();
         live.reload().unwrap();
         assert_eq!(live.reload_error(), None);
         assert_eq!(
-            live.load().server.database_url.expose(),
-            "postgres://localhost/b"
+            live.load().server.database_urls(),
+            ["postgres://localhost/b"]
         );
         std::fs::remove_dir_all(&dir).ok();
     }

@@ -101,12 +101,16 @@ pub struct Config {
     pub notifications: Vec<NotificationConfig>,
     /// Where apps run: `local` (from `server.docker_host`) and every `[[targets]]` entry.
     pub targets: Vec<TargetConfig>,
+    /// `[[trust]]`: the keys that sign which repositories' images (issue 25).
+    pub trust: Vec<TrustEntry>,
 }
 
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     pub listen: SocketAddr,
-    pub database_url: Secret,
+    /// `database_url`, or the entries of `database_urls`: Postgres URLs, each maybe naming
+    /// several hosts; Pier uses the one that accepts writes (`store::cluster`).
+    pub database: Vec<Secret>,
     pub admin_token: Option<Secret>,
     pub docker_host: Option<String>,
     pub workers: usize,
@@ -134,6 +138,13 @@ pub struct ServerConfig {
     /// Proxies in front of Pier whose forwarding header names the client, for the brakes
     /// and the logs; an empty list trusts no header.
     pub trusted_proxies: TrustedProxies,
+}
+
+impl ServerConfig {
+    /// The database URLs as given, for `Store::connect_lazy_many`.
+    pub fn database_urls(&self) -> Vec<&str> {
+        self.database.iter().map(Secret::expose).collect()
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -172,11 +183,11 @@ impl Default for RegistryLimits {
     }
 }
 
+pub use crate::tags::{TagRule, glob_match, tag_version};
 pub use notify::{NotificationConfig, NotifyFormat, standard_webhooks_key};
 pub use proxy::{ProxyConfig, RouteConfig, TlsFiles};
 pub use signin::SignInConfig;
 pub use source::{ArtifactoryAccess, HmacKey, SourceConfig, SourceKind, SourceMode};
-pub use tags::{TagRule, glob_match, tag_version};
 pub use trusted::{ClientIpHeader, TrustedProxies};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -269,6 +280,9 @@ pub struct AppConfig {
     /// The targets this app runs on, by name, in rollout order (default `["local"]`).
     pub targets: Vec<String>,
     pub rollout: Rollout,
+    /// The keys its image must be signed by (`require_signature`, or a `[[trust]]` entry
+    /// that covers it); `None`: no signature is checked.
+    pub signature: Option<std::sync::Arc<crate::signature::Policy>>,
 }
 
 impl AppConfig {
@@ -371,11 +385,12 @@ mod services;
 pub use retention::RetentionConfig;
 mod signin;
 mod source;
-mod tags;
 mod targets;
+mod trust;
 mod trusted;
 pub use raw::DEFAULT_POLL;
 pub use targets::{Batch, LOCAL, Rollout, TargetConfig, TargetKind};
+pub use trust::TrustEntry;
 
 #[cfg(test)]
 mod tests {
@@ -410,6 +425,33 @@ mod tests {
         assert_eq!(c.apps[0].registry_host(), "127.0.0.1:5000");
         assert_eq!(c.apps[0].repository(), "demo/web");
         assert_eq!(c.apps[0].health.as_ref().unwrap().timeout.as_secs(), 60);
+    }
+
+    #[test]
+    fn database_urls_are_kept_in_order_and_exactly_one_of_the_two_fields_is_required() {
+        let base = MINIMAL.replace("token = \"env:PIER_TEST_CONFIG_TOKEN\"", "token = \"t\"");
+        let list = base.replace(
+            "database_url = \"postgres://localhost/pier\"",
+            "database_urls = [\"postgres://db1/pier\", \"postgres://db2,db3/pier\"]",
+        );
+        let c = Config::parse(&list, Path::new(".")).unwrap();
+        assert_eq!(
+            c.server.database_urls(),
+            ["postgres://db1/pier", "postgres://db2,db3/pier"]
+        );
+        let both = base.replace(
+            "database_url = \"postgres://localhost/pier\"",
+            "database_url = \"postgres://db1/pier\"\ndatabase_urls = [\"postgres://db2/pier\"]",
+        );
+        let e = Config::parse(&both, Path::new("."))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not both"), "{e}");
+        let neither = base.replace("database_url = \"postgres://localhost/pier\"", "");
+        let e = Config::parse(&neither, Path::new("."))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("is required"), "{e}");
     }
 
     #[test]
@@ -604,6 +646,16 @@ mod example {
         }
         assert!(c.apps.iter().any(|a| a.poll_explicit && a.poll.is_none()));
         assert!(c.apps.iter().any(|a| a.poll.is_some()));
+        // Signed images: a [[trust]] entry with a file key and an inline one, covering apps.
+        assert_eq!(c.trust.len(), 1);
+        assert_eq!(c.trust[0].rule.keys.len(), 2);
+        let signed: Vec<&str> = c
+            .apps
+            .iter()
+            .filter(|a| a.signature.is_some())
+            .map(|a| a.name.as_str())
+            .collect();
+        assert_eq!(signed, ["api", "shop"]);
         // Both notification formats are documented.
         assert_eq!(c.notifications.len(), 2);
         assert_ne!(c.notifications[0].format, c.notifications[1].format);

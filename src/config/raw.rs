@@ -71,6 +71,9 @@ pub struct Config {
     /// Issue 23: where apps run (see `targets.rs`).
     #[serde(default)]
     targets: Vec<super::targets::RawTarget>,
+    /// Issue 25: which keys sign which repositories' images.
+    #[serde(default)]
+    trust: Vec<super::trust::RawTrust>,
 }
 
 #[derive(Deserialize)]
@@ -78,7 +81,11 @@ pub struct Config {
 struct Server {
     #[serde(default = "default_listen")]
     listen: SocketAddr,
-    database_url: String,
+    /// One Postgres URL; it may name several hosts, libpq style (issue 28).
+    database_url: Option<String>,
+    /// Or a list of them: Pier uses the one that accepts writes.
+    #[serde(default)]
+    database_urls: Vec<String>,
     admin_token: Option<String>,
     docker_host: Option<String>,
     #[serde(default = "default_workers")]
@@ -319,6 +326,9 @@ struct App {
     /// The targets the app runs on (default `["local"]`) and how a rollout crosses them.
     targets: Option<Vec<String>>,
     rollout: Option<super::targets::RawRollout>,
+    /// Issue 25: the image must be signed by a key of a `[[trust]]` entry covering it;
+    /// default: as the covering entries say.
+    require_signature: Option<bool>,
 }
 
 /// Apps may share a proxy address only when their `Host` names tell them apart: at most one
@@ -380,6 +390,30 @@ pub(super) fn valid_name(name: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
 }
 
+/// `server.database_url` or `server.database_urls`, exactly one of them; each entry may be
+/// `env:` or `file:` like any secret. The URLs themselves (and how many hosts they name)
+/// are read by the store when Pier connects.
+fn database_urls(
+    one: Option<&str>,
+    many: &[String],
+    base: &Path,
+) -> Result<Vec<Secret>, ConfigError> {
+    match (one, many.is_empty()) {
+        (Some(url), true) => Ok(vec![Secret::resolve("server.database_url", url, base)?]),
+        (None, false) => many
+            .iter()
+            .enumerate()
+            .map(|(i, url)| Secret::resolve(&format!("server.database_urls[{i}]"), url, base))
+            .collect(),
+        (Some(_), false) => Err(invalid(
+            "server.database_url and server.database_urls: give one of them, not both",
+        )),
+        (None, true) => Err(invalid(
+            "server.database_url (or server.database_urls) is required",
+        )),
+    }
+}
+
 impl Config {
     pub fn resolve(self, base: &Path) -> Result<super::Config, ConfigError> {
         let s = self.server;
@@ -392,7 +426,7 @@ impl Config {
         }
         let server = ServerConfig {
             listen: s.listen,
-            database_url: Secret::resolve("server.database_url", &s.database_url, base)?,
+            database: database_urls(s.database_url.as_deref(), &s.database_urls, base)?,
             admin_token: s
                 .admin_token
                 .map(|t| Secret::resolve("server.admin_token", &t, base))
@@ -472,6 +506,7 @@ impl Config {
         }
 
         let targets = super::targets::resolve(self.targets, server.docker_host.as_deref(), base)?;
+        let trust = super::trust::resolve(self.trust, base)?;
         let mut apps: Vec<AppConfig> = Vec::new();
         for a in self.apps {
             if !valid_name(&a.name) {
@@ -604,9 +639,11 @@ impl Config {
                 services: vec![],
                 targets: app_targets,
                 rollout,
+                signature: None,
             };
             app.services = super::services::resolve(&app, a.services, base)?;
             super::targets::check_placement(&app, &targets)?;
+            app.signature = super::trust::for_app(&app, a.require_signature, &trust)?;
             apps.push(app);
         }
         let app_hosts: Vec<&str> = apps.iter().map(|a| a.registry_host()).collect();
@@ -681,6 +718,7 @@ impl Config {
             sources,
             apps,
             policy: self.policy.resolve()?,
+            trust,
         })
     }
 }

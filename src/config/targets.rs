@@ -237,29 +237,16 @@ pub fn app_targets(
 
 /// What a rollout across engines supports today, checked at load so that nothing is
 /// assumed at deploy time: a blue-green app runs on one target (its switch is the proxy
-/// beside that engine), and an HTTP health check needs the app's port on this machine's
-/// loopback, which only a local engine gives (a remote engine's containers are checked by
-/// the image's own HEALTHCHECK, read through that engine).
+/// beside that engine). An HTTP health check is fine anywhere: on a remote engine's host
+/// the `pier proxy --target` running there sends the probes (issue 23), so `targets`
+/// decides nothing about `health`.
 pub fn check_placement(
     app: &super::AppConfig,
-    targets: &[TargetConfig],
+    _targets: &[TargetConfig],
 ) -> Result<(), ConfigError> {
     if app.targets.len() > 1 && app.strategy == super::Strategy::BlueGreen {
         return Err(invalid(format!(
             "app `{}`: blue-green runs on one target; name one in `targets` or use strategy = \"recreate\"",
-            app.name
-        )));
-    }
-    let remote = app.targets.iter().find(|n| {
-        targets
-            .iter()
-            // `local` is where Pier always probed, whatever `server.docker_host` says.
-            .any(|t| &t.name == *n && t.name != LOCAL && !t.endpoint.is_local())
-    });
-    if let (Some(t), Some(_)) = (remote, &app.health) {
-        return Err(invalid(format!(
-            "app `{}`: an HTTP health check probes 127.0.0.1 on this machine, but target `{t}` \
-             is another host: drop `health` and give the image a HEALTHCHECK",
             app.name
         )));
     }
@@ -357,5 +344,71 @@ mod tests {
         assert!(app_targets("web", Some(vec!["edge".into()]), &t).is_err());
         assert!(app_targets("web", Some(vec![LOCAL.into(), LOCAL.into()]), &t).is_err());
         assert!(app_targets("web", Some(vec![]), &t).is_err());
+    }
+
+    const PLACED: &str = r#"
+        [server]
+        database_url = "postgres://localhost/pier"
+        allow_short_secrets = true
+        [[sources]]
+        name = "local"
+        kind = "distribution"
+        token = "placement-test-token-placement-test-token"
+        [[targets]]
+        name = "edge-1"
+        host = "tcp://10.0.0.2:2376"
+        tls = { ca = "ca.pem", cert = "cert.pem", key = "key.pem" }
+    "#;
+
+    fn placed(app: &str) -> Result<crate::config::Config, ConfigError> {
+        crate::config::Config::parse(&format!("{PLACED}\n{app}"), Path::new("/etc/pier"))
+    }
+
+    #[test]
+    fn an_http_health_check_is_allowed_on_a_remote_target_whose_proxy_probes() {
+        let c = placed(
+            r#"[[apps]]
+               name = "web"
+               image = "127.0.0.1:5000/demo/web"
+               port = 8080
+               publish = "127.0.0.1:8081"
+               targets = ["edge-1"]
+               health = { path = "/health", timeout = "20s" }"#,
+        )
+        .expect("an HTTP health check on a remote target loads");
+        assert_eq!(c.apps[0].targets, vec!["edge-1"]);
+        assert!(c.apps[0].health.is_some());
+        // Blue-green on one remote target too: that host's proxy switches.
+        placed(
+            r#"[[apps]]
+               name = "web"
+               image = "127.0.0.1:5000/demo/web"
+               port = 8080
+               strategy = "blue-green"
+               targets = ["edge-1"]
+               health = { path = "/health", timeout = "20s" }
+               [apps.route]
+               listen = "127.0.0.1:8090""#,
+        )
+        .expect("blue-green with HTTP health on one remote target loads");
+    }
+
+    #[test]
+    fn blue_green_on_several_targets_is_still_refused() {
+        let e = placed(
+            r#"[[apps]]
+               name = "web"
+               image = "127.0.0.1:5000/demo/web"
+               port = 8080
+               strategy = "blue-green"
+               targets = ["local", "edge-1"]
+               [apps.route]
+               listen = "127.0.0.1:8090""#,
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("blue-green runs on one target"),
+            "{e}"
+        );
     }
 }

@@ -4,6 +4,7 @@
 
 use bollard::Docker;
 
+use super::transport::{self, ssh::SshDialer, tls::TlsDialer};
 use super::{Endpoint, Engine, EngineError, Result, err};
 
 /// Seconds every request to an engine may take (bollard's per-request timeout). Pulls
@@ -11,7 +12,9 @@ use super::{Endpoint, Engine, EngineError, Result, err};
 const REQUEST_TIMEOUT_SECS: u64 = 120;
 
 impl Engine {
-    /// A client for `endpoint`, not yet connected.
+    /// A client for `endpoint`, not yet connected. Its files (TLS certificates and key,
+    /// known_hosts, SSH identity) are read or checked now: one that is missing or broken
+    /// is an error naming that file, never a failure at the first deployment.
     pub fn for_endpoint(endpoint: &Endpoint) -> Result<Self> {
         let docker = client(endpoint)?;
         Ok(Self::from_docker(docker))
@@ -58,11 +61,24 @@ fn client(endpoint: &Endpoint) -> Result<Docker> {
             REQUEST_TIMEOUT_SECS,
             bollard::API_DEFAULT_VERSION,
         ),
-        Endpoint::Tcp { tls: Some(_), .. } | Endpoint::Ssh(_) => {
-            return Err(EngineError::Refused {
-                action: "connect".into(),
-                message: format!("{endpoint}: this transport is not built yet"),
-            });
+        Endpoint::Tcp {
+            host,
+            port,
+            tls: Some(files),
+        } => {
+            let dialer = TlsDialer::new(host, *port, files, endpoint.to_string())
+                .map_err(|e| e.into_engine("connect"))?;
+            transport::docker_over(
+                dialer,
+                &format!("{}:{port}", bracketed(host)),
+                REQUEST_TIMEOUT_SECS,
+            )
+        }
+        Endpoint::Ssh(ssh) => {
+            let dialer =
+                SshDialer::new(ssh, endpoint.to_string()).map_err(|e| e.into_engine("connect"))?;
+            // The remote `dial-stdio` ignores the Host; this one says what it is.
+            transport::docker_over(dialer, "docker.ssh", REQUEST_TIMEOUT_SECS)
         }
     };
     docker.map_err(|e| err("connect", e))

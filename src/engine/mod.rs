@@ -6,6 +6,7 @@ mod connect;
 mod containers;
 mod endpoint;
 mod resources;
+mod transport;
 mod view;
 
 use std::collections::HashMap;
@@ -68,6 +69,11 @@ pub type Result<T> = std::result::Result<T, EngineError>;
 
 fn err(action: impl Into<String>, e: DockerError) -> EngineError {
     let action = action.into();
+    // TLS and SSH transports classified their failures already (a refused host key is
+    // permanent, an engine that is down is not).
+    if let Some(classified) = transport::classified(&action, &e) {
+        return classified;
+    }
     match e {
         DockerError::DockerResponseServerError {
             status_code,
@@ -83,7 +89,7 @@ fn err(action: impl Into<String>, e: DockerError) -> EngineError {
         // Keep the causes (connection refused, timed out, ...), not just the outer words.
         other => EngineError::Unavailable {
             action,
-            message: crate::pipeline::error_chain(&other),
+            message: crate::errors::error_chain(&other),
         },
     }
 }

@@ -31,6 +31,8 @@ use crate::engine::{Removed, Stopped};
 use crate::registry::Resolved;
 use crate::store::{GenerationSwitch, RouteWrite, StepState};
 
+mod remote;
+
 /// How long the proxy gets to apply a route the pipeline wrote.
 const APPLY_DEADLINE: Duration = Duration::from_secs(15);
 /// How often the soak looks at the new generation.
@@ -326,6 +328,9 @@ impl Run<'_> {
         };
         let timeout = self.route().drain_timeout;
         self.step(Step::Drain, &intent, || async {
+            if self.probes_elsewhere() {
+                return self.remote_drained(old, timeout).await;
+            }
             let started = Instant::now();
             let mut backoff =
                 Backoff::new(Duration::from_millis(5), Duration::from_millis(250)).within(timeout);
@@ -425,6 +430,23 @@ impl Run<'_> {
                 "the container restarted {} time(s)",
                 state.restarts
             )));
+        }
+        if let Probe::Http {
+            url,
+            json,
+            via: Some(target),
+            ..
+        } = probe
+        {
+            // That host's proxy sends the GETs: a fresh request for every check.
+            return match self
+                .remote_check(target, id, url, json, Duration::from_secs(2))
+                .await
+            {
+                Ok(_) => Ok(None),
+                Err(StepError::Check(why)) => Ok(Some(why)),
+                Err(e) => Err(e),
+            };
         }
         if let Probe::Http { url, .. } = probe {
             match self
@@ -551,11 +573,8 @@ impl Run<'_> {
                         StepError::Check("the previous generation has no port".into())
                     })?;
                 if let Some(path) = &probe_path {
-                    let probe = Probe::Http {
-                        url: format!("http://{bound}{path}"),
-                        timeout_ms: 30_000,
-                        json: Default::default(),
-                    };
+                    let probe =
+                        self.http_probe(bound, path, Duration::from_secs(30), Default::default());
                     self.wait_healthy(&probe, &prev.container).await?;
                 }
                 Ok(Reverted {
@@ -569,6 +588,10 @@ impl Run<'_> {
 
     /// Waits (within [`APPLY_DEADLINE`]) until the proxy serves route `version` or later.
     pub(super) async fn proxy_applied(&self, version: i64) -> Result<u64, StepError> {
+        if self.probes_elsewhere() {
+            // That host's proxy, through what it reports to Postgres (`remote.rs`).
+            return self.remote_applied(version).await;
+        }
         let started = Instant::now();
         let mut backoff = Backoff::new(Duration::from_millis(5), Duration::from_millis(200))
             .within(APPLY_DEADLINE);

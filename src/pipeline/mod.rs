@@ -1,5 +1,5 @@
 //! The journaled deployment pipeline, strategy `recreate`:
-//! resolve, pull, verify, create (every service), stop_old, start (every service), health
+//! resolve, signature (an app that must be signed), pull, verify, create (every service), stop_old, start (every service), health
 //! (every service), switch, retire.
 //! On failure before `switch`: rollback (remove the candidate, start the old generation).
 //!
@@ -16,12 +16,14 @@ mod health;
 mod image;
 mod journal;
 mod outcome;
+mod plan;
 pub mod records;
 mod redact;
 mod rollback;
 mod rollout;
 mod service_images;
 mod services;
+mod signature;
 
 pub use health::probe_client;
 
@@ -29,8 +31,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::config::{AppConfig, Strategy};
+use crate::config::AppConfig;
 use crate::engine::{Engine, EngineError};
+use crate::errors::error_chain;
 use crate::registry::{Platform, Registry, RegistryError};
 pub use crate::store::Lane;
 pub use crate::store::Step;
@@ -115,22 +118,6 @@ impl StepError {
     }
 }
 
-/// An error and every cause under it, once each: what the journal, the page and the log
-/// show, so that the cause is never lost to an early `to_string()`.
-pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let t = c.to_string();
-        if !text.contains(&t) {
-            text.push_str(": ");
-            text.push_str(&t);
-        }
-        cause = c.source();
-    }
-    text
-}
-
 /// What everything a pipeline run needs, shared by all workers of a process.
 pub struct Context {
     pub store: Store,
@@ -183,12 +170,10 @@ pub const MAX_ATTEMPTS: i32 = 5;
 
 /// Runs (or resumes) one claimed deployment to a final state.
 pub async fn run(ctx: &Context, owner: &str, dep: &Deployment, app: &AppConfig) -> Outcome {
-    // Targets are connected at start; one added to the config by a reload is not here.
-    let Some(target) = app.targets.first().and_then(|t| ctx.targets.get(t)) else {
-        return Outcome::Abandoned(format!(
-            "app `{}` runs on a target this process has no engine for; restart Pier after adding targets",
-            app.name
-        ));
+    let plan = match plan::Plan::pick(app, &ctx.targets) {
+        Ok(plan) => plan,
+        // Not this process's to decide: another one (restarted with the target) may run it.
+        Err(e) => return Outcome::Abandoned(e.to_string()),
     };
     let mut run = Run {
         ctx,
@@ -197,8 +182,8 @@ pub async fn run(ctx: &Context, owner: &str, dep: &Deployment, app: &AppConfig) 
         app,
         import: None,
         service: "",
-        target,
-        multi_target: app.targets.len() > 1,
+        target: plan.first(),
+        multi_target: plan.crosses_engines(),
     };
     match run.store_retry(|| ctx.store.import_of(dep.id)).await {
         Ok(import) => run.import = import,
@@ -206,38 +191,13 @@ pub async fn run(ctx: &Context, owner: &str, dep: &Deployment, app: &AppConfig) 
         Err(e) => return Outcome::Abandoned(error_chain(&e)),
     }
     let run = run;
-    if dep.attempt > MAX_ATTEMPTS {
-        return run.fail(PipelineError::GaveUp(dep.attempt - 1)).await;
+    if let Err(e) = run.admit() {
+        return run.fail(e).await;
     }
-    if dep.image != app.image {
-        // Queued for one repository, configured for another now: deploying either would
-        // surprise someone. The next push or a redeploy uses the new config.
-        return run
-            .fail(PipelineError::Failed {
-                step: Step::Resolve,
-                source: StepError::Check(format!(
-                    "conflict: queued for {} but the app now follows {}",
-                    dep.image, app.image
-                )),
-            })
-            .await;
-    }
-    // Host paths the policy (as reloaded) no longer allows, or a config file that is not a
-    // regular file: the deployment fails before it pulls or makes anything.
-    if let Err(e) = run.policy_check() {
-        return run
-            .fail(PipelineError::Failed {
-                step: Step::Resolve,
-                source: e,
-            })
-            .await;
-    }
-    if run.multi_target {
-        return run.rollout_on_every_target().await;
-    }
-    let done = match app.strategy {
-        Strategy::Recreate => run.steps().await,
-        Strategy::BlueGreen => run.steps_blue_green().await,
+    let done = match plan {
+        plan::Plan::Recreate(_) => run.steps().await,
+        plan::Plan::BlueGreen(_) => run.steps_blue_green().await,
+        plan::Plan::Rollout(targets) => return run.rollout(&targets).await,
     };
     match done {
         // A quarantined digest is not deployed by a push or the poller: not a failure.
@@ -255,33 +215,33 @@ pub async fn run(ctx: &Context, owner: &str, dep: &Deployment, app: &AppConfig) 
 }
 
 impl Run<'_> {
-    /// Several engines: every one of the app's targets must have an engine here, and the
-    /// archive of `pier import` is loaded into one engine only, so it is refused.
-    async fn rollout_on_every_target(&self) -> Outcome {
-        let targets: Option<Vec<_>> = self
-            .app
-            .targets
-            .iter()
-            .map(|t| self.ctx.targets.get(t))
-            .collect();
-        let Some(targets) = targets else {
-            return Outcome::Abandoned(format!(
-                "app `{}` runs on a target this process has no engine for; restart Pier after adding targets",
-                self.app.name
-            ));
+    /// What is refused before any step, whatever the plan: journaled as a failure at
+    /// `resolve`, since nothing was done.
+    fn admit(&self) -> Result<(), PipelineError> {
+        let refuse = |source| PipelineError::Failed {
+            step: Step::Resolve,
+            source,
         };
-        if self.import.is_some() {
-            return self
-                .fail(PipelineError::Failed {
-                    step: Step::Resolve,
-                    source: StepError::Check(
-                        "pier import loads an archive into one engine; this app runs on several"
-                            .into(),
-                    ),
-                })
-                .await;
+        if self.dep.attempt > MAX_ATTEMPTS {
+            return Err(PipelineError::GaveUp(self.dep.attempt - 1));
         }
-        self.rollout(&targets).await
+        if self.dep.image != self.app.image {
+            // Queued for one repository, configured for another now: deploying either would
+            // surprise someone. The next push or a redeploy uses the new config.
+            return Err(refuse(StepError::Check(format!(
+                "conflict: queued for {} but the app now follows {}",
+                self.dep.image, self.app.image
+            ))));
+        }
+        // Host paths the policy (as reloaded) no longer allows, or a config file that is not
+        // a regular file: the deployment fails before it pulls or makes anything.
+        self.policy_check().map_err(refuse)?;
+        if self.multi_target && self.import.is_some() {
+            return Err(refuse(StepError::Check(
+                "pier import loads an archive into one engine; this app runs on several".into(),
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -308,6 +268,8 @@ impl Run<'_> {
     /// create: the same for every strategy.
     async fn prepare(&self) -> Result<Prepared, PipelineError> {
         if let Some(import) = &self.import {
+            // An app that must be signed loads no archive (nothing would check it).
+            self.refuse_unsigned_import(&import.archive).await?;
             // Loaded and checked (id, platform, labels) in `resolve`: no pull, no verify.
             let (resolved, image) = self.load_archive(import).await?;
             let others = self.resolve_services(&resolved).await?;
@@ -326,6 +288,9 @@ impl Run<'_> {
         {
             return Ok(Prepared::Skip(note));
         }
+        // Before anything is pulled: an app that must be signed runs only a digest a
+        // trusted key signed (a no-op for one that need not be).
+        self.signature(&resolved).await?;
         // Every image pulled and verified before any container is created.
         self.pull(&resolved).await?;
         let image = self.verify(&resolved).await?;

@@ -18,6 +18,7 @@ pub use super::container::{Candidate, OldGeneration, Retired};
 pub use super::health::{Healthy, Probe};
 pub use super::image::VerifiedImage;
 pub use super::rollback::{RollbackIntent, RolledBack};
+pub use super::signature::{SignatureIntent, Signed};
 pub use crate::registry::Resolved;
 
 /// `resolve` of the app's own image: a tag to look up, or a pinned digest.

@@ -43,6 +43,18 @@ pub struct RevertToIntent {
     pub restart: Vec<String>,
 }
 
+/// `reach`: the engine answered its `/_ping` before any engine of the rollout changed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReachIntent {
+    pub target: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Reached {
+    /// From the step's start to the engine's answer, retries within the budget included.
+    pub waited_ms: u64,
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct RevertedTo {
     pub removed: Vec<String>,
@@ -70,6 +82,8 @@ impl<'a> Run<'a> {
             if let Some(note) = self.skip_quarantined(&resolved.digest).await? {
                 return Ok(Err(note));
             }
+            // Issue 25: checked once, for every engine, before any engine pulls.
+            self.signature(&resolved).await?;
             let others = self.resolve_services(&resolved).await?;
             Ok(Ok((resolved, others)))
         };
@@ -83,6 +97,23 @@ impl<'a> Run<'a> {
             Err(PipelineError::Store(e)) => return Outcome::Abandoned(error_chain(&e)),
             Err(e) => return self.fail(e).await,
         };
+        // Every engine answers before any changes: one that is down (past the retry
+        // budget) fails the rollout with every engine still on what it served.
+        let runs: Vec<Run<'a>> = targets.iter().map(|t| self.on(t)).collect();
+        let reached = futures_util::future::join_all(runs.iter().map(|r| r.reach())).await;
+        for (run, r) in runs.iter().zip(reached) {
+            match r {
+                Ok(()) => {}
+                Err(PipelineError::Store(e)) => return Outcome::Abandoned(error_chain(&e)),
+                Err(e) => {
+                    let reason = format!("engine {} failed: {}", run.target.name, error_chain(&e));
+                    let outcome = format!("failed: {reason}; no engine was changed");
+                    return self
+                        .finish(DeploymentState::Failed, &outcome, Some(&reason), None)
+                        .await;
+                }
+            }
+        }
         let size = self.app.rollout.batch.size(targets.len());
         let mut switched: Vec<(Run<'a>, Up)> = Vec::new();
         for (i, batch) in targets.chunks(size).enumerate() {
@@ -105,6 +136,33 @@ impl<'a> Run<'a> {
             }
         }
         self.retire_everywhere(&resolved, &switched).await
+    }
+
+    /// `reach` on this run's engine: it answers (an unreachable engine retried as any
+    /// transient error is, within the retry budget) and runs the platform the digest was
+    /// resolved for. One digest serves every engine, so an engine of another platform
+    /// would run a manifest not meant for it: refused before anything is pulled.
+    async fn reach(&self) -> Result<(), PipelineError> {
+        let intent = ReachIntent {
+            target: self.target.name.clone(),
+        };
+        let started = std::time::Instant::now();
+        let _: Reached = self
+            .step(Step::Reach, &intent, || async {
+                let platform = self.engine().platform().await?;
+                if platform != self.ctx.platform {
+                    return Err(StepError::Check(format!(
+                        "the engine runs {platform}, but the rollout resolves one digest for \
+                         {}; an app's targets must share one platform",
+                        self.ctx.platform
+                    )));
+                }
+                Ok(Reached {
+                    waited_ms: started.elapsed().as_millis() as u64,
+                })
+            })
+            .await?;
+        Ok(())
     }
 
     /// One engine's part: the steps of a one-engine `recreate` deployment up to `switch`.

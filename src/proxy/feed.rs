@@ -12,10 +12,8 @@ use tokio_util::sync::CancellationToken;
 use super::Shared;
 use crate::backoff::Backoff;
 use crate::config::Config;
-use crate::pipeline::error_chain;
+use crate::errors::error_chain;
 use crate::store::{Route, Store};
-
-const CHANNEL: &str = "pier_routes";
 
 pub fn load_state(path: &Path) -> Result<Option<Vec<Route>>, String> {
     match std::fs::read(path) {
@@ -39,7 +37,7 @@ fn save_state(path: &Path, routes: &[Route]) -> std::io::Result<()> {
 }
 
 pub async fn follow(config: Arc<Config>, shared: Arc<Shared>, shutdown: CancellationToken) {
-    let store = match Store::connect_lazy(config.server.database_url.expose()) {
+    let store = match Store::connect_lazy_many(&config.server.database_urls()) {
         Ok(s) => s,
         Err(e) => {
             tracing::error!(error = %error_chain(&e), "proxy: bad database url; serving the last known routes only");
@@ -51,7 +49,7 @@ pub async fn follow(config: Arc<Config>, shared: Arc<Shared>, shutdown: Cancella
         std::time::Duration::from_secs(5),
     );
     while !shutdown.is_cancelled() {
-        match store.own_listener(CHANNEL).await {
+        match store.own_listener(crate::store::Channel::Routes).await {
             Ok(mut listener) => {
                 backoff.reset();
                 if let Err(e) = relay(&store, &mut listener, &config, &shared, &shutdown).await {

@@ -13,6 +13,8 @@ mod feed;
 mod forward;
 mod h1;
 mod listen;
+mod probe;
+mod report;
 mod rules;
 mod table;
 mod tls;
@@ -56,6 +58,8 @@ pub struct Shared {
     tls_listens: HashSet<SocketAddr>,
     /// Requests no generation answered: an app that is down must not flood the log.
     unreachable_log: LogBudget,
+    /// A new table was installed: the report for a remote target's pipeline is due.
+    changed: tokio::sync::Notify,
 }
 
 impl Shared {
@@ -92,6 +96,7 @@ impl Shared {
             .collect();
         self.counters.prune(&names);
         *self.table.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(table);
+        self.changed.notify_one();
     }
 }
 
@@ -117,6 +122,7 @@ pub async fn run_until(config: Config, shutdown: CancellationToken) -> anyhow::R
         limits: table::Limits::default(),
         tls_listens: acceptors.keys().copied().collect(),
         unreachable_log: LogBudget::new(5, Duration::from_secs(10)),
+        changed: tokio::sync::Notify::new(),
     });
     // Serve what was known before, at once: the database may be away.
     match feed::load_state(&config.proxy.state_file) {
@@ -153,6 +159,19 @@ pub async fn run_until(config: Config, shutdown: CancellationToken) -> anyhow::R
         shared.clone(),
         shutdown.clone(),
     ));
+    // A remote target's pipeline reaches this host only through Postgres: the proxy
+    // probes its candidates' health and reports what it serves (issue 23). The `local`
+    // proxy's pipeline probes and asks its admin endpoint itself.
+    if config.proxy.target != crate::config::LOCAL {
+        let store = crate::store::Store::connect_lazy_many(&config.server.database_urls())
+            .context("proxy: database url")?;
+        tasks.spawn(probe::serve(
+            store.clone(),
+            config.proxy.target.clone(),
+            shutdown.clone(),
+        ));
+        tasks.spawn(report::serve(store, shared.clone(), shutdown.clone()));
+    }
     tracing::info!("pier proxy running");
     shutdown.cancelled().await;
     let drain = config.proxy.drain_timeout;

@@ -14,21 +14,25 @@
 //!   its own database, may run an app this one never had), and no deployment of `<app>` is
 //!   queued or running (a reload that adds the app back queues one before its `network`
 //!   step adopts or makes the network): one statement for all such networks, and none
-//!   while every leftover network still has containers on it.
+//!   while every leftover network still has containers on it. On an engine other than
+//!   `local`, the app must also have run on that engine (see `apps_deployed_and_idle`).
 //!
-//! Every removal is logged and recorded in `reconcile_actions` with the network's id.
+//! Each engine is swept on its own. Every removal is logged and recorded in
+//! `reconcile_actions` with the network's id and the engine's target.
 
 use super::{ReconcileError, Reconciled};
 use crate::config::{Config, Contained};
-use crate::engine::{Engine, ManagedNetwork, NetworkRemoved};
+use crate::engine::{ManagedNetwork, NetworkRemoved};
 use crate::store::Store;
+use crate::target::Target;
 
 pub(super) async fn remove_networks_of_gone_apps(
     config: &Config,
     store: &Store,
-    engine: &Engine,
+    target: &Target,
     out: &mut Reconciled,
 ) -> Result<(), ReconcileError> {
+    let engine = &target.engine;
     // Listed before the queue is read: a deployment queued meanwhile is then seen as busy
     // below, and the network it is about to join is never taken for a leftover.
     let networks = engine.managed_networks().await?;
@@ -51,7 +55,7 @@ pub(super) async fn remove_networks_of_gone_apps(
         return Ok(());
     }
     let apps: Vec<String> = unattached.iter().map(|(_, a)| (*a).to_owned()).collect();
-    let removable = store.apps_deployed_and_idle(&apps).await?;
+    let removable = store.apps_deployed_and_idle(&apps, &target.name).await?;
     for (network, app) in unattached {
         if !removable.contains(app) {
             continue;
@@ -67,7 +71,7 @@ pub(super) async fn remove_networks_of_gone_apps(
         );
         tracing::info!(%app, network = %network.id, "{detail}");
         store
-            .record_network_removed(app, &network.id, &detail)
+            .record_network_removed(&target.name, app, &network.id, &detail)
             .await?;
         out.networks_removed.push(network.name.clone());
     }

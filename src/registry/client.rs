@@ -25,6 +25,8 @@ const MANIFEST_TYPES: &str = "application/vnd.oci.image.index.v1+json, \
      application/vnd.oci.image.manifest.v1+json, \
      application/vnd.docker.distribution.manifest.v2+json";
 
+const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+
 /// Hops followed per request: enough for a registry behind a CDN or a moved host; a loop
 /// ends here instead of at the deadline.
 pub const MAX_REDIRECTS: usize = 5;
@@ -159,9 +161,93 @@ impl Endpoint {
         reference: &str,
         shown: &str,
     ) -> Result<Manifest, RegistryError> {
-        let url = format!("{}/v2/{repo}/manifests/{reference}", self.base);
+        let (body, announced) = self
+            .get(
+                session,
+                repo,
+                &format!("manifests/{reference}"),
+                MANIFEST_TYPES,
+                shown,
+            )
+            .await?;
+        let digest = format!("sha256:{}", hex::encode(Sha256::digest(&body)));
+        if reference.contains(':') && reference != digest {
+            return Err(invalid(
+                shown,
+                format!("the content's digest is {digest}, not the one asked for"),
+            ));
+        }
+        if let Some(a) = announced.filter(|a| a.starts_with("sha256:"))
+            && a != digest
+        {
+            return Err(invalid(
+                shown,
+                format!(
+                    "Docker-Content-Digest {} does not match the content's digest {digest}",
+                    quote(&a)
+                ),
+            ));
+        }
+        Ok(Manifest { body, digest })
+    }
+
+    /// GETs the blob `digest` (a sha256 digest) of `repo`, under the manifest cap, and
+    /// checks that its bytes are that digest: a signature's payload is believed only as
+    /// the bytes its layer names.
+    pub async fn blob(
+        &self,
+        session: &mut Session,
+        repo: &str,
+        digest: &str,
+        shown: &str,
+    ) -> Result<Bytes, RegistryError> {
+        let (body, _) = self
+            .get(session, repo, &format!("blobs/{digest}"), "*/*", shown)
+            .await?;
+        let got = format!("sha256:{}", hex::encode(Sha256::digest(&body)));
+        if got != digest {
+            return Err(invalid(
+                shown,
+                format!("the blob's content is {got}, not the digest asked for"),
+            ));
+        }
+        Ok(body)
+    }
+
+    /// GETs the OCI 1.1 referrers index of `digest` in `repo`. A registry without the
+    /// referrers API answers 404: [`RegistryError::ManifestUnknown`].
+    pub async fn referrers(
+        &self,
+        session: &mut Session,
+        repo: &str,
+        digest: &str,
+        shown: &str,
+    ) -> Result<Bytes, RegistryError> {
+        let (body, _) = self
+            .get(
+                session,
+                repo,
+                &format!("referrers/{digest}"),
+                OCI_INDEX,
+                shown,
+            )
+            .await?;
+        Ok(body)
+    }
+
+    /// One GET of `/v2/<repo>/<path>`, with the token dance on a 401, every deadline and
+    /// the manifest cap: the body and the `Docker-Content-Digest` it was announced with.
+    async fn get(
+        &self,
+        session: &mut Session,
+        repo: &str,
+        path: &str,
+        accept: &'static str,
+        shown: &str,
+    ) -> Result<(Bytes, Option<String>), RegistryError> {
+        let url = format!("{}/v2/{repo}/{path}", self.base);
         let get = |auth: Option<&HeaderValue>| {
-            let mut req = self.http.get(&url).header(ACCEPT, MANIFEST_TYPES);
+            let mut req = self.http.get(&url).header(ACCEPT, accept);
             if let Some(a) = auth {
                 req = req.header(AUTHORIZATION, a.clone());
             }
@@ -189,25 +275,7 @@ impl Endpoint {
         let body = self
             .read(resp, self.limits.max_manifest_bytes, deadline, shown)
             .await?;
-        let digest = format!("sha256:{}", hex::encode(Sha256::digest(&body)));
-        if reference.contains(':') && reference != digest {
-            return Err(invalid(
-                shown,
-                format!("the content's digest is {digest}, not the one asked for"),
-            ));
-        }
-        if let Some(a) = announced.filter(|a| a.starts_with("sha256:"))
-            && a != digest
-        {
-            return Err(invalid(
-                shown,
-                format!(
-                    "Docker-Content-Digest {} does not match the content's digest {digest}",
-                    quote(&a)
-                ),
-            ));
-        }
-        Ok(Manifest { body, digest })
+        Ok((body, announced))
     }
 
     /// Sends `req`; its answer's head must arrive within the first-byte timeout and before

@@ -6,6 +6,7 @@ mod body;
 mod client;
 mod headers;
 mod platform;
+mod signatures;
 pub mod tags;
 
 use std::collections::HashMap;
@@ -17,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::{AppConfig, RegistryConfig, RegistryLimits};
 use client::{Endpoint, Session};
 pub use platform::Platform;
+pub use signatures::Place;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {

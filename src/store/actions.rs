@@ -241,7 +241,7 @@ impl Store {
             return Ok(Some(now));
         };
         let deadline = tokio::time::Instant::now() + within;
-        let mut listener = self.own_listener(crate::worker::CHANNEL).await?;
+        let mut listener = self.own_listener(super::Channel::Queue).await?;
         // Read again once listening: a change committed before the LISTEN is not lost.
         loop {
             let Some(d) = self.deployment(id).await? else {
@@ -254,10 +254,44 @@ impl Store {
                 match tokio::time::timeout_at(deadline, listener.try_recv()).await {
                     Err(_) => return Ok(Some(d)),
                     Ok(Ok(Some(n))) if n.payload() != d.app => continue,
-                    // Its app changed, or the connection dropped (a NOTIFY may be lost
-                    // meanwhile; the next `try_recv` reconnects): read the row again.
-                    Ok(Ok(_)) => break,
+                    // Its app changed: read the row again.
+                    Ok(Ok(Some(_))) => break,
+                    // The connection dropped (a restart, a failover): NOTIFYs may have been
+                    // missed, so listen again, on the host usable now, then read the row.
+                    Ok(Ok(None)) => {
+                        listener = self.listen_again(deadline).await?;
+                        break;
+                    }
                     Ok(Err(e)) => return Err(e.into()),
+                }
+            }
+        }
+    }
+}
+
+impl Store {
+    /// A new queue listener for a waiter whose connection dropped, tried with backoff until
+    /// `deadline` (then the database counts as unavailable).
+    async fn listen_again(
+        &self,
+        deadline: tokio::time::Instant,
+    ) -> Result<sqlx::postgres::PgListener> {
+        let mut backoff = crate::backoff::Backoff::new(
+            std::time::Duration::from_millis(100),
+            std::time::Duration::from_secs(1),
+        );
+        loop {
+            match self.own_listener(super::Channel::Queue).await {
+                Ok(l) => return Ok(l),
+                Err(e) => {
+                    let e = super::StoreError::from(e);
+                    let Some(pause) = backoff.next_delay() else {
+                        return Err(e);
+                    };
+                    if !e.is_unavailable() || tokio::time::Instant::now() + pause >= deadline {
+                        return Err(e);
+                    }
+                    tokio::time::sleep(pause).await;
                 }
             }
         }

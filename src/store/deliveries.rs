@@ -9,7 +9,7 @@ use super::deployments::{Enqueued, NewDeployment, enqueue_locked};
 use super::kinds::Verdict;
 use super::text::{pg_json, pg_opt, pg_text};
 use super::{Result, Store};
-use crate::config::{TagRule, tag_version};
+use crate::tags::{TagRule, tag_version};
 
 #[derive(Debug, Clone)]
 pub struct NewDelivery {

@@ -248,6 +248,10 @@ impl Store {
     /// missing liveness lock, only for an expired lease: right after a database restart the
     /// lock is gone before the listener notices, and the process's own workers would
     /// otherwise take one deployment from each other until it gave up.
+    ///
+    /// Nor is a deployment of another process taken over for a lock that this server never
+    /// saw taken (`pier_holder_gone`, migration 0022): after a failover the promoted standby
+    /// holds no lock at all, and its holders are alive, re-taking them as they reconnect.
     pub async fn claim(
         &self,
         owner: &str,
@@ -260,7 +264,7 @@ impl Store {
                WHERE (d.state = 'running'
                       AND (d.lease_expires_at < now()
                            OR (d.lease_key IS NOT NULL AND d.lease_key <> $2
-                               AND NOT pier_holder_alive(d.lease_key))))
+                               AND pier_holder_gone(d.lease_key))))
                   OR (d.state = 'queued' AND NOT EXISTS (
                         SELECT 1 FROM deployments r WHERE r.app = d.app AND r.state = 'running'))
                ORDER BY (d.state = 'running') DESC, d.created_at

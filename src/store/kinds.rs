@@ -157,6 +157,11 @@ db_enum! {
     /// `deployment_steps.step`: the pipeline's steps, in the order they run.
     pub enum Step ("pipeline step") {
         Resolve = "resolve",
+        /// Issue 25: the resolved digest carries a trusted key's cosign signature.
+        Signature = "signature",
+        /// Issue 23: a rollout across engines first asks every engine whether it answers,
+        /// so that one that is down fails the deployment before any engine changed.
+        Reach = "reach",
         Pull = "pull",
         Verify = "verify",
         /// The app's private network exists (issue 10).
@@ -185,9 +190,10 @@ db_enum! {
 
 impl Step {
     /// Steps of the whole deployment, which no engine runs: journaled once, with the empty
-    /// target, however many engines the rollout crosses. One resolved digest for all.
+    /// target, however many engines the rollout crosses. One resolved digest for all, and
+    /// one signature check of it (issue 25).
     pub fn is_shared(self) -> bool {
-        matches!(self, Self::Resolve)
+        matches!(self, Self::Resolve | Self::Signature)
     }
 
     /// The steps before which a stop request is honoured: everything up to the switch.
@@ -198,6 +204,8 @@ impl Step {
         matches!(
             self,
             Self::Resolve
+                | Self::Signature
+                | Self::Reach
                 | Self::Pull
                 | Self::Verify
                 | Self::Create

@@ -7,21 +7,29 @@
 //! pings (issue 12). A lane is lent with no ping unless it sat idle long enough to have
 //! been cut off unseen (Postgres restarted, a network drop), and a lane whose statement
 //! failed in any way is closed, never lent again: a broken connection costs at most the
-//! one statement that found it broken, answered 503 so that its senders retry.
+//! one statement that found it broken, answered 503 so that its senders retry. A lane is
+//! opened through the cluster (issue 28), on the host that accepts writes, and one opened
+//! before the cluster last moved hosts is closed instead of lent.
 
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection};
 
+use super::cluster::{CONNECT_DEADLINE, Cluster};
 use super::{PING_IF_IDLE_FOR, Result, StoreError};
-/// Deadline for opening a lane, and for the ping of one that sat idle.
-const CONNECT_DEADLINE: Duration = Duration::from_secs(3);
+
+/// A lane's connection, and when it was opened.
+#[derive(Debug)]
+pub(super) struct Lane {
+    pub conn: PgConnection,
+    born: Instant,
+}
 
 #[derive(Debug)]
 pub(super) struct Lanes {
-    idle: Mutex<Vec<(PgConnection, Instant)>>,
+    /// Idle lanes, each with the moment it went idle.
+    idle: Mutex<Vec<(Lane, Instant)>>,
     /// Idle lanes kept at most: as many as batches run at once.
     keep: usize,
 }
@@ -36,32 +44,38 @@ impl Lanes {
 
     /// A connection for one statement: an idle lane (pinged first if it sat idle), or a
     /// new one. Every failure to get one means the database cannot be reached.
-    pub async fn take(&self, options: &PgConnectOptions) -> Result<PgConnection> {
+    pub async fn take(&self, cluster: &Cluster) -> Result<Lane> {
         // Bounded: each turn removes one of at most `keep` idle lanes.
-        while let Some((mut conn, since)) = self.pop() {
-            if since.elapsed() < PING_IF_IDLE_FOR {
-                return Ok(conn);
+        while let Some((mut lane, since)) = self.pop() {
+            if cluster.predates_move(lane.born.elapsed()) {
+                continue;
             }
-            if let Ok(Ok(())) = tokio::time::timeout(CONNECT_DEADLINE, conn.ping()).await {
-                return Ok(conn);
+            if since.elapsed() < PING_IF_IDLE_FOR {
+                return Ok(lane);
+            }
+            if let Ok(Ok(())) = tokio::time::timeout(CONNECT_DEADLINE, lane.conn.ping()).await {
+                return Ok(lane);
             }
         }
-        match tokio::time::timeout(CONNECT_DEADLINE, PgConnection::connect_with(options)).await {
-            Ok(Ok(conn)) => Ok(conn),
-            Ok(Err(e)) => Err(StoreError::Unavailable(e)),
-            Err(_) => Err(StoreError::Unavailable(sqlx::Error::PoolTimedOut)),
+        // Every host is tried, each within its own deadline.
+        match cluster.connect().await {
+            Ok(conn) => Ok(Lane {
+                conn,
+                born: Instant::now(),
+            }),
+            Err(e) => Err(StoreError::Unavailable(e)),
         }
     }
 
     /// Gives back a lane whose statement succeeded. Beyond `keep` idle lanes it is closed.
-    pub fn give_back(&self, conn: PgConnection) {
+    pub fn give_back(&self, lane: Lane) {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         if idle.len() < self.keep {
-            idle.push((conn, Instant::now()));
+            idle.push((lane, Instant::now()));
         }
     }
 
-    fn pop(&self) -> Option<(PgConnection, Instant)> {
+    fn pop(&self) -> Option<(Lane, Instant)> {
         self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop()
     }
 }

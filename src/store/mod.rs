@@ -2,12 +2,17 @@
 
 mod actions;
 mod batch;
+mod channels;
+pub mod cluster;
 mod deliveries;
 mod deployments;
+mod holders;
 mod imports;
 pub mod kinds;
 mod lanes;
 mod notify;
+mod probes;
+mod proxy_reports;
 mod reconcile;
 mod retention;
 mod routes;
@@ -18,10 +23,14 @@ mod volumes;
 
 use std::time::Duration;
 
-use sqlx::postgres::PgPoolOptions;
+use std::sync::Arc;
+
 use sqlx::{PgPool, Postgres, Transaction};
 
+use cluster::{Cluster, TargetError, Targets};
+
 pub use actions::{CancelOutcome, Pin, SucceededDigest};
+pub use channels::Channel;
 pub use deliveries::{
     Delivery, DeliveryFilter, DeliveryOutcome, DeploymentRequest, HeldBack, MAX_PAGE, NewDelivery,
     POLLER_SOURCE, VerdictFilter, highest_above, pinned_reason,
@@ -29,9 +38,12 @@ pub use deliveries::{
 pub use deployments::{
     Deployment, DigestStatus, Enqueued, Generation, NewDeployment, TAKEOVER_CHECK,
 };
+pub use holders::take_liveness;
 pub use imports::Import;
 pub use kinds::{DeploymentState, ReconcileKind, Step, StepState, Trigger, UnknownValue, Verdict};
-pub use notify::{AttemptRow, DueNotification, Endpoint, NotificationRow, OUTBOX_CHANNEL};
+pub use notify::{AttemptRow, DueNotification, Endpoint, NotificationRow};
+pub use probes::{NewProbe, ProbeOutcome, ProbeRequest, ProbeState};
+pub use proxy_reports::{ProxyReport, ReportConnection};
 pub use reconcile::ReconcileAction;
 pub use retention::Pruned;
 pub use routes::{Quarantined, Route};
@@ -49,6 +61,9 @@ pub enum StoreError {
     /// This worker no longer holds the deployment's lease; another one may have taken over.
     #[error("lease on deployment lost")]
     LeaseLost,
+    /// `server.database_url(s)` cannot be used as given.
+    #[error("database url: {0}")]
+    Targets(#[from] TargetError),
 }
 
 impl StoreError {
@@ -66,10 +81,12 @@ impl From<sqlx::Error> for StoreError {
             | sqlx::Error::PoolClosed
             | sqlx::Error::Protocol(_)
             | sqlx::Error::WorkerCrashed => true,
-            // Class 08 is connection exceptions, 57P0x the server shutting down or starting.
+            // Class 08 is connection exceptions, 57P0x the server shutting down or starting,
+            // 25006 a write on a server that became a standby (a failover under way): each
+            // is answered 503 or retried, never taken as the request's own fault.
             sqlx::Error::Database(db) => db
                 .code()
-                .is_some_and(|c| c.starts_with("08") || c.starts_with("57P")),
+                .is_some_and(|c| c.starts_with("08") || c.starts_with("57P") || c == "25006"),
             _ => false,
         };
         if unavailable {
@@ -89,40 +106,67 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 pub struct Store {
     pool: PgPool,
     /// The group commit deliveries share (issue 12).
-    batch: std::sync::Arc<batch::Batcher>,
+    batch: Arc<batch::Batcher>,
+    /// Which of the configured hosts Pier uses (issue 28); every connection comes from it.
+    cluster: Arc<Cluster>,
 }
+
+/// Connections the shared pool holds at most.
+const POOL_CONNECTIONS: u32 = 16;
+/// How long a statement waits for a pooled connection before the database counts as away.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
 
 impl Store {
     /// A lazy pool: Pier starts (and answers 503) even while the database is down, and
-    /// reconnects on its own once it is back.
-    ///
-    /// sqlx pings every connection it lends by default: a round trip before every
-    /// statement, which doubled the queries' share of a worker's pickup. Here only a
-    /// connection that sat idle long enough to have been cut off unseen (Postgres
-    /// restarted) is pinged; one that breaks in use fails its statement, which every caller
-    /// already treats as the database being unavailable.
+    /// reconnects on its own once it is back. `url` may name several hosts (libpq style).
     pub fn connect_lazy(url: &str) -> Result<Self> {
-        let pool = PgPoolOptions::new()
-            .max_connections(16)
-            .acquire_timeout(Duration::from_secs(3))
-            .test_before_acquire(false)
-            .before_acquire(|conn, meta| {
-                Box::pin(async move {
-                    if meta.idle_for >= PING_IF_IDLE_FOR {
-                        sqlx::Connection::ping(conn).await?;
-                    }
-                    Ok(true)
-                })
-            })
-            .connect_lazy(url)?;
-        Ok(Self::from_pool(pool))
+        Self::connect_lazy_many(&[url])
     }
 
+    /// The same for `server.database_urls`: several URLs, each maybe with several hosts;
+    /// Pier uses the one that accepts writes and moves when it stops doing so.
+    pub fn connect_lazy_many(urls: &[&str]) -> Result<Self> {
+        let cluster = Cluster::new(Targets::parse(urls.iter().copied())?);
+        let pool = cluster
+            .pool_options()
+            .max_connections(POOL_CONNECTIONS)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_lazy_with(cluster.options());
+        cluster.attach(&pool);
+        // Which host is the primary is not known yet: look now rather than at the first
+        // statement that finds the first host dead.
+        cluster.suspect();
+        Ok(Self {
+            pool,
+            batch: batch::Batcher::new(),
+            cluster,
+        })
+    }
+
+    /// A store on a pool made elsewhere (tests): one host, the pool's.
     pub fn from_pool(pool: PgPool) -> Self {
+        let options = (*pool.connect_options()).clone();
+        let cluster = Cluster::new(Targets {
+            hosts: vec![options],
+            wants: cluster::Wants::Any,
+        });
+        cluster.attach(&pool);
         Self {
             pool,
             batch: batch::Batcher::new(),
+            cluster,
         }
+    }
+
+    /// A failure reached the caller: if it was the database being away, the cluster looks
+    /// for a usable host (the pool cannot move by itself while its host refuses).
+    fn noticed<T>(&self, res: Result<T>) -> Result<T> {
+        if let Err(e) = &res
+            && e.is_unavailable()
+        {
+            self.cluster.suspect();
+        }
+        res
     }
 
     pub fn pool(&self) -> &PgPool {
@@ -130,13 +174,14 @@ impl Store {
     }
 
     pub async fn migrate(&self) -> Result<()> {
-        sqlx::migrate!("./migrations")
+        let res = sqlx::migrate!("./migrations")
             .run(&self.pool)
             .await
             .map_err(|e| match e {
                 sqlx::migrate::MigrateError::Execute(e) => StoreError::from(e),
                 other => StoreError::Query(sqlx::Error::Migrate(Box::new(other))),
-            })
+            });
+        self.noticed(res)
     }
 
     /// Starts a transaction that a cancelled caller cannot leave half-open. sqlx 0.9's
@@ -147,12 +192,13 @@ impl Store {
     /// is dropped there, which rolls it back.
     pub(crate) async fn begin(&self) -> Result<Transaction<'static, Postgres>> {
         let pool = self.pool.clone();
-        match tokio::spawn(async move { pool.begin().await }).await {
-            Ok(tx) => Ok(tx?),
+        let res = match tokio::spawn(async move { pool.begin().await }).await {
+            Ok(tx) => tx.map_err(StoreError::from),
             Err(join) => Err(StoreError::Query(sqlx::Error::Protocol(format!(
                 "BEGIN task failed: {join}"
             )))),
-        }
+        };
+        self.noticed(res)
     }
 
     /// This installation's secret key for the journaled env hash, made on first use. Two
@@ -172,21 +218,33 @@ impl Store {
     /// A LISTEN on `channel` over a connection of its own, never the shared pool's: when the
     /// listener is dropped its connection closes, with every session lock taken on it (a
     /// lock left on a pooled connection would keep a dead holder looking alive).
+    ///
+    /// It never reconnects by itself (`eager_reconnect` off): a lost connection is
+    /// `Ok(None)` from `try_recv` at once, and its owner opens a new listener here, on the
+    /// host that is usable then, and reads again what it may have missed.
     pub async fn own_listener(
         &self,
-        channel: &str,
+        channel: Channel,
     ) -> std::result::Result<sqlx::postgres::PgListener, sqlx::Error> {
-        let own = PgPoolOptions::new()
+        if self.cluster.hosts() > 1 {
+            // Find the usable host first: the listener's own pool can only retry its host.
+            let found = self.cluster.connect().await?;
+            let _ = sqlx::Connection::close(found).await;
+        }
+        let own = self
+            .cluster
+            .pool_options()
             .max_connections(1)
             .acquire_timeout(Duration::from_secs(5))
-            .connect_lazy_with((*self.pool.connect_options()).clone());
+            .connect_lazy_with(self.cluster.options());
         let mut listener = sqlx::postgres::PgListener::connect_with(&own).await?;
-        listener.listen(channel).await?;
+        listener.eager_reconnect(false);
+        listener.listen(channel.as_str()).await?;
         Ok(listener)
     }
 
     pub async fn ping(&self) -> Result<()> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
-        Ok(())
+        let res = sqlx::query("SELECT 1").execute(&self.pool).await;
+        self.noticed(res.map(drop).map_err(StoreError::from))
     }
 }

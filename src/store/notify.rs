@@ -10,9 +10,6 @@ use uuid::Uuid;
 use super::text::pg_opt;
 use super::{Result, Store};
 
-/// The channel the outbox trigger notifies on every new notification.
-pub const OUTBOX_CHANNEL: &str = "pier_outbox";
-
 /// An endpoint as the outbox trigger reads it.
 #[derive(Debug, Clone)]
 pub struct Endpoint {

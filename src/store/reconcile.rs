@@ -12,6 +12,8 @@ use super::{Result, Store};
 pub struct ReconcileAction {
     pub id: i64,
     pub app: String,
+    /// The engine the action was taken on.
+    pub target: String,
     pub action: ReconcileKind,
     pub container_id: Option<String>,
     pub deployment_id: Option<Uuid>,
@@ -66,15 +68,31 @@ impl Store {
     /// prunes steps, never the rows), so an app deployed long ago still counts; an app only
     /// another Pier on the same engine deploys does not, and its network is not this one's
     /// to remove.
-    pub async fn apps_deployed_and_idle(&self, apps: &[String]) -> Result<HashSet<String>> {
+    ///
+    /// On another engine than `local` the app must also have run there (a journal entry
+    /// or a serving generation of that target): an engine other Piers deploy to as well
+    /// holds networks this one never made. (`local`'s rows from before targets existed
+    /// are all `local`'s, so there the deployment rows alone decide, as they always did.)
+    pub async fn apps_deployed_and_idle(
+        &self,
+        apps: &[String],
+        target: &str,
+    ) -> Result<HashSet<String>> {
         if apps.is_empty() {
             return Ok(HashSet::new());
         }
         let found: Vec<String> = sqlx::query_scalar(
-            "SELECT app FROM deployments WHERE app = ANY($1) GROUP BY app
-             HAVING NOT bool_or(state IN ('queued', 'running'))",
+            "SELECT d.app FROM deployments d WHERE d.app = ANY($1) GROUP BY d.app
+             HAVING NOT bool_or(d.state IN ('queued', 'running'))
+                AND ($2 = 'local'
+                     OR EXISTS (SELECT 1 FROM app_generations g
+                                WHERE g.app = d.app AND g.target = $2)
+                     OR EXISTS (SELECT 1 FROM deployment_steps s
+                                JOIN deployments o ON o.id = s.deployment_id
+                                WHERE o.app = d.app AND s.target = $2))",
         )
         .bind(apps)
+        .bind(target)
         .fetch_all(&self.pool)
         .await?;
         Ok(found.into_iter().collect())
@@ -82,18 +100,20 @@ impl Store {
 
     pub async fn record_network_removed(
         &self,
+        target: &str,
         app: &str,
         network_id: &str,
         detail: &str,
     ) -> Result<()> {
         sqlx::query(
-            "INSERT INTO reconcile_actions (app, action, network_id, detail)
-             VALUES ($1, $2, $3, $4)",
+            "INSERT INTO reconcile_actions (app, action, network_id, detail, target)
+             VALUES ($1, $2, $3, $4, $5)",
         )
         .bind(app)
         .bind(ReconcileKind::RemovedNetwork)
         .bind(network_id)
         .bind(pg_text(detail))
+        .bind(target)
         .execute(&self.pool)
         .await?;
         Ok(())
@@ -101,6 +121,7 @@ impl Store {
 
     pub async fn record_reconcile(
         &self,
+        target: &str,
         app: &str,
         action: ReconcileKind,
         container_id: Option<&str>,
@@ -108,14 +129,15 @@ impl Store {
         detail: &str,
     ) -> Result<()> {
         sqlx::query(
-            "INSERT INTO reconcile_actions (app, action, container_id, deployment_id, detail)
-             VALUES ($1, $2, $3, $4, $5)",
+            "INSERT INTO reconcile_actions (app, action, container_id, deployment_id, detail, target)
+             VALUES ($1, $2, $3, $4, $5, $6)",
         )
         .bind(app)
         .bind(action)
         .bind(container_id)
         .bind(deployment_id)
         .bind(pg_text(detail))
+        .bind(target)
         .execute(&self.pool)
         .await?;
         Ok(())

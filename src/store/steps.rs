@@ -40,7 +40,7 @@ pub struct Lane<'a> {
 }
 
 impl Lane<'static> {
-    /// The whole deployment's entries (`resolve`): no service, no engine.
+    /// The whole deployment's entries (`resolve`, `signature`): no service, no engine.
     pub const WHOLE: Self = Lane {
         service: "",
         target: "",

@@ -10,11 +10,11 @@ use super::{AppState, WebError, check_admin, hooks};
 use crate::actions::Actor;
 
 pub(super) async fn apps(State(s): State<AppState>) -> Result<Json<Vec<AppView>>, WebError> {
-    let (all, err) = views::containers_by_app(&s).await;
-    let mut out = Vec::new();
     let config = s.current();
+    let snapshot = views::containers_of_all(&s, &config.apps).await;
+    let mut out = Vec::new();
     for app in &config.apps {
-        out.push(views::app_view(&s, app, &all, err.as_deref(), 10).await?);
+        out.push(views::app_view(&s, app, &snapshot, 10).await?);
     }
     Ok(Json(out))
 }

@@ -21,7 +21,6 @@ use uuid::Uuid;
 use crate::backoff::Backoff;
 use crate::store::Store;
 
-pub const CHANNEL: &str = "pier_live";
 /// Event streams open at once, all pages together.
 pub const MAX_STREAMS: usize = 64;
 /// A stream (of the overview, or of a deployment that runs for long) ends after this; the
@@ -97,7 +96,7 @@ impl Hub {
     async fn listen(self: Arc<Self>) {
         let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
         loop {
-            match self.store.own_listener(CHANNEL).await {
+            match self.store.own_listener(crate::store::Channel::Live).await {
                 Ok(mut listener) => {
                     backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
                     self.ready.send_replace(true);
@@ -110,9 +109,12 @@ impl Hub {
                                     let id = Uuid::parse_str(n.payload()).unwrap_or(Uuid::nil());
                                     let _ = self.changes.send(id);
                                 }
-                                // The connection was lost (sqlx reconnects at the next
-                                // call): changes in between were missed.
-                                Ok(None) => { let _ = self.changes.send(Uuid::nil()); }
+                                // The connection was lost: a new listener, on whichever
+                                // host is usable now, and pages read everything again.
+                                Ok(None) => {
+                                    tracing::warn!("live-page listener lost its connection; reconnecting");
+                                    break;
+                                }
                                 Err(e) => {
                                     tracing::warn!(error = %e, "live-page listener failed; reconnecting");
                                     break;

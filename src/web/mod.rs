@@ -8,6 +8,7 @@
 mod api;
 mod api_actions;
 pub mod client;
+pub mod engines;
 mod error;
 pub mod guard;
 mod hooks;
@@ -45,6 +46,8 @@ pub struct AppState {
     pub config: Arc<Config>,
     pub store: Store,
     pub engine: EngineView,
+    /// Every target's engine, read-only, for the pages' row per engine (issue 23).
+    pub targets: engines::TargetViews,
     pub metrics: Option<PrometheusHandle>,
     pub guard: Arc<guard::Guard>,
     /// The config as reloaded (issue 10), beside `config` (the one at start): the status

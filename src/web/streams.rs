@@ -36,11 +36,12 @@ pub(super) struct DeploymentLive {
 impl Fmt for DeploymentLive {}
 
 pub(super) async fn index_live(s: &AppState) -> Result<IndexLive, WebError> {
-    let (all, engine_error) = views::containers_by_app(s).await;
-    let mut apps = Vec::new();
     let config = s.current();
+    let snapshot = views::containers_of_all(s, &config.apps).await;
+    let engine_error = views::unreachable_line(&snapshot);
+    let mut apps = Vec::new();
     for app in &config.apps {
-        apps.push(views::app_view(s, app, &all, engine_error.as_deref(), 5).await?);
+        apps.push(views::app_view(s, app, &snapshot, 5).await?);
     }
     let recent = s.store.recent_deployments(25).await?;
     Ok(IndexLive {

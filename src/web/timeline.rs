@@ -11,7 +11,8 @@ use crate::pipeline::records::{
     Applied, AppliedIntent, Candidate, ConnectIntent, CreateIntent, DrainIntent, Healthy,
     ImageIntent, ImportIntent, NetworkIntent, OldGeneration, Probe, Resolved, RetireIntent,
     Retired, RevertIntent, RollbackIntent, ServiceHealthIntent, ServiceProbe, ServiceResolveIntent,
-    SoakIntent, StartIntent, SwitchIntent, Switched, SwitchedTo, VerifiedImage,
+    SignatureIntent, Signed, SoakIntent, StartIntent, SwitchIntent, Switched, SwitchedTo,
+    VerifiedImage,
 };
 use crate::store::{Deployment, Step, StepRecord, StepState};
 
@@ -23,6 +24,8 @@ pub struct TimelineRow {
     pub took: String,
     pub intent_words: String,
     pub result_words: Option<String>,
+    /// The engine the step ran on, when the deployment crossed several (a rollout).
+    pub engine: Option<String>,
 }
 
 /// Rows for the steps, to the scale of the deployment: from its first step's start to its
@@ -39,6 +42,7 @@ pub fn rows(d: &Deployment, steps: &[StepRecord], now: DateTime<Utc>) -> Vec<Tim
         .unwrap_or(now)
         .max(start);
     let total = ((end - start).num_milliseconds() as f64).max(1.0);
+    let several = engines_of(steps) > 1;
     steps
         .iter()
         .map(|s| {
@@ -57,10 +61,23 @@ pub fn rows(d: &Deployment, steps: &[StepRecord], now: DateTime<Utc>) -> Vec<Tim
                     svc => format!("Service {svc}: {}", intent_words(s.step, &s.intent)),
                 },
                 result_words: result_words(s),
+                engine: (several && !s.target.is_empty()).then(|| s.target.clone()),
                 step: s.clone(),
             }
         })
         .collect()
+}
+
+/// How many engines the steps ran on (the deployment's own steps, like `resolve`, on none).
+fn engines_of(steps: &[StepRecord]) -> usize {
+    let mut seen: Vec<&str> = steps
+        .iter()
+        .map(|s| s.target.as_str())
+        .filter(|t| !t.is_empty())
+        .collect();
+    seen.sort_unstable();
+    seen.dedup();
+    seen.len()
 }
 
 fn short_id(id: &str) -> String {
@@ -92,9 +109,11 @@ pub fn intent_words(step: Step, i: &Value) -> String {
 fn generic_intent(step: Step) -> &'static str {
     match step {
         Step::Resolve => "Ask the registry which image the tag is",
+        Step::Signature => "Check that a trusted key signed exactly this digest",
         Step::Pull => "Pull the image by digest",
         Step::Verify => "Check that the engine's image carries exactly that digest",
         Step::Create => "Create the new container",
+        Step::Reach => "Check that the engine answers",
         Step::StopOld => "Stop the previous generation",
         Step::Start => "Start the new container",
         Step::Health => "Wait until the new container is healthy",
@@ -137,6 +156,18 @@ fn intent_sentence(step: Step, i: &Value) -> Option<String> {
                 )
             }
         },
+        Step::Signature => {
+            let s: SignatureIntent = read(i)?;
+            let of = match &s.manifest {
+                Some(m) => format!(" (the index of {})", short_digest(m)),
+                None => String::new(),
+            };
+            format!(
+                "Check that {}{of} is signed by a trusted key: {}",
+                s.subject,
+                s.keys.join(", ")
+            )
+        }
         Step::Pull => format!("Pull {} by digest", read::<ImageIntent>(i)?.reference),
         Step::Verify => format!(
             "Check that the engine's image {} carries exactly that digest",
@@ -195,7 +226,7 @@ fn intent_sentence(step: Step, i: &Value) -> Option<String> {
             "Make sure the app's private network {} exists",
             read::<NetworkIntent>(i)?.network
         ),
-        Step::Volumes => return None,
+        Step::Volumes | Step::Reach => return None,
         Step::Connect => {
             let c: ConnectIntent = read(i)?;
             format!(
@@ -282,6 +313,7 @@ fn result_sentence(step: Step, r: &Value) -> Option<String> {
             let r: Resolved = read(r)?;
             format!("Resolved to {} ({})", short_digest(&r.digest), r.platform)
         }
+        Step::Signature => signed_by(&read::<Signed>(r)?),
         Step::Verify => format!(
             "Image {} verified",
             short_id(&read::<VerifiedImage>(r)?.image_id)
@@ -317,6 +349,18 @@ fn result_sentence(step: Step, r: &Value) -> Option<String> {
         }
         _ => return None,
     })
+}
+
+/// Who signed what runs, in words: the page's "Signed by" and the step's result.
+pub fn signed_by(s: &Signed) -> String {
+    format!(
+        "Signed by {} ({}, trust {}), {} over {}",
+        s.key,
+        s.algorithm,
+        s.trust,
+        s.format.describe(),
+        short_digest(&s.signed)
+    )
 }
 
 /// The top-level scalar fields of a JSON object, as `key value, …`.
@@ -453,6 +497,27 @@ mod tests {
     }
 
     #[test]
+    fn each_step_names_its_engine_only_when_the_deployment_crossed_several() {
+        let mut steps = vec![
+            step(Step::Resolve, 0, Some(100)),
+            step(Step::Pull, 100, Some(200)),
+        ];
+        let one = rows(&deployment(Some(300)), &steps, at(300));
+        assert!(
+            one.iter().all(|r| r.engine.is_none()),
+            "one engine: no label"
+        );
+        let mut remote = step(Step::Pull, 200, Some(300));
+        remote.target = "edge".into();
+        steps.push(remote);
+        let engines: Vec<Option<String>> = rows(&deployment(Some(300)), &steps, at(300))
+            .into_iter()
+            .map(|r| r.engine)
+            .collect();
+        assert_eq!(engines, [None, Some("local".into()), Some("edge".into())]);
+    }
+
+    #[test]
     fn a_running_step_reaches_now_and_an_instant_step_still_shows() {
         let steps = [step(Step::Resolve, 0, Some(0)), step(Step::Health, 0, None)];
         let rows = rows(&deployment(None), &steps, at(2000));
@@ -474,6 +539,26 @@ mod tests {
         ];
         let end = super::rows(&deployment(Some(1000)), &steps, at(1000));
         assert!(end[1].width >= 0.4 && end[1].left + end[1].width <= 100.0);
+    }
+
+    #[test]
+    fn a_signature_step_says_which_key_signed_what() {
+        let signed = Signed {
+            key: "SHA256:abc=".into(),
+            algorithm: "ECDSA P-256".into(),
+            trust: "ci".into(),
+            format: crate::signature::Format::Bundle,
+            signed: "sha256:0123456789abcdef0123".into(),
+        };
+        let mut s = step(Step::Signature, 0, Some(1));
+        s.result = Some(serde_json::to_value(&signed).unwrap());
+        assert_eq!(
+            result_words(&s).as_deref(),
+            Some(
+                "Signed by SHA256:abc= (ECDSA P-256, trust ci), sigstore bundle (OCI referrer) \
+                 over sha256:0123456789ab"
+            )
+        );
     }
 
     fn words(step: Step, intent: impl serde::Serialize) -> String {
@@ -500,7 +585,7 @@ mod tests {
     #[test]
     fn every_step_says_what_its_own_record_holds() {
         let c = || "0123456789abcdef".to_owned();
-        let cases: Vec<(Step, Value, &str)> = vec![
+        let mut cases: Vec<(Step, Value, &str)> = vec![
             (
                 Step::Start,
                 serde_json::to_value(StartIntent {
@@ -537,6 +622,7 @@ mod tests {
                     url: "http://127.0.0.1:1/health".into(),
                     timeout_ms: 1,
                     json: Default::default(),
+                    via: None,
                 })
                 .unwrap(),
                 "Wait until http://127.0.0.1:1/health answers 2xx",
@@ -554,6 +640,18 @@ mod tests {
                  linux/amd64",
             ),
         ];
+        cases.push((
+            Step::Signature,
+            serde_json::to_value(SignatureIntent {
+                subject: "127.0.0.1:5000/demo/web@sha256:1111".into(),
+                manifest: Some("sha256:0123456789abcdef0123".into()),
+                keys: vec!["SHA256:abc= (trust ci)".into()],
+                annotations: vec![],
+            })
+            .unwrap(),
+            "Check that 127.0.0.1:5000/demo/web@sha256:1111 (the index of sha256:0123456789ab) \
+             is signed by a trusted key: SHA256:abc= (trust ci)",
+        ));
         for (step, intent, want) in cases {
             assert_eq!(intent_words(step, &intent), want, "{step:?}");
         }

@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use uuid::Uuid;
 
+use super::engines::{EngineRow, Snapshot};
 use super::{AppState, WebError};
 use crate::config::AppConfig;
 use crate::engine::{ContainerFacts, LABEL_APP, LABEL_DEPLOYMENT, LABEL_DIGEST, LABEL_SERVICE};
@@ -30,7 +31,12 @@ pub struct AppView {
     /// Each service of the app (the primary first) and its container in the serving
     /// generation, as the engine sees it.
     pub services: Vec<ServiceView>,
+    /// Why the first target's engine could not be asked (see `engines` for each).
     pub engine_error: Option<String>,
+    /// A row per target of the app: what serves there, the engine's view of it, and where
+    /// a deployment in progress stands on it. An engine that could not be asked within
+    /// its deadline says so, and the others' rows are whole.
+    pub engines: Vec<EngineRow>,
     pub latest_deployment: Option<Deployment>,
     pub deployments: Vec<Deployment>,
     /// What reconciliation removed or requeued for this app, newest first.
@@ -43,6 +49,9 @@ pub struct AppView {
     pub current_step: Option<String>,
     /// The pin in force (a rollback's): pushes do not move the app until it is unpinned.
     pub pin: Option<crate::store::Pin>,
+    /// Which key signed what serves: the `signature` step of the serving deployment (none
+    /// for an app that need not be signed).
+    pub signature: Option<crate::pipeline::records::Signed>,
 }
 
 impl AppView {
@@ -51,12 +60,15 @@ impl AppView {
         let g = self.generation.as_ref()?;
         self.containers
             .iter()
-            .find(|c| c.id == g.container_id)
+            .find(|c| c.id == g.container_id && c.target == g.target)
             .map(|c| &c.facts)
     }
 
     /// One line for the page: does the engine agree with the journal?
     pub fn serving_state(&self) -> String {
+        if self.engines.len() > 1 {
+            return self.engines_state();
+        }
         match (&self.generation, self.serving(), &self.engine_error) {
             (_, _, Some(_)) => "engine unreachable".into(),
             (None, _, _) => "nothing deployed yet".into(),
@@ -67,7 +79,36 @@ impl AppView {
     }
 
     pub fn is_healthy_view(&self) -> bool {
+        if self.engines.len() > 1 {
+            return self.engines.iter().all(|e| e.running);
+        }
         self.serving().is_some_and(|c| c.running)
+    }
+
+    /// An app on several engines: on how many it runs, and which cannot be asked.
+    fn engines_state(&self) -> String {
+        let n = self.engines.len();
+        let running = self.engines.iter().filter(|e| e.running).count();
+        let down: Vec<&str> = self
+            .engines
+            .iter()
+            .filter(|e| !e.reachable)
+            .map(|e| e.target.as_str())
+            .collect();
+        let mut line = if running == n {
+            format!("running on all {n} engines")
+        } else {
+            format!("running on {running} of {n} engines")
+        };
+        if !down.is_empty() {
+            line.push_str(&format!(" ({} unreachable)", down.join(", ")));
+        }
+        line
+    }
+
+    /// Whether any of the app's engines has a rollout row to show.
+    pub fn rolling_out(&self) -> bool {
+        self.engines.iter().any(|e| e.rollout.is_some())
     }
 
     /// The tag the serving deployment resolved, when it is among those shown.
@@ -77,6 +118,11 @@ impl AppView {
             .iter()
             .find(|d| d.id == g.deployment_id)
             .and_then(|d| d.requested_tag.as_deref())
+    }
+
+    /// "Signed by …" for what serves, in words.
+    pub fn signed_by(&self) -> Option<String> {
+        self.signature.as_ref().map(super::timeline::signed_by)
     }
 
     /// The newest deployment that has ended.
@@ -158,6 +204,8 @@ pub struct ContainerView {
     #[serde(flatten)]
     pub facts: ContainerFacts,
     pub accounted_for: bool,
+    /// The target whose engine listed it.
+    pub target: String,
 }
 
 impl std::ops::Deref for ContainerView {
@@ -174,47 +222,87 @@ pub struct DeploymentView {
     pub steps: Vec<StepRecord>,
 }
 
-pub async fn containers_by_app(s: &AppState) -> (Vec<ContainerFacts>, Option<String>) {
-    match s.engine.managed_containers(None, None).await {
-        Ok(c) => (c, None),
-        Err(e) => (vec![], Some(e.to_string())),
-    }
+/// Pier's containers on every engine some app runs on, each engine asked at once within
+/// its deadline: for the overview and the apps list.
+pub async fn containers_of_all(s: &AppState, apps: &[AppConfig]) -> Snapshot {
+    let targets = apps
+        .iter()
+        .flat_map(|a| a.targets.iter().map(String::as_str));
+    s.targets.snapshot(targets, None).await
+}
+
+/// The overview's line for engines that could not be asked, if any could not.
+pub fn unreachable_line(snapshot: &Snapshot) -> Option<String> {
+    let failed = snapshot.failures();
+    (!failed.is_empty()).then(|| failed.join("; "))
 }
 
 pub async fn app_view(
     s: &AppState,
     app: &AppConfig,
-    all: &[ContainerFacts],
-    engine_error: Option<&str>,
+    snapshot: &Snapshot,
     history: i64,
 ) -> Result<AppView, WebError> {
-    let generation = s.store.generation(&app.name, &app.targets[0]).await?;
+    // The fields from before several engines (`generation`, `services`, `route`,
+    // `engine_error`) describe the app's first target, as they always did; `engines` has
+    // a row for each.
+    let first = app.targets[0].as_str();
+    let generations = s.store.generations_of(&app.name).await?;
+    let generation = generations.iter().find(|g| g.target == first).cloned();
     let deployments = s.store.app_deployments(&app.name, history).await?;
     let reconcile_actions = s.store.reconcile_actions(&app.name, 10).await?;
     let quarantine = s.store.quarantine_of(&app.name).await?;
-    let route = s.store.route(&app.name, &app.targets[0]).await?;
+    let route = s.store.route(&app.name, first).await?;
     let pin = s.store.pin(&app.name).await?;
-    let mine: Vec<&ContainerFacts> = all
+    let mine: Vec<(&str, &ContainerFacts)> = app
+        .targets
         .iter()
-        .filter(|c| c.label(LABEL_APP) == Some(app.name.as_str()))
+        .flat_map(|t| {
+            let listed = snapshot.of(t).unwrap_or_default();
+            listed.iter().map(move |c| (t.as_str(), c))
+        })
+        .filter(|(_, c)| c.label(LABEL_APP) == Some(app.name.as_str()))
         .collect();
-    let ids: Vec<String> = mine.iter().map(|c| c.id.clone()).collect();
+    let ids: Vec<String> = mine.iter().map(|(_, c)| c.id.clone()).collect();
     let known = s.store.known_containers(&ids).await?;
     let running = deployments
         .iter()
         .find(|d| d.state == crate::store::DeploymentState::Running);
-    let current_step = match running {
-        Some(d) => s
+    let steps = match running {
+        Some(d) => s.store.steps(d.id).await?,
+        None => Vec::new(),
+    };
+    let current_step = running.and(steps.last()).map(|st| st.step.to_string());
+    let engines = super::engines::engine_rows(
+        &s.targets,
+        app,
+        snapshot,
+        &generations,
+        running.map(|d| (d, steps.as_slice())),
+    );
+    let on_first: Vec<&ContainerFacts> = mine
+        .iter()
+        .filter(|(t, _)| *t == first)
+        .map(|(_, c)| *c)
+        .collect();
+    let services = services_of(app, generation.as_ref(), &on_first);
+    let signature = match &generation {
+        Some(g) => s
             .store
-            .steps(d.id)
+            .step(
+                g.deployment_id,
+                crate::store::Step::Signature,
+                crate::store::Lane::WHOLE,
+            )
             .await?
-            .last()
-            .map(|st| st.step.to_string()),
+            .and_then(|st| st.result)
+            .and_then(|r| serde_json::from_value(r).ok()),
         None => None,
     };
-    let services = services_of(app, generation.as_ref(), &mine);
     Ok(AppView {
+        signature,
         services,
+        engines,
         name: app.name.clone(),
         image: app.image.clone(),
         tag: app.tag.clone(),
@@ -228,12 +316,13 @@ pub async fn app_view(
         generation,
         containers: mine
             .into_iter()
-            .map(|c| ContainerView {
+            .map(|(target, c)| ContainerView {
                 accounted_for: known.contains(&c.id),
+                target: target.to_owned(),
                 facts: c.clone(),
             })
             .collect(),
-        engine_error: engine_error.map(str::to_owned),
+        engine_error: snapshot.of(first).err().map(str::to_owned),
         latest_deployment: deployments.first().cloned(),
         deployments,
         reconcile_actions,
@@ -254,11 +343,9 @@ pub fn find_app(s: &AppState, name: &str) -> Result<AppConfig, WebError> {
 
 pub async fn one_app(s: &AppState, name: &str, history: i64) -> Result<AppView, WebError> {
     let app = find_app(s, name)?;
-    let (all, err) = match s.engine.managed_containers(Some(name), None).await {
-        Ok(c) => (c, None),
-        Err(e) => (vec![], Some(e.to_string())),
-    };
-    app_view(s, &app, &all, err.as_deref(), history).await
+    let targets = app.targets.iter().map(String::as_str);
+    let snapshot = s.targets.snapshot(targets, Some(name)).await;
+    app_view(s, &app, &snapshot, history).await
 }
 
 /// The app's page: its view with one page of history, newest first, older than `before`

@@ -21,10 +21,11 @@ use tracing::Instrument;
 
 use crate::backoff::Backoff;
 use crate::config::Config;
-use crate::pipeline::{self, Context, Outcome, error_chain};
+use crate::errors::error_chain;
+use crate::pipeline::{self, Context, Outcome};
 use crate::store::{Deployment, DeploymentState, StoreError};
 
-pub use wake::{CHANNEL, Deploying, Signals, listen};
+pub use wake::{Deploying, Signals, listen};
 
 /// How long a deployment in flight may take to finish after shutdown is asked before its
 /// lease is released for another worker to resume it from the journal.
@@ -243,16 +244,25 @@ impl Worker {
         }
     }
 
-    /// Extends the lease every third of its length; returns only when it is lost.
+    /// Extends the lease every third of its length; returns only when it is lost. A failed
+    /// heartbeat (the database away, a failover under way) is tried again within a second
+    /// or two, not a third of a lease later: the lease must not run out merely because the
+    /// database came back between two beats, or another worker would resume the run.
     async fn heartbeat(&self, dep: &Deployment) -> String {
         let lease = self.config.server.lease;
+        let mut retry = Backoff::new(Duration::from_millis(200), Duration::from_secs(2));
+        let mut pause = lease / 3;
         loop {
-            tokio::time::sleep(lease / 3).await;
+            tokio::time::sleep(pause).await;
             match self.ctx.store.heartbeat(dep.id, &self.owner, lease).await {
-                Ok(()) => {}
+                Ok(()) => {
+                    retry.reset();
+                    pause = lease / 3;
+                }
                 Err(StoreError::LeaseLost) => return "another worker holds the lease".into(),
                 Err(e) => {
-                    tracing::warn!(error = %error_chain(&e), "heartbeat failed; retrying")
+                    tracing::warn!(error = %error_chain(&e), "heartbeat failed; retrying");
+                    pause = retry.next_delay().unwrap_or(pause).min(lease / 3);
                 }
             }
         }

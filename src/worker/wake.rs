@@ -9,11 +9,8 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
-use crate::pipeline::error_chain;
-use crate::store::Store;
-
-/// The channel the `deployments` trigger notifies on every queue change.
-pub const CHANNEL: &str = "pier_queue";
+use crate::errors::error_chain;
+use crate::store::{Store, take_liveness};
 
 /// What the listener shares with the workers.
 pub struct Signals {
@@ -76,15 +73,22 @@ impl Drop for DeployingGuard {
 /// lock `liveness_key`. The lock lives exactly as long as the connection: if this process
 /// dies, Postgres releases it at once and other processes resume its deployments without
 /// waiting for their leases to expire.
+///
+/// After a lost connection (a restart, a failover to a standby) it connects again through
+/// the store, which tries every configured host: on the new primary it re-takes its own
+/// lock (a promoted standby holds none), and the wake-up after every (re)connection is the
+/// one look at the queue that covers the notifications sent while it was away.
 pub async fn listen(
     store: Store,
     liveness_key: i64,
     signals: Signals,
     shutdown: CancellationToken,
 ) {
+    // Capped low: while the database is away every worker waits on this listener, so the
+    // time from a standby's promotion to the first claim is at most about this cap.
     let mut backoff = Backoff::new(
         std::time::Duration::from_millis(200),
-        std::time::Duration::from_secs(5),
+        std::time::Duration::from_secs(2),
     );
     while !shutdown.is_cancelled() {
         match connect(&store, liveness_key).await {
@@ -100,7 +104,7 @@ pub async fn listen(
                 drop(listener);
             }
             Err(e) => {
-                tracing::warn!(error = %error_chain(&e), "queue listener cannot connect; retrying");
+                tracing::warn!(error = %e, "queue listener cannot connect; retrying");
                 if !backoff.wait_or(&shutdown).await {
                     return;
                 }
@@ -110,17 +114,19 @@ pub async fn listen(
 }
 
 /// The listener's own connection also carries the liveness lock, so both end together.
-async fn connect(store: &Store, liveness_key: i64) -> Result<PgListener, sqlx::Error> {
-    let mut listener = store.own_listener(CHANNEL).await?;
-    let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
-        .bind(liveness_key)
-        .fetch_one(&mut listener)
-        .await?;
+async fn connect(store: &Store, liveness_key: i64) -> Result<PgListener, String> {
+    let mut listener = store
+        .own_listener(crate::store::Channel::Queue)
+        .await
+        .map_err(|e| error_chain(&e))?;
+    let locked = take_liveness(&mut listener, liveness_key)
+        .await
+        .map_err(|e| error_chain(&e))?;
     if !locked {
         // Keys are random 62-bit numbers: someone else holding ours is a bug, not a race.
-        return Err(sqlx::Error::Protocol(format!(
+        return Err(format!(
             "liveness lock {liveness_key} is held by another session"
-        )));
+        ));
     }
     Ok(listener)
 }

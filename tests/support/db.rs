@@ -18,12 +18,39 @@ pub struct TestDb {
     pub name: String,
     pub url: String,
     pub pool: PgPool,
+    /// A server of the test's own (a [`PgPair`]): it goes with its directory, so the
+    /// database is not dropped.
+    own_server: bool,
     dropped: bool,
 }
 
 impl TestDb {
     pub async fn create() -> TestDb {
-        let base = base_database_url();
+        Self::create_at(&base_database_url(), false).await
+    }
+
+    /// A fresh database on a server the test runs itself (`base`: a superuser's URL).
+    pub async fn create_on(base: &str) -> TestDb {
+        Self::create_at(base, true).await
+    }
+
+    /// Points `url` and `pool` at another server holding the same database (the promoted
+    /// standby after a failover).
+    pub async fn repoint(&mut self, server: &str) {
+        let mut url = reqwest::Url::parse(server).expect("a database URL");
+        url.set_path(&format!("/{}", self.name));
+        self.url = url.to_string();
+        self.pool.close().await;
+        self.pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect(&self.url)
+            .await
+            .unwrap_or_else(|e| panic!("connect to {}: {e}", self.url));
+    }
+
+    async fn create_at(base: &str, own_server: bool) -> TestDb {
+        let base = base.to_owned();
         let name = format!("pier_test_{}", uuid::Uuid::new_v4().simple());
         let mut conn = sqlx::PgConnection::connect(&base)
             .await
@@ -51,6 +78,7 @@ impl TestDb {
             name,
             url,
             pool,
+            own_server,
             dropped: false,
         }
     }
@@ -69,7 +97,9 @@ impl TestDb {
             return;
         }
         self.pool.close().await;
-        drop_database(&self.name).await;
+        if !self.own_server {
+            drop_database(&self.name).await;
+        }
         self.dropped = true;
     }
 }
@@ -93,7 +123,7 @@ async fn drop_database(name: &str) {
 
 impl Drop for TestDb {
     fn drop(&mut self) {
-        if !self.dropped {
+        if !self.dropped && !self.own_server {
             self.dropped = true;
             let name = self.name.clone();
             block_on_side_thread(async move { drop_database(&name).await });

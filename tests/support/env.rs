@@ -122,9 +122,28 @@ pub struct TestEnvBuilder {
     extra_server_toml: String,
     registry_auth: Option<(String, String)>,
     extra_sources_toml: String,
+    /// The database server (a superuser URL) and Pier's URL for it, `{db}` standing for
+    /// the database's name; `None`: the shared server, one host.
+    database: Option<(String, String)>,
+    /// The test registry's port; `None`: a free one.
+    registry_port: Option<u16>,
 }
 
 impl TestEnvBuilder {
+    /// The test registry listens on `port` (chosen by the test with [`free_port`]), so that
+    /// what needs its address before the environment starts (an extra engine forwarding
+    /// it into its namespace) can have it.
+    pub fn registry_port(mut self, port: u16) -> Self {
+        self.registry_port = Some(port);
+        self
+    }
+
+    /// The database on a primary and standby of the test's own; Pier is given both hosts.
+    pub fn on_pair(mut self, pair: &PgPair) -> Self {
+        self.database = Some((pair.primary.url("postgres"), pair.pier_url("{db}")));
+        self
+    }
+
     /// More `[[sources]]` tables, appended verbatim after the default ones; `{registry}`
     /// becomes the test registry's `127.0.0.1:PORT`.
     pub fn sources_toml(mut self, toml: &str) -> Self {
@@ -213,9 +232,21 @@ impl TestEnvBuilder {
 
     pub async fn start(self) -> TestEnv {
         let pier_port = free_port();
-        let registry_port = free_port();
-        let db = TestDb::create().await;
+        let registry_port = self.registry_port.unwrap_or_else(free_port);
+        let (db, pier_database_url) = match &self.database {
+            None => {
+                let db = TestDb::create().await;
+                let url = db.url.clone();
+                (db, url)
+            }
+            Some((server, pier_url)) => {
+                let db = TestDb::create_on(server).await;
+                let url = pier_url.replace("{db}", &db.name);
+                (db, url)
+            }
+        };
         let mut env = TestEnv {
+            pier_database_url,
             pier: None,
             guards: self.apps.iter().map(|a| AppGuard::new(&a.name)).collect(),
             registry: None,
@@ -260,6 +291,8 @@ impl TestEnvBuilder {
 /// more uniquely named apps with their own publish ports. Fields drop in declaration order:
 /// Pier first, then the apps' containers, then the registry, then the database.
 pub struct TestEnv {
+    /// `server.database_url` of the config (several hosts on a [`PgPair`]).
+    pub pier_database_url: String,
     pub pier: Option<PierProcess>,
     guards: Vec<AppGuard>,
     registry: Option<Registry>,
@@ -297,6 +330,8 @@ impl TestEnv {
             extra_server_toml: String::new(),
             registry_auth: None,
             extra_sources_toml: String::new(),
+            database: None,
+            registry_port: None,
         }
     }
 
@@ -371,7 +406,7 @@ impl TestEnv {
              \n[[registries]]\nhost = \"{reg}\"\ninsecure = true\n{auth}\
              \n[[sources]]\nname = \"local\"\nkind = \"distribution\"\ntoken = \"{token}\"\n\
              \n[[sources]]\nname = \"gen\"\nkind = \"generic\"\nhmac_secret = \"{hmac}\"\n",
-            db = toml_str(&self.db.url),
+            db = toml_str(&self.pier_database_url),
             admin = self.admin_token,
             workers = self.workers,
             lease = self.lease,
@@ -401,6 +436,13 @@ impl TestEnv {
             s.push_str(&app.render(&self.registry_host()));
         }
         s
+    }
+
+    /// More top-level TOML for every config rendered from now on (e.g. the `[[targets]]`
+    /// entry of an [`ExtraEngine`] started once the registry's port was known).
+    pub fn add_sources_toml(&mut self, toml: &str) {
+        self.extra_sources_toml.push_str(toml.trim_end());
+        self.extra_sources_toml.push('\n');
     }
 
     /// The pier.toml of the main Pier process.

@@ -61,6 +61,8 @@ pub struct TokenRequest {
 
 struct Shared {
     fault: Fault,
+    /// Only manifest paths containing this are faulted (all when `None`).
+    only: Option<String>,
     /// Behind a token service: manifests need `Authorization: Bearer <this>`, from `/token`.
     token: Option<String>,
     token_requests: Mutex<Vec<TokenRequest>>,
@@ -85,23 +87,35 @@ const TRICKLED: &[u8] = br#"{"schemaVersion":2,"mediaType":"application/vnd.oci.
 
 impl HostileRegistry {
     pub async fn start(fault: Fault) -> HostileRegistry {
-        Self::start_with(fault, None).await
+        Self::start_with(fault, None, None).await
+    }
+
+    /// Like [`HostileRegistry::start`], but only manifest requests whose path contains
+    /// `only` are faulted (e.g. `/manifests/sha256-`: cosign's signature tags); the others
+    /// are relayed to the upstream.
+    pub async fn start_for(fault: Fault, only: &str) -> HostileRegistry {
+        Self::start_with(fault, None, Some(only.to_owned())).await
     }
 
     /// Like [`HostileRegistry::start`], but every manifest request first needs a Bearer
     /// token: without it the answer is 401 with a challenge naming this double's `/token`
     /// realm, which hands out the token to anyone (and records what it was sent).
     pub async fn start_behind_token(fault: Fault) -> HostileRegistry {
-        Self::start_with(fault, Some(format!("tok-{}", random_hex(16)))).await
+        Self::start_with(fault, Some(format!("tok-{}", random_hex(16))), None).await
     }
 
-    async fn start_with(fault: Fault, token: Option<String>) -> HostileRegistry {
+    async fn start_with(
+        fault: Fault,
+        token: Option<String>,
+        only: Option<String>,
+    ) -> HostileRegistry {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind the hostile registry");
         let port = listener.local_addr().expect("local_addr").port();
         let shared = Arc::new(Shared {
             fault,
+            only,
             token,
             token_requests: Mutex::new(Vec::new()),
             upstream: Mutex::new(None),
@@ -223,6 +237,7 @@ async fn handle(State(s): State<Arc<Shared>>, req: Request) -> Response {
         }
     }
     let faulted = is_manifest(&path)
+        && s.only.as_ref().is_none_or(|o| path.contains(o.as_str()))
         && match &s.fault {
             Fault::TooManyRequests(list) => {
                 s.rate_limited.fetch_add(1, Ordering::SeqCst) < list.len()

@@ -32,6 +32,10 @@ pub enum TestImage {
     ExitsAtOnce { version: String },
     /// Like `Healthy`, plus an image HEALTHCHECK (`busybox wget` of /health every second).
     WithHealthcheck { version: String },
+    /// Like `WithHealthcheck`, but the check fails on an engine whose containers get a
+    /// file limit of exactly `nofile` (`dockerd --default-ulimit nofile=N:N`): one image,
+    /// healthy on every host but one that is configured differently.
+    UnhealthyAtNofile { version: String, nofile: u32 },
     /// Like `Healthy`, but httpd starts only after `secs` seconds: a deployment that
     /// spends that long in its `health` step.
     SlowStart { version: String, secs: u32 },
@@ -67,6 +71,13 @@ impl TestImage {
     pub fn with_healthcheck(version: &str) -> Self {
         TestImage::WithHealthcheck {
             version: version.to_owned(),
+        }
+    }
+
+    pub fn unhealthy_at_nofile(version: &str, nofile: u32) -> Self {
+        TestImage::UnhealthyAtNofile {
+            version: version.to_owned(),
+            nofile,
         }
     }
 
@@ -111,6 +122,7 @@ impl TestImage {
             | TestImage::NoHealthFile { version }
             | TestImage::ExitsAtOnce { version }
             | TestImage::WithHealthcheck { version }
+            | TestImage::UnhealthyAtNofile { version, .. }
             | TestImage::SpoofsLabels { version }
             | TestImage::WritesTmp { version, .. } => version,
         }
@@ -193,6 +205,21 @@ impl TestImage {
             cfg["Healthcheck"] = serde_json::json!({
                 "Test": ["CMD", "/bin/busybox", "wget", "-q", "-O", "/dev/null",
                          "http://127.0.0.1:8080/health"],
+                "Interval": 1_000_000_000u64,
+                "Timeout": 1_000_000_000u64,
+                "StartPeriod": 0u64,
+                "Retries": 2,
+            });
+        }
+        if let TestImage::UnhealthyAtNofile { nofile, .. } = self {
+            // The app's own limit (its PID 1's), which the engine's default sets; a
+            // HEALTHCHECK's exec may be given other limits than the container's.
+            let check = format!(
+                "! /bin/busybox grep -qE 'open files +{nofile} ' /proc/1/limits && \
+                 /bin/busybox wget -q -O /dev/null http://127.0.0.1:8080/health"
+            );
+            cfg["Healthcheck"] = serde_json::json!({
+                "Test": ["CMD", "/bin/busybox", "sh", "-c", check],
                 "Interval": 1_000_000_000u64,
                 "Timeout": 1_000_000_000u64,
                 "StartPeriod": 0u64,
@@ -321,14 +348,14 @@ pub fn registry_auth(host: &str) -> RegistryAuth {
         .unwrap_or(RegistryAuth::Anonymous)
 }
 
-fn oci_client(host: &str) -> OciClient {
+pub fn oci_client(host: &str) -> OciClient {
     OciClient::new(ClientConfig {
         protocol: ClientProtocol::HttpsExcept(vec![host.to_owned()]),
         ..Default::default()
     })
 }
 
-fn oci_ref(host: &str, repo: &str, tag_or_digest: &str) -> Reference {
+pub fn oci_ref(host: &str, repo: &str, tag_or_digest: &str) -> Reference {
     if tag_or_digest.starts_with("sha256:") {
         Reference::with_digest(host.to_owned(), repo.to_owned(), tag_or_digest.to_owned())
     } else {

@@ -41,23 +41,33 @@ use sha2::{Digest as _, Sha256};
 use sqlx::{Connection, PgPool};
 use tempfile::TempDir;
 
+mod cosign;
 mod db;
 mod engine;
+mod engines;
 mod env;
 mod hooks;
 mod hostile_registry;
 mod images;
 mod load;
+mod pg_pair;
 mod pgproxy;
 mod pier_process;
 mod proxies;
 mod recording_app;
 mod registry;
 mod reload;
+/// Issue 23: an app on three engines (`support::rollout::Fleet`).
+pub mod rollout;
 mod signin;
+mod sse;
 
+#[allow(unused_imports)] // only the signature tests sign images
+pub use cosign::*;
 pub use db::*;
 pub use engine::*;
+#[allow(unused_imports)] // only the remote-target tests start extra engines
+pub use engines::*;
 #[allow(unused_imports)] // the store-only tests need no environment
 pub use env::*;
 #[allow(unused_imports)] // only some test binaries record hooks
@@ -67,6 +77,8 @@ pub use hostile_registry::*;
 pub use images::*;
 #[allow(unused_imports)] // only the zero-downtime tests put load on an app
 pub use load::*;
+#[allow(unused_imports)] // only the failover tests run a primary and a standby
+pub use pg_pair::*;
 #[allow(unused_imports)] // only some test binaries relay Postgres
 pub use pgproxy::*;
 pub use pier_process::*;
@@ -79,6 +91,8 @@ pub use registry::*;
 pub use reload::*;
 #[allow(unused_imports)] // only the page tests sign in
 pub use signin::*;
+#[allow(unused_imports)] // only the live-page tests read event streams
+pub use sse::*;
 
 // ---------------------------------------------------------------------------------------------
 // Small utilities
@@ -166,7 +180,7 @@ where
     }
 }
 
-fn http_client() -> reqwest::Client {
+pub fn http_client() -> reqwest::Client {
     // Building a client loads TLS roots (hundreds of ms), far more than a loopback request,
     // so each thread keeps one. Every #[tokio::test] runs its runtime on its own thread, and
     // no idle connection is pooled, so nothing outlives the runtime that made it.

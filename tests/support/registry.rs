@@ -203,6 +203,37 @@ impl Registry {
         Some((digest, ct))
     }
 
+    /// Points `tag` at the manifest `digest` already in `repo`: one PUT of its bytes, no
+    /// image built and no blob sent, so a tag moves at the moment a test says.
+    pub async fn retag(&self, repo: &str, digest: &str, tag: &str) {
+        let get = format!("{}/v2/{repo}/manifests/{digest}", self.url());
+        let resp = http_client()
+            .get(&get)
+            .timeout(Duration::from_secs(10))
+            .header("Accept", MANIFEST_ACCEPT)
+            .send()
+            .await
+            .expect("GET the manifest");
+        assert!(resp.status().is_success(), "GET {get}: {}", resp.status());
+        let ct = resp
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or(MT_OCI_MANIFEST)
+            .to_owned();
+        let body = resp.bytes().await.expect("the manifest's bytes");
+        let put = format!("{}/v2/{repo}/manifests/{tag}", self.url());
+        let resp = http_client()
+            .put(&put)
+            .timeout(Duration::from_secs(10))
+            .header("Content-Type", ct)
+            .body(body)
+            .send()
+            .await
+            .expect("PUT the manifest under the tag");
+        assert!(resp.status().is_success(), "PUT {put}: {}", resp.status());
+    }
+
     /// Deletes a manifest by digest (storage.delete is enabled).
     pub async fn delete_manifest(&self, repo: &str, digest: &str) -> u16 {
         let url = format!("{}/v2/{repo}/manifests/{digest}", self.url());

@@ -168,23 +168,24 @@ impl Store {
         // batch with a version guard takes the transaction below, with the same rules.
         if reqs.iter().all(|r| one_statement_can_record(r)) {
             let lanes = &self.batch.lanes;
-            let mut conn = lanes.take(&self.pool.connect_options()).await?;
+            let mut lane = self.noticed(lanes.take(&self.cluster).await)?;
             let recorded = async {
                 if plain::queues_nothing(reqs) {
-                    plain::record_plain(&mut conn, reqs).await
+                    plain::record_plain(&mut lane.conn, reqs).await
                 } else {
-                    record_all(&mut conn, reqs).await
+                    record_all(&mut lane.conn, reqs).await
                 }
             };
-            return match tokio::time::timeout(STATEMENT_DEADLINE, recorded).await {
+            let res = match tokio::time::timeout(STATEMENT_DEADLINE, recorded).await {
                 Ok(Ok(outcomes)) => {
-                    lanes.give_back(conn);
+                    lanes.give_back(lane);
                     Ok(outcomes)
                 }
                 // A lane that failed is closed (dropped here), whatever the reason.
                 Ok(Err(e)) => Err(e),
                 Err(_) => Err(StoreError::Unavailable(sqlx::Error::PoolTimedOut)),
             };
+            return self.noticed(res);
         }
         let mut tx = self.begin().await?;
         let apps: Vec<&str> = reqs.iter().flat_map(|r| r.apps()).collect();

@@ -71,6 +71,9 @@ impl TagRule {
         match self {
             TagRule::Exact(t) if fold_case => t.eq_ignore_ascii_case(tag),
             TagRule::Exact(t) => t == tag,
+            // A push of a signature or attestation (`cosign sign` writes a tag of its own)
+            // is not a version of the app: a glob such as `*` must not deploy it.
+            TagRule::Glob(_) if is_artifact_tag(tag) => false,
             TagRule::Glob(p) => glob_match(p, tag, fold_case),
             TagRule::Semver(r) => tag_version(tag).is_some_and(|v| r.req.matches(&v)),
         }
@@ -135,6 +138,18 @@ impl fmt::Display for TagRule {
 /// The version a tag names: `1.2.3` or `v1.2.3`, pre-release and build parts allowed.
 /// `1.2`, `latest` or `v1` are not versions (semver needs all three numbers), so a range
 /// never matches them: a moving tag must not be mistaken for a release.
+/// The tags cosign and the OCI referrers fallback write beside an image, named after the
+/// digest they are about: `sha256-<64 hex>`, alone or with `.sig`, `.att` or `.sbom`.
+pub fn is_artifact_tag(tag: &str) -> bool {
+    let Some(rest) = tag.strip_prefix("sha256-") else {
+        return false;
+    };
+    let (hex, suffix) = rest.split_at(rest.len().min(64));
+    hex.len() == 64
+        && hex.bytes().all(|b| b.is_ascii_hexdigit())
+        && matches!(suffix, "" | ".sig" | ".att" | ".sbom")
+}
+
 pub fn tag_version(tag: &str) -> Option<semver::Version> {
     let t = tag.strip_prefix(['v', 'V']).unwrap_or(tag);
     semver::Version::parse(t).ok()
@@ -244,5 +259,25 @@ mod tests {
         let e = TagRule::exact("main");
         assert_eq!(e.choose(["dev", "main"]), Some("main"));
         assert_eq!(e.choose(["dev"]), None);
+    }
+
+    #[test]
+    fn a_glob_never_deploys_a_signature_or_referrers_tag() {
+        let hex = "a".repeat(64);
+        let any = TagRule::from_tag("*").unwrap();
+        for tag in [
+            format!("sha256-{hex}.sig"),
+            format!("sha256-{hex}"),
+            format!("sha256-{hex}.att"),
+        ] {
+            assert!(is_artifact_tag(&tag), "{tag}");
+            assert!(!any.matches(&tag, false), "{tag}");
+        }
+        assert!(any.matches("sha256-notadigest", false));
+        assert!(
+            TagRule::from_tag(&format!("sha256-{hex}.sig"))
+                .unwrap()
+                .matches(&format!("sha256-{hex}.sig"), false)
+        );
     }
 }

@@ -1,0 +1,496 @@
+//! Each engine an app runs on, as the app page, `GET /api/apps/{app}` and `pier status`
+//! show it (issue 23): what the journal says serves there beside what that engine says
+//! of its container, and where a rollout in progress stands on it.
+//!
+//! Every engine is asked at once, each within [`ENGINE_DEADLINE`]: an engine that is down
+//! or unreachable costs a page at most that long, and the other engines' rows are shown
+//! whatever it does. An engine that failed is not asked again for [`DOWN_MEMO`]: the live
+//! pages render again after every change, and a black-holed host would otherwise cost
+//! each render the whole deadline. The memo holds one entry per configured target.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use uuid::Uuid;
+
+pub use super::views::short_digest;
+use crate::config::{AppConfig, LOCAL, TargetKind};
+use crate::engine::{ContainerFacts, EngineView, LABEL_DIGEST};
+use crate::store::{Deployment, Generation, Step, StepRecord, StepState};
+use crate::target::Targets;
+
+/// How long one engine may take to list Pier's containers for a page.
+pub const ENGINE_DEADLINE: Duration = Duration::from_secs(2);
+/// How long an engine that failed is shown as unreachable without being asked again.
+const DOWN_MEMO: Duration = Duration::from_secs(5);
+
+struct TargetView {
+    kind: TargetKind,
+    /// The address as the operator wrote it, without the paths of key files.
+    endpoint: String,
+    view: EngineView,
+}
+
+/// The read-only view of every target's engine. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct TargetViews {
+    all: Arc<BTreeMap<String, TargetView>>,
+    /// Targets whose last answer was a failure: when, and what it was.
+    down: Arc<Mutex<HashMap<String, (Instant, String)>>>,
+}
+
+impl TargetViews {
+    pub fn of(targets: &Targets) -> Self {
+        let all = targets
+            .iter()
+            .map(|t| {
+                let v = TargetView {
+                    kind: t.kind,
+                    endpoint: t.endpoint.to_string(),
+                    view: EngineView::new(t.engine.clone()),
+                };
+                (t.name.clone(), v)
+            })
+            .collect();
+        Self {
+            all: Arc::new(all),
+            down: Default::default(),
+        }
+    }
+
+    /// One engine as the only target `local` (tools and tests with one client).
+    pub fn single(view: EngineView) -> Self {
+        let v = TargetView {
+            kind: TargetKind::Engine,
+            endpoint: crate::engine::Endpoint::Default.to_string(),
+            view,
+        };
+        Self {
+            all: Arc::new(BTreeMap::from([(LOCAL.to_owned(), v)])),
+            down: Default::default(),
+        }
+    }
+
+    /// Pier's containers (of `app`, or all) on each of `names`, every engine asked at
+    /// once and each within [`ENGINE_DEADLINE`].
+    pub async fn snapshot<'a>(
+        &self,
+        names: impl IntoIterator<Item = &'a str>,
+        app: Option<&str>,
+    ) -> Snapshot {
+        let mut wanted: Vec<&str> = names.into_iter().collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        let asks = wanted.into_iter().map(|name| async move {
+            let answer = match self.all.get(name) {
+                None => Err(format!("target `{name}` is not configured")),
+                Some(t) => self.ask(name, t, app).await,
+            };
+            (name.to_owned(), answer)
+        });
+        Snapshot(
+            futures_util::future::join_all(asks)
+                .await
+                .into_iter()
+                .collect(),
+        )
+    }
+
+    async fn ask(
+        &self,
+        name: &str,
+        t: &TargetView,
+        app: Option<&str>,
+    ) -> Result<Vec<ContainerFacts>, String> {
+        if let Some(memo) = self.recently_down(name) {
+            return Err(memo);
+        }
+        let answer =
+            match tokio::time::timeout(ENGINE_DEADLINE, t.view.managed_containers(app, None)).await
+            {
+                Ok(Ok(c)) => Ok(c),
+                Ok(Err(e)) => Err(public_reason(&e.to_string())),
+                Err(_) => Err(format!(
+                    "no answer within {}",
+                    humantime::format_duration(ENGINE_DEADLINE)
+                )),
+            };
+        let mut down = self.down.lock().unwrap_or_else(|e| e.into_inner());
+        match &answer {
+            Ok(_) => {
+                down.remove(name);
+            }
+            Err(reason) => {
+                down.insert(name.to_owned(), (Instant::now(), reason.clone()));
+            }
+        }
+        answer
+    }
+
+    fn recently_down(&self, name: &str) -> Option<String> {
+        let down = self.down.lock().unwrap_or_else(|e| e.into_inner());
+        let (at, reason) = down.get(name)?;
+        let ago = at.elapsed();
+        (ago < DOWN_MEMO).then(|| format!("{reason} (asked {} s ago)", ago.as_secs()))
+    }
+
+    fn describe(&self, name: &str) -> (String, String) {
+        match self.all.get(name) {
+            Some(t) => (kind_name(t.kind).to_owned(), t.endpoint.clone()),
+            None => ("unknown".to_owned(), String::new()),
+        }
+    }
+}
+
+fn kind_name(kind: TargetKind) -> &'static str {
+    match kind {
+        TargetKind::Engine => "engine",
+    }
+}
+
+/// What each engine asked said: its containers, or why it could not be asked.
+#[derive(Default)]
+pub struct Snapshot(BTreeMap<String, Result<Vec<ContainerFacts>, String>>);
+
+impl Snapshot {
+    /// The containers `target`'s engine listed, or why it is unreachable.
+    pub fn of(&self, target: &str) -> Result<&[ContainerFacts], &str> {
+        match self.0.get(target) {
+            Some(Ok(c)) => Ok(c),
+            Some(Err(e)) => Err(e),
+            None => Err("not asked"),
+        }
+    }
+
+    /// `target: reason` for every engine that could not be asked.
+    pub fn failures(&self) -> Vec<String> {
+        self.0
+            .iter()
+            .filter_map(|(t, r)| r.as_ref().err().map(|e| format!("{t}: {e}")))
+            .collect()
+    }
+}
+
+/// An engine's failure in words a page may show: the engine's own message, with every
+/// absolute path withheld (a transport's message may name a key or known_hosts file).
+pub fn public_reason(message: &str) -> String {
+    message
+        .split(' ')
+        .map(|word| {
+            let bare = word.trim_start_matches(['\'', '"', '(', '[', '`']);
+            if bare.starts_with('/') && bare.len() > 1 {
+                "<path>"
+            } else {
+                word
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// One engine of an app: what its journal says serves there and what the engine says.
+#[derive(Serialize, Debug, Clone)]
+pub struct EngineRow {
+    pub target: String,
+    pub kind: String,
+    /// The engine's address as configured, without the paths of key files.
+    pub endpoint: String,
+    pub reachable: bool,
+    /// Why the engine could not be asked (no secrets, no file paths), when it could not.
+    pub unreachable: Option<String>,
+    /// The serving generation on this engine, as the `switch` step journaled it.
+    pub generation: Option<Generation>,
+    /// The digest the journal says serves here.
+    pub digest: Option<String>,
+    pub container_id: Option<String>,
+    /// The serving container as this engine sees it (none: unreachable or gone).
+    pub container_name: Option<String>,
+    /// The `pier.digest` label of that container.
+    pub container_digest: Option<String>,
+    pub running: bool,
+    /// The engine's own status line for it (`Up 3 minutes (healthy)`).
+    pub container_status: Option<String>,
+    /// One line: `running`, `not running (…)`, `container missing`, `unreachable`,
+    /// `nothing deployed yet`.
+    pub state: String,
+    /// Where the deployment in progress stands on this engine.
+    pub rollout: Option<EngineProgress>,
+}
+
+/// A running deployment on one engine: its last journaled step there.
+#[derive(Serialize, Debug, Clone)]
+pub struct EngineProgress {
+    pub deployment_id: Uuid,
+    /// None: no step has run on this engine yet (its batch has not started).
+    pub step: Option<String>,
+    pub step_state: Option<String>,
+    pub error: Option<String>,
+}
+
+impl EngineProgress {
+    /// `health started`, `switch succeeded`, `waiting for its batch`.
+    pub fn words(&self) -> String {
+        match (&self.step, &self.step_state) {
+            (Some(step), Some(state)) => format!("{step} {state}"),
+            _ => "waiting for its batch".to_owned(),
+        }
+    }
+}
+
+/// A row per target of `app`, in the app's order. `running` is the deployment in
+/// progress and its journal, if one runs.
+pub fn engine_rows(
+    views: &TargetViews,
+    app: &AppConfig,
+    snapshot: &Snapshot,
+    generations: &[Generation],
+    running: Option<(&Deployment, &[StepRecord])>,
+) -> Vec<EngineRow> {
+    app.targets
+        .iter()
+        .map(|target| {
+            let generation = generations.iter().find(|g| &g.target == target).cloned();
+            let seen = snapshot.of(target);
+            let container = match (&generation, &seen) {
+                (Some(g), Ok(all)) => all.iter().find(|c| c.id == g.container_id),
+                _ => None,
+            };
+            let state = match (&seen, &generation, container) {
+                (Err(_), _, _) => "unreachable".to_owned(),
+                (Ok(_), None, _) => "nothing deployed yet".to_owned(),
+                (Ok(_), Some(_), Some(c)) if c.running => "running".to_owned(),
+                (Ok(_), Some(_), Some(c)) => format!("not running ({})", c.status),
+                (Ok(_), Some(_), None) => "container missing".to_owned(),
+            };
+            let (kind, endpoint) = views.describe(target);
+            EngineRow {
+                target: target.clone(),
+                kind,
+                endpoint,
+                reachable: seen.is_ok(),
+                unreachable: seen.err().map(str::to_owned),
+                digest: generation.as_ref().map(|g| g.digest.clone()),
+                container_id: generation.as_ref().map(|g| g.container_id.clone()),
+                container_name: container.map(|c| c.name.clone()),
+                container_digest: container
+                    .and_then(|c| c.label(LABEL_DIGEST))
+                    .map(str::to_owned),
+                running: container.is_some_and(|c| c.running),
+                container_status: container.map(|c| c.status.clone()),
+                state,
+                generation,
+                rollout: running.map(|(d, steps)| progress_on(d, steps, target)),
+            }
+        })
+        .collect()
+}
+
+/// The last journaled step of `d` on `target`. Every engine's `reach` runs at once before
+/// the first batch: an engine that only answered it still waits for its batch.
+fn progress_on(d: &Deployment, steps: &[StepRecord], target: &str) -> EngineProgress {
+    let last = steps
+        .iter()
+        .rev()
+        .find(|s| s.target == target)
+        .filter(|s| !(s.step == Step::Reach && s.state == StepState::Succeeded));
+    EngineProgress {
+        deployment_id: d.id,
+        step: last.map(|s| s.step.to_string()),
+        step_state: last.map(|s| s.state.to_string()),
+        error: last.and_then(|s| s.error.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, HashMap};
+
+    use chrono::Utc;
+    use uuid::Uuid;
+
+    use super::*;
+    use crate::engine::Health;
+    use crate::store::{DeploymentState, Step, StepState, Trigger};
+
+    fn app() -> AppConfig {
+        let text = r#"
+            [server]
+            database_url = "postgres://localhost/pier"
+            [[targets]]
+            name = "edge"
+            host = "unix:///run/edge/docker.sock"
+            [[apps]]
+            name = "web"
+            image = "127.0.0.1:5000/demo/web"
+            tag = "main"
+            port = 8080
+            targets = ["local", "edge"]
+        "#;
+        let config = crate::config::Config::parse(text, std::path::Path::new(".")).unwrap();
+        config.apps[0].clone()
+    }
+
+    fn generation(target: &str, container: &str) -> Generation {
+        Generation {
+            app: "web".into(),
+            target: target.into(),
+            deployment_id: Uuid::nil(),
+            digest: "sha256:aa".into(),
+            container_id: container.into(),
+            switched_at: Utc::now(),
+        }
+    }
+
+    fn container(id: &str, running: bool) -> ContainerFacts {
+        ContainerFacts {
+            id: id.into(),
+            name: format!("web-{id}"),
+            image: "i".into(),
+            running,
+            status: if running { "Up 1 second" } else { "Exited (1)" }.into(),
+            exit_code: None,
+            restarts: 0,
+            health: Health::None,
+            labels: HashMap::from([(LABEL_DIGEST.to_owned(), "sha256:aa".to_owned())]),
+        }
+    }
+
+    fn running(id: Uuid) -> Deployment {
+        let now = Utc::now();
+        Deployment {
+            id,
+            app: "web".into(),
+            trigger: Trigger::Webhook,
+            delivery_id: None,
+            image: "r".into(),
+            requested_tag: None,
+            claimed_digest: None,
+            pinned: false,
+            resolved_digest: None,
+            platform: None,
+            state: DeploymentState::Running,
+            attempt: 1,
+            lease_owner: None,
+            lease_key: None,
+            lease_expires_at: None,
+            superseded_by: None,
+            outcome: None,
+            error: None,
+            candidate_logs: None,
+            created_at: now,
+            started_at: Some(now),
+            finished_at: None,
+            updated_at: now,
+            requested_by: None,
+            cancel_requested_by: None,
+            cancel_requested_at: None,
+        }
+    }
+
+    fn step(id: i64, step: Step, target: &str, state: StepState) -> StepRecord {
+        StepRecord {
+            id,
+            deployment_id: Uuid::nil(),
+            step,
+            service: String::new(),
+            target: target.into(),
+            state,
+            intent: serde_json::json!({}),
+            result: None,
+            error: None,
+            attempt: 1,
+            replays: 0,
+            started_at: Utc::now(),
+            finished_at: None,
+        }
+    }
+
+    #[test]
+    fn an_unreachable_engine_keeps_its_journal_row_and_the_others_are_whole() {
+        let snapshot = Snapshot(BTreeMap::from([
+            ("local".to_owned(), Ok(vec![container("c1", true)])),
+            ("edge".to_owned(), Err("connection refused".to_owned())),
+        ]));
+        let generations = [generation("local", "c1"), generation("edge", "c2")];
+        let rows = engine_rows(
+            &TargetViews::default(),
+            &app(),
+            &snapshot,
+            &generations,
+            None,
+        );
+        let [local, edge] = rows.as_slice() else {
+            panic!("{rows:?}")
+        };
+        assert_eq!(
+            (local.target.as_str(), local.state.as_str()),
+            ("local", "running")
+        );
+        assert_eq!(local.container_digest.as_deref(), Some("sha256:aa"));
+        assert_eq!(local.container_name.as_deref(), Some("web-c1"));
+        assert!(local.reachable && local.running && local.rollout.is_none());
+        assert_eq!(
+            (edge.target.as_str(), edge.state.as_str()),
+            ("edge", "unreachable")
+        );
+        assert!(!edge.reachable && !edge.running);
+        assert_eq!(edge.unreachable.as_deref(), Some("connection refused"));
+        assert_eq!(
+            edge.digest.as_deref(),
+            Some("sha256:aa"),
+            "the journal's fact stays"
+        );
+        assert_eq!(edge.container_name, None);
+    }
+
+    #[test]
+    fn a_rollout_in_progress_shows_each_engines_last_step_or_that_it_waits() {
+        let snapshot = Snapshot(BTreeMap::from([
+            ("local".to_owned(), Ok(vec![container("c1", false)])),
+            ("edge".to_owned(), Ok(vec![])),
+        ]));
+        let d = running(Uuid::new_v4());
+        let steps = [
+            step(1, Step::Resolve, "", StepState::Succeeded),
+            step(2, Step::Reach, "local", StepState::Succeeded),
+            step(3, Step::Reach, "edge", StepState::Succeeded),
+            step(4, Step::Start, "local", StepState::Succeeded),
+            step(5, Step::Health, "local", StepState::Started),
+        ];
+        let rows = engine_rows(
+            &TargetViews::default(),
+            &app(),
+            &snapshot,
+            &[generation("local", "c1")],
+            Some((&d, &steps)),
+        );
+        assert_eq!(rows[0].state, "not running (Exited (1))");
+        let local = rows[0].rollout.as_ref().unwrap();
+        assert_eq!(
+            (local.deployment_id, local.words()),
+            (d.id, "health started".to_owned())
+        );
+        assert_eq!(rows[1].state, "nothing deployed yet");
+        assert_eq!(
+            rows[1].rollout.as_ref().unwrap().words(),
+            "waiting for its batch"
+        );
+    }
+
+    #[test]
+    fn a_reason_shown_on_a_page_names_no_file_path() {
+        let shown = public_reason(
+            "ssh://root@10.77.0.2:22: Warning: Identity file /home/me/.ssh/id_ed25519 not \
+             accessible; known hosts '/etc/pier/known_hosts' (see /x)",
+        );
+        assert!(!shown.contains("/home"), "{shown}");
+        assert!(!shown.contains("/etc"), "{shown}");
+        assert!(shown.contains("ssh://root@10.77.0.2:22"), "{shown}");
+        assert_eq!(
+            public_reason("tcp://10.77.0.2:2376 (TLS): connection refused"),
+            "tcp://10.77.0.2:2376 (TLS): connection refused"
+        );
+    }
+}

@@ -1,0 +1,124 @@
+//! Issue 23: `pier serve` SIGKILLed at the step boundaries of a three-engine rollout
+//! (local, `e2` over TLS, `e3` over SSH). Each crash point names its engine
+//! (`pull#e2:before`); every step is crashed at before and after its side effect, on one
+//! engine each in turn, and the shared `resolve` too. After each restart the deployment
+//! finishes: exactly one container per engine runs the newest digest, and the journal
+//! shows every engine's steps once, the interrupted one replayed, none redone.
+
+mod support;
+
+use support::rollout::*;
+use support::*;
+
+/// Every engine step of a rollout, in order (the app has no volumes or shared networks).
+const ENGINE_STEPS: [&str; 10] = [
+    "reach", "pull", "verify", "network", "create", "stop_old", "start", "health", "switch",
+    "retire",
+];
+const ENGINES: [&str; 3] = ["local", "e2", "e3"];
+
+/// The crash points of one half: `resolve`, then each engine step on the engines in turn.
+fn points(when: &str, offset: usize) -> Vec<String> {
+    let mut all = vec![format!("resolve:{when}")];
+    for (i, step) in ENGINE_STEPS.iter().enumerate() {
+        let target = ENGINES[(i + offset) % ENGINES.len()];
+        all.push(format!("{step}#{target}:{when}"));
+    }
+    all
+}
+
+async fn sigkill_at_each(points: Vec<String>) {
+    let mut fleet = Fleet::start(FleetSpec::default()).await;
+    let v0 = fleet
+        .env
+        .push(&TestImage::with_healthcheck("v0"), "main")
+        .await;
+    let d = fleet.final_deployment().await;
+    assert_eq!(d["state"], "succeeded", "{d:#}");
+    fleet.assert_serving(&v0, "v0").await;
+
+    for (n, point) in points.iter().enumerate() {
+        let version = format!("v{}", n + 1);
+        fleet
+            .env
+            .pier_mut()
+            .restart_with(|c| c.env("PIER_PAUSE_AT", point))
+            .await;
+        let digest = fleet
+            .env
+            .push(&TestImage::with_healthcheck(&version), "main")
+            .await;
+        fleet
+            .env
+            .pier()
+            .wait_for_log(&format!("PIER_PAUSE_AT reached: {point}"), FLEET_DEPLOY)
+            .await;
+        fleet.env.pier_mut().kill();
+        let app = fleet.env.app().to_owned();
+        let crashed = fleet.env.deployment_rows(&app).await.pop().expect("a row");
+        assert_eq!(crashed.state, "running", "{point}: {crashed:?}");
+
+        fleet
+            .env
+            .pier_mut()
+            .restart_with(|c| c.without_env("PIER_PAUSE_AT"))
+            .await;
+        let d = fleet.env.deployment_final(&crashed.id, FLEET_DEPLOY).await;
+        assert_eq!(d["state"], "succeeded", "{point}: {d:#}");
+        assert_eq!(d["resolved_digest"], digest.as_str(), "{point}");
+        let running = fleet.assert_serving(&digest, &version).await;
+        assert_journaled_once(&d, point, &running);
+    }
+    fleet.cleanup().await;
+}
+
+/// Every engine has each of its steps once, all succeeded; only the interrupted step was
+/// replayed (when the crash came before its side effect); each engine's one `create` made
+/// the container that runs there.
+fn assert_journaled_once(d: &serde_json::Value, point: &str, running: &[String]) {
+    let (at, when) = point.rsplit_once(':').expect("step:when");
+    let resolves = steps(d).filter(|s| s["step"] == "resolve").count();
+    assert_eq!(resolves, 1, "{point}: {d:#}");
+    for (target, container) in ENGINES.iter().zip(running) {
+        for step in ENGINE_STEPS {
+            let s = step_of(d, step, target);
+            assert_eq!(
+                s["state"], "succeeded",
+                "{point}: {step} on {target}: {d:#}"
+            );
+            let here = at == format!("{step}#{target}");
+            let replays = s["replays"].as_i64().unwrap_or(-1);
+            if here {
+                let want = if when == "before" { 1 } else { 0 };
+                assert_eq!(replays, want, "{point}: {step} on {target}: {s:#}");
+            } else if step == "reach" {
+                // Every engine's `reach` runs at once: another engine's may have begun
+                // when the process died, and is then asked again, once.
+                assert!(
+                    (0..=1).contains(&replays),
+                    "{point}: {step} on {target}: {s:#}"
+                );
+            } else {
+                assert_eq!(replays, 0, "{point}: {step} on {target} was redone: {s:#}");
+            }
+        }
+        let created = step_of(d, "create", target);
+        assert_eq!(
+            created["result"]["id"].as_str(),
+            Some(container.as_str()),
+            "{point}: {target} runs the container its one create made: {created:#}"
+        );
+    }
+    let reverts = steps(d).filter(|s| s["step"] == "revert").count();
+    assert_eq!(reverts, 0, "{point}: nothing was reverted: {d:#}");
+}
+
+#[tokio::test]
+async fn sigkill_before_every_step_of_a_three_engine_rollout_resumes_each_engine_once() {
+    sigkill_at_each(points("before", 0)).await;
+}
+
+#[tokio::test]
+async fn sigkill_after_every_step_of_a_three_engine_rollout_resumes_each_engine_once() {
+    sigkill_at_each(points("after", 1)).await;
+}

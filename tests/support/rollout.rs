@@ -1,0 +1,216 @@
+//! A fleet for the rollout tests: the host's engine (`local`) and two extra real engines in
+//! network namespaces, `e2` over TLS and `e3` over SSH, each pulling from the test registry
+//! under the same image name; one app on all three.
+
+use super::*;
+use serde_json::Value;
+
+/// What a deployment across three engines may take on a loaded machine.
+pub const FLEET_DEPLOY: Duration = Duration::from_secs(180);
+
+pub struct FleetSpec {
+    /// The app's `rollout.batch`.
+    pub batch: &'static str,
+    /// `server.retry_budget`.
+    pub retry_budget: &'static str,
+    /// More `dockerd` arguments for the third engine (`e3`): a host configured unlike the
+    /// others.
+    pub third_dockerd_args: Vec<&'static str>,
+    /// Pier's lease: short, so that a restarted Pier takes over a killed one's deployment.
+    pub lease: &'static str,
+}
+
+impl Default for FleetSpec {
+    fn default() -> Self {
+        FleetSpec {
+            batch: "1",
+            retry_budget: "30s",
+            third_dockerd_args: Vec::new(),
+            lease: "3s",
+        }
+    }
+}
+
+pub struct Fleet {
+    pub env: TestEnv,
+    /// `e2` (TLS) and `e3` (SSH), in the app's target order.
+    remotes: Vec<(&'static str, ExtraEngine)>,
+}
+
+impl Fleet {
+    /// The engines first (they forward the registry's port into their namespaces), then the
+    /// environment whose config names them. The app has no HTTP health: its image's
+    /// HEALTHCHECK is what every engine checks.
+    pub async fn start(spec: FleetSpec) -> Fleet {
+        let registry_port = free_port();
+        let e2 = ExtraEngine::builder().forward(registry_port).start().await;
+        let e3 = ExtraEngine::builder()
+            .ssh()
+            .forward(registry_port)
+            .dockerd_args(&spec.third_dockerd_args)
+            .start()
+            .await;
+        let targets = format!("{}{}", e2.tls_target_toml("e2"), e3.ssh_target_toml("e3"));
+        let batch = spec.batch;
+        let env = TestEnv::builder()
+            .registry_port(registry_port)
+            .lease(spec.lease)
+            .server_toml(&format!("retry_budget = \"{}\"", spec.retry_budget))
+            .no_health()
+            .sources_toml(&targets)
+            .app(|a| {
+                a.extra_toml = format!(
+                    "targets = [\"local\", \"e2\", \"e3\"]\nrollout = {{ batch = {batch} }}\n"
+                )
+            })
+            .start()
+            .await;
+        Fleet {
+            env,
+            remotes: vec![("e2", e2), ("e3", e3)],
+        }
+    }
+
+    pub fn remote_mut(&mut self, name: &str) -> &mut ExtraEngine {
+        &mut self
+            .remotes
+            .iter_mut()
+            .find(|(n, _)| *n == name)
+            .expect("a remote engine of the fleet")
+            .1
+    }
+
+    /// The test-side client of one engine of the fleet.
+    pub async fn engine(&self, target: &str) -> Engine {
+        if target == "local" {
+            return self.env.engine.clone();
+        }
+        let (_, remote) = self
+            .remotes
+            .iter()
+            .find(|(n, _)| *n == target)
+            .expect("a remote engine of the fleet");
+        Engine {
+            docker: remote.client().await,
+        }
+    }
+
+    /// The newest deployment of the app, once final.
+    pub async fn final_deployment(&self) -> Value {
+        let app = self.env.app().to_owned();
+        wait_until("a newest deployment", FLEET_DEPLOY, || {
+            let env = &self.env;
+            let app = app.clone();
+            async move { env.deployment_rows(&app).await.pop() }
+        })
+        .await;
+        let newest = self.env.deployment_rows(&app).await.pop().expect("a row");
+        self.env.deployment_final(&newest.id, FLEET_DEPLOY).await
+    }
+
+    /// Every engine runs exactly one container of the app, at `digest`, whose health check
+    /// answers on that engine's own host (`/version` says `version`). The container ids, in
+    /// target order.
+    pub async fn assert_serving(&self, digest: &str, version: &str) -> Vec<String> {
+        self.assert_serving_on(&["local", "e2", "e3"], digest, version)
+            .await
+    }
+
+    pub async fn assert_serving_on(
+        &self,
+        targets: &[&str],
+        digest: &str,
+        version: &str,
+    ) -> Vec<String> {
+        let mut ids = Vec::new();
+        for target in targets {
+            let all = self
+                .engine(target)
+                .await
+                .containers_of_app(self.env.app())
+                .await;
+            assert_eq!(all.len(), 1, "{target}: one container of the app: {all:#?}");
+            let c = &all[0];
+            let labels = c.labels.clone().unwrap_or_default();
+            assert_eq!(
+                labels.get("pier.digest").map(String::as_str),
+                Some(digest),
+                "{target}: {c:#?}"
+            );
+            assert_eq!(
+                c.state.as_ref().map(|s| s.to_string()).as_deref(),
+                Some("running"),
+                "{target}: {c:#?}"
+            );
+            assert_eq!(
+                self.version_on(target).await.as_deref(),
+                Some(version),
+                "{target} answers on its own host"
+            );
+            ids.push(c.id.clone().unwrap_or_default());
+        }
+        ids
+    }
+
+    /// `GET /version` of the app on `target`'s own loopback.
+    async fn version_on(&self, target: &str) -> Option<String> {
+        let port = self.env.publish().port();
+        if target == "local" {
+            return http_get(&self.env.app_url("/version"))
+                .await
+                .filter(|(code, _)| *code == 200)
+                .map(|(_, body)| body.trim().to_owned());
+        }
+        let (_, remote) = self.remotes.iter().find(|(n, _)| *n == target)?;
+        remote
+            .http_get_inside(port, "/version")
+            .await
+            .filter(|(code, _)| *code == 200)
+            .map(|(_, body)| body.trim().to_owned())
+    }
+
+    /// The digest of the app's serving generation on `target`, as the database has it.
+    pub async fn serving_generation(&self, target: &str) -> Option<String> {
+        sqlx::query_scalar("SELECT digest FROM app_generations WHERE app = $1 AND target = $2")
+            .bind(self.env.app())
+            .bind(target)
+            .fetch_optional(&self.env.db.pool)
+            .await
+            .expect("read app_generations")
+    }
+
+    /// Pier first (so it changes nothing more), then every engine's containers.
+    pub async fn cleanup(mut self) {
+        if let Some(p) = self.env.pier.as_mut() {
+            p.kill();
+        }
+        for (_, remote) in &mut self.remotes {
+            remote.cleanup();
+        }
+        self.env.cleanup().await;
+    }
+}
+
+/// The journal entries of a final deployment, as the API has them.
+pub fn steps(d: &Value) -> impl Iterator<Item = &Value> {
+    d["steps"].as_array().into_iter().flatten()
+}
+
+pub fn find_step<'a>(d: &'a Value, step: &str, target: &str) -> Option<&'a Value> {
+    steps(d).find(|s| {
+        s["step"] == step
+            && s["target"].as_str().unwrap_or_default() == target
+            && s["service"].as_str().unwrap_or_default().is_empty()
+    })
+}
+
+pub fn step_of<'a>(d: &'a Value, step: &str, target: &str) -> &'a Value {
+    find_step(d, step, target).unwrap_or_else(|| panic!("no {step} on {target}: {d:#}"))
+}
+
+pub fn time(v: &Value) -> chrono::DateTime<chrono::Utc> {
+    v.as_str()
+        .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
+        .map(|t| t.with_timezone(&chrono::Utc))
+        .unwrap_or_else(|| panic!("a timestamp: {v}"))
+}

@@ -1,0 +1,129 @@
+//! Server-sent events as a browser reads them: the live pages' streams.
+
+use super::*;
+
+#[derive(Debug)]
+pub struct SseEvent {
+    pub name: String,
+    pub data: String,
+}
+
+/// Reads server-sent events from `url` until the stream ends or `deadline` passes.
+pub async fn read_events(url: &str, deadline: Duration) -> (Vec<SseEvent>, bool) {
+    read_events_until(url, deadline, |_| false).await
+}
+
+/// Reads server-sent events from `url` until one satisfies `enough`, the stream ends or
+/// `deadline` passes; `true` when the stream ended or `enough` was met.
+pub async fn read_events_until(
+    url: &str,
+    deadline: Duration,
+    mut enough: impl FnMut(&SseEvent) -> bool,
+) -> (Vec<SseEvent>, bool) {
+    let resp = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .unwrap()
+        .get(url)
+        .send()
+        .await
+        .expect("the stream answers");
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        resp.headers()["content-type"].to_str().unwrap(),
+        "text/event-stream"
+    );
+    let mut body = resp.bytes_stream();
+    let mut buf = String::new();
+    let mut events = Vec::new();
+    let until = tokio::time::Instant::now() + deadline;
+    let ended = loop {
+        match tokio::time::timeout_at(until, body.next()).await {
+            Err(_) => break false,
+            Ok(None) => break true,
+            Ok(Some(chunk)) => buf.push_str(&String::from_utf8_lossy(&chunk.unwrap())),
+        }
+        while let Some(at) = buf.find("\n\n") {
+            let block: String = buf.drain(..at + 2).collect();
+            let mut name = String::from("message");
+            let mut data = Vec::new();
+            for line in block.lines() {
+                if let Some(n) = line.strip_prefix("event: ") {
+                    name = n.to_owned();
+                } else if let Some(d) = line.strip_prefix("data: ") {
+                    data.push(d);
+                } else if let Some(d) = line.strip_prefix("data:") {
+                    data.push(d);
+                }
+            }
+            if !data.is_empty() {
+                let event = SseEvent {
+                    name,
+                    data: data.join("\n"),
+                };
+                let met = enough(&event);
+                events.push(event);
+                if met {
+                    return (events, true);
+                }
+            }
+        }
+    };
+    (events, ended)
+}
+
+/// Follows `url` as a browser's `EventSource` does, until a `final` event: a stream that
+/// ends, or an answer that is not 200 (the database away), is opened again a second later.
+/// Returns every event seen and how many times the stream was opened; panics at `deadline`.
+pub async fn follow_until_final(url: &str, deadline: Duration) -> (Vec<SseEvent>, usize) {
+    let until = Instant::now() + deadline;
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let mut events = Vec::new();
+    let mut opened = 0;
+    while Instant::now() < until {
+        opened += 1;
+        let resp = client
+            .get(url)
+            .timeout(until.saturating_duration_since(Instant::now()))
+            .send()
+            .await;
+        if let Ok(resp) = resp
+            && resp.status() == 200
+        {
+            let mut body = resp.bytes_stream();
+            let mut buf = String::new();
+            while let Ok(Some(Ok(chunk))) = tokio::time::timeout_at(until.into(), body.next()).await
+            {
+                buf.push_str(&String::from_utf8_lossy(&chunk));
+                while let Some(at) = buf.find("\n\n") {
+                    let block: String = buf.drain(..at + 2).collect();
+                    let name = block
+                        .lines()
+                        .find_map(|l| l.strip_prefix("event: "))
+                        .unwrap_or("message")
+                        .to_owned();
+                    let data: Vec<&str> = block
+                        .lines()
+                        .filter_map(|l| l.strip_prefix("data:"))
+                        .collect();
+                    if data.is_empty() {
+                        continue;
+                    }
+                    let last = name == "final";
+                    events.push(SseEvent {
+                        name,
+                        data: data.join("\n"),
+                    });
+                    if last {
+                        return (events, opened);
+                    }
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    panic!(
+        "{url}: no final event within {deadline:?} ({opened} streams, {} events)",
+        events.len()
+    );
+}
