@@ -642,7 +642,6 @@ impl Config {
                 signature: None,
             };
             app.services = super::services::resolve(&app, a.services, base)?;
-            super::targets::check_placement(&app, &targets)?;
             app.signature = super::trust::for_app(&app, a.require_signature, &trust)?;
             apps.push(app);
         }

@@ -235,24 +235,6 @@ pub fn app_targets(
     Ok(names)
 }
 
-/// What a rollout across engines supports today, checked at load so that nothing is
-/// assumed at deploy time: a blue-green app runs on one target (its switch is the proxy
-/// beside that engine). An HTTP health check is fine anywhere: on a remote engine's host
-/// the `pier proxy --target` running there sends the probes (issue 23), so `targets`
-/// decides nothing about `health`.
-pub fn check_placement(
-    app: &super::AppConfig,
-    _targets: &[TargetConfig],
-) -> Result<(), ConfigError> {
-    if app.targets.len() > 1 && app.strategy == super::Strategy::BlueGreen {
-        return Err(invalid(format!(
-            "app `{}`: blue-green runs on one target; name one in `targets` or use strategy = \"recreate\"",
-            app.name
-        )));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -394,8 +376,8 @@ mod tests {
     }
 
     #[test]
-    fn blue_green_on_several_targets_is_still_refused() {
-        let e = placed(
+    fn blue_green_on_several_targets_loads() {
+        placed(
             r#"[[apps]]
                name = "web"
                image = "127.0.0.1:5000/demo/web"
@@ -405,10 +387,6 @@ mod tests {
                [apps.route]
                listen = "127.0.0.1:8090""#,
         )
-        .unwrap_err();
-        assert!(
-            e.to_string().contains("blue-green runs on one target"),
-            "{e}"
-        );
+        .expect("each engine switches through its own host's pier proxy");
     }
 }

@@ -80,6 +80,14 @@ struct Soaked {
     failures: u32,
 }
 
+/// A blue-green generation that serves and passed its soak, its predecessor not yet retired.
+pub(super) struct Served {
+    pub candidate: Candidate,
+    pub switched: Switched,
+    pub upstream: SocketAddr,
+    pub note: String,
+}
+
 /// What the proxy's admin endpoint says.
 #[derive(Debug, Deserialize)]
 struct ProxyView {
@@ -116,9 +124,28 @@ impl Run<'_> {
                 ..
             } => (resolved, image, candidate),
         };
+        let served = self.serve_blue_green(&resolved, &image, candidate).await?;
+        let warnings = self.retire_served(&served).await?;
+        let mut note = served.note;
+        if !warnings.is_empty() {
+            note.push_str(&format!("; retire warnings: {}", warnings.join("; ")));
+        }
+        Ok(note)
+    }
+
+    /// Everything from the candidate's start to the end of its soak: afterwards the new
+    /// generation serves through this engine's proxy and has proven itself, and the old
+    /// one is stopped (or kept as the standby) but not yet removed, so a revert still has
+    /// it. A rollout across engines retires only once every engine got here.
+    pub(super) async fn serve_blue_green(
+        &self,
+        resolved: &Resolved,
+        image: &super::image::VerifiedImage,
+        candidate: Candidate,
+    ) -> Result<Served, PipelineError> {
         let upstream = self.start_published(&candidate).await?;
-        let probe = self.health(&candidate, &image, Some(upstream)).await?;
-        let switched = self.switch_route(&resolved, &candidate, upstream).await?;
+        let probe = self.health(&candidate, image, Some(upstream)).await?;
+        let switched = self.switch_route(resolved, &candidate, upstream).await?;
         self.wait_applied(Step::Applied, switched.version).await?;
         let drained = match switched.previous.as_ref().and_then(|p| p.upstream.clone()) {
             Some(old) => Some(self.drain(&old).await?),
@@ -132,9 +159,6 @@ impl Run<'_> {
         if !self.route().soak.is_zero() {
             self.soak(&candidate, upstream).await?;
         }
-        let retired = self
-            .retire_previous(&candidate, &switched, upstream)
-            .await?;
         let mut note = format!(
             "{} serves through the proxy from {} ({probe})",
             resolved.digest, candidate.name
@@ -145,10 +169,21 @@ impl Run<'_> {
                 d.in_flight_at_switch, d.waited_ms
             ));
         }
-        if !retired.is_empty() {
-            note.push_str(&format!("; {retired}"));
-        }
-        Ok(note)
+        Ok(Served {
+            candidate,
+            switched,
+            upstream,
+            note,
+        })
+    }
+
+    /// `retire` of a generation [`Self::serve_blue_green`] left serving: its warnings, if any.
+    pub(super) async fn retire_served(
+        &self,
+        served: &Served,
+    ) -> Result<Vec<String>, PipelineError> {
+        self.retire_previous(&served.candidate, &served.switched, served.upstream)
+            .await
     }
 
     /// A digest that failed its health check or soak is not deployed again by a push or the
@@ -472,7 +507,7 @@ impl Run<'_> {
         candidate: &Candidate,
         switched: &Switched,
         upstream: SocketAddr,
-    ) -> Result<String, PipelineError> {
+    ) -> Result<Vec<String>, PipelineError> {
         let containers: Vec<String> = switched
             .previous
             .iter()
@@ -513,11 +548,7 @@ impl Run<'_> {
                 },
             )
             .await?;
-        Ok(if retired.warnings.is_empty() {
-            String::new()
-        } else {
-            format!("retire warnings: {}", retired.warnings.join("; "))
-        })
+        Ok(retired.warnings)
     }
 
     /// After a failed soak (or a failure between the switch and the end): the previous

@@ -192,7 +192,10 @@ pub async fn run(ctx: &Context, owner: &str, dep: &Deployment, app: &AppConfig) 
     }
     let run = run;
     if let Err(e) = run.admit() {
-        return run.fail(e).await;
+        return match plan {
+            plan::Plan::Rollout(targets) => run.abort_rollout(&targets, e).await,
+            _ => run.fail(e).await,
+        };
     }
     let done = match plan {
         plan::Plan::Recreate(_) => run.steps().await,

@@ -1,6 +1,6 @@
-//! How a run ends: `finish` records the final state; `fail` rolls back (after a blue-green
-//! revert when the switch happened), quarantines a digest that failed its health, and says
-//! loudly when the rollback itself could not do its work.
+//! How a run ends: `finish` records the final state; `fail` quarantines a digest that
+//! failed its health, undoes the engine's part (after a blue-green revert when the switch
+//! happened), and says loudly when the undo itself could not do its work.
 
 use super::{Outcome, PipelineError, Run, Step, error_chain};
 use crate::config::Strategy;
@@ -52,63 +52,135 @@ impl Run<'_> {
     pub(super) async fn fail(&self, error: PipelineError) -> Outcome {
         let reason = error_chain(&error);
         tracing::warn!(error = %reason, "deployment failed; rolling back");
-        // Blue-green, after the switch: the previous generation serves again first.
-        let reverted = match self.app.strategy {
-            Strategy::BlueGreen => match self.revert().await {
-                Ok(v) => v,
-                Err(PipelineError::Store(e)) => return Outcome::Abandoned(error_chain(&e)),
-                Err(e) => {
-                    let cause = error_chain(&e);
-                    tracing::error!(alert = true, error = %cause,
-                        "ALERT: switching back to the previous generation failed");
-                    let outcome = format!("failed; REVERT FAILED ({cause}); check the app");
-                    return self
-                        .finish(DeploymentState::Failed, &outcome, Some(&reason), None)
-                        .await;
-                }
-            },
-            Strategy::Recreate => None,
-        };
-        if let PipelineError::Failed {
-            step: step @ (Step::Health | Step::Soak),
-            ..
-        } = &error
-            && let Some(digest) = self.resolved_digest().await
-        {
-            let why = format!("failed its {step} in deployment {}", self.dep.id);
-            if let Err(e) = self
-                .store_retry(|| {
-                    self.ctx
-                        .store
-                        .quarantine(&self.app.name, &digest, &why, self.dep.id)
-                })
-                .await
-            {
-                return Outcome::Abandoned(error_chain(&e));
-            }
+        if let Err(e) = self.quarantine_failed(&error).await {
+            return Outcome::Abandoned(e);
         }
-        let (logs, rollback_note) = match self.rollback(reverted).await {
-            Ok(r) => (r.logs.clone(), r.summary()),
-            Err(PipelineError::Store(e)) => return Outcome::Abandoned(error_chain(&e)),
-            Err(e) => {
-                let cause = error_chain(&e);
-                tracing::error!(alert = true, error = %cause,
-                    "ALERT: rollback failed; the previous generation may not be running");
-                (None, format!("ROLLBACK FAILED ({cause}); check the app"))
-            }
+        let undone = match self.undo().await {
+            Ok(u) => u,
+            Err(e) => return Outcome::Abandoned(e),
         };
-        let (state, outcome) = match (&error, reverted) {
+        let (state, outcome) = match (&error, undone.reverted) {
             (PipelineError::Stopped { step, by }, _) => (
                 DeploymentState::Cancelled,
-                format!("stopped before {step} as {by} asked; {rollback_note}"),
+                format!("stopped before {step} as {by} asked; {}", undone.note),
             ),
             (_, Some(_)) => (
                 DeploymentState::RolledBack,
-                format!("rolled back to the previous generation; {rollback_note}"),
+                format!("rolled back to the previous generation; {}", undone.note),
             ),
-            (_, None) => (DeploymentState::Failed, format!("failed; {rollback_note}")),
+            (_, None) => (DeploymentState::Failed, format!("failed; {}", undone.note)),
         };
-        self.finish(state, &outcome, Some(&reason), logs.as_deref())
+        self.finish(state, &outcome, Some(&reason), undone.logs.as_deref())
             .await
+    }
+
+    /// Puts this run's engine back on what served before the deployment, read from its
+    /// journal, so that a replay after a crash (or a rollout that gave up) undoes exactly
+    /// what was done. Blue-green switches the route back first; an engine of a rollout
+    /// that switched goes back to its previous generation, or to serving nothing of the app
+    /// if it was new there; otherwise the candidate goes and what `stop_old` stopped starts
+    /// again. An undo that cannot do its work is said loudly (an alert, the note in
+    /// capitals). `Err`: the database is away, so the next holder undoes from the journal.
+    pub(super) async fn undo(&self) -> Result<Undone, String> {
+        let reverted = match self.app.strategy {
+            Strategy::BlueGreen => match self.revert().await {
+                Ok(v) => v,
+                Err(PipelineError::Store(e)) => return Err(error_chain(&e)),
+                Err(e) => return Ok(Undone::failed(UndoStep::Revert, &e)),
+            },
+            Strategy::Recreate => None,
+        };
+        let switched = match reverted {
+            None if self.multi_target => self.switched_here().await.map_err(|e| error_chain(&e))?,
+            _ => false,
+        };
+        if switched {
+            return match self.revert_to_previous().await {
+                Ok(note) => Ok(Undone {
+                    reverted: None,
+                    note,
+                    logs: None,
+                }),
+                Err(PipelineError::Store(e)) => Err(error_chain(&e)),
+                Err(e) => Ok(Undone::failed(UndoStep::Revert, &e)),
+            };
+        }
+        match self.rollback(reverted).await {
+            Ok(r) => Ok(Undone {
+                reverted,
+                note: r.summary(),
+                logs: r.logs,
+            }),
+            Err(PipelineError::Store(e)) => Err(error_chain(&e)),
+            Err(e) => Ok(Undone {
+                reverted,
+                ..Undone::failed(UndoStep::Rollback, &e)
+            }),
+        }
+    }
+
+    /// A digest that failed its health check or soak is quarantined for the app: a push
+    /// or the poller does not deploy it again. `Err`: the database is away.
+    pub(super) async fn quarantine_failed(&self, error: &PipelineError) -> Result<(), String> {
+        let PipelineError::Failed {
+            step: step @ (Step::Health | Step::Soak),
+            ..
+        } = error
+        else {
+            return Ok(());
+        };
+        let Some(digest) = self.resolved_digest().await else {
+            return Ok(());
+        };
+        let on = match self.multi_target {
+            true => format!(" on engine {}", self.target.name),
+            false => String::new(),
+        };
+        let why = format!("failed its {step}{on} in deployment {}", self.dep.id);
+        self.store_retry(|| {
+            self.ctx
+                .store
+                .quarantine(&self.app.name, &digest, &why, self.dep.id)
+        })
+        .await
+        .map_err(|e| error_chain(&e))
+    }
+}
+
+/// What undoing one engine's part left.
+pub(super) struct Undone {
+    /// Blue-green: the route version that serves the previous generation again.
+    pub reverted: Option<i64>,
+    pub note: String,
+    /// The candidate's last log lines, redacted.
+    pub logs: Option<String>,
+}
+
+#[derive(Clone, Copy)]
+enum UndoStep {
+    Revert,
+    Rollback,
+}
+
+impl Undone {
+    fn failed(step: UndoStep, e: &PipelineError) -> Self {
+        let cause = error_chain(e);
+        let what = match step {
+            UndoStep::Revert => {
+                tracing::error!(alert = true, error = %cause,
+                    "ALERT: switching back to the previous generation failed");
+                "REVERT"
+            }
+            UndoStep::Rollback => {
+                tracing::error!(alert = true, error = %cause,
+                    "ALERT: rollback failed; the previous generation may not be running");
+                "ROLLBACK"
+            }
+        };
+        Undone {
+            reverted: None,
+            note: format!("{what} FAILED ({cause}); check the app"),
+            logs: None,
+        }
     }
 }

@@ -17,7 +17,7 @@ pub(super) enum Plan<'t> {
     /// One engine behind its `pier proxy`; the old generation serves until the new one is
     /// healthy and the route switched.
     BlueGreen(&'t Arc<Target>),
-    /// Several engines, batch by batch, each running the recreate steps (`rollout.rs`);
+    /// Several engines, batch by batch, each running its strategy's steps (`rollout/`);
     /// the shared steps (resolve, quarantine, signature) run once for all.
     Rollout(Vec<&'t Arc<Target>>),
 }
@@ -46,7 +46,6 @@ impl<'t> Plan<'t> {
                 TargetKind::Engine => engines.push(target),
             }
         }
-        // The config refuses blue-green on several targets (`check_placement`).
         match (engines.as_slice(), app.strategy) {
             ([], _) => Err(NoPlan::NoTarget(app.name.clone())),
             ([one], Strategy::Recreate) => Ok(Plan::Recreate(one)),

@@ -58,7 +58,7 @@ pub struct GenerationSwitch {
     /// The new serving generation: `(deployment, digest, container)`.
     pub generation: Option<(Uuid, String, String)>,
     /// The engine serves nothing of the app any more (a rollout reverted on an engine the
-    /// app was new to): its generation row goes.
+    /// app was new to): its generation row and its proxy route go.
     pub forget: bool,
     pub route: Option<RouteWrite>,
 }
@@ -231,11 +231,17 @@ impl Store {
 
 async fn apply_switch(tx: &mut Transaction<'_, Postgres>, change: &GenerationSwitch) -> Result<()> {
     if change.forget {
-        sqlx::query("DELETE FROM app_generations WHERE app = $1 AND target = $2")
-            .bind(&change.app)
-            .bind(&change.target)
-            .execute(&mut **tx)
-            .await?;
+        // A route to a generation that is gone would send requests nowhere.
+        for delete in [
+            "DELETE FROM app_generations WHERE app = $1 AND target = $2",
+            "DELETE FROM proxy_routes WHERE app = $1 AND target = $2",
+        ] {
+            sqlx::query(delete)
+                .bind(&change.app)
+                .bind(&change.target)
+                .execute(&mut **tx)
+                .await?;
+        }
     }
     if let Some((deployment, digest, container)) = &change.generation {
         sqlx::query(

@@ -2,12 +2,12 @@
 //! container steps journaled under its own target.
 //!
 //! resolve (once, for all engines), then batch by batch: every engine of a batch runs the
-//! same pinned steps up to and including `switch`; the next batch starts only when the
-//! whole batch is healthy and switched. The first failure stops the rollout: the failing
-//! engine rolls back as a one-engine deployment does (its old generation never stopped
-//! serving or is started again), and every engine that already switched is switched back
-//! to its previous generation (`revert`, journaled like any step). Only when every engine
-//! switched is any old generation retired, so a revert always has one to go back to.
+//! same pinned steps of the app's strategy up to and including `switch` (`recreate`), or
+//! up to the end of its soak (`blue-green`, each engine behind its own `pier proxy
+//! --target`); the next batch starts only when the whole batch got there. The first
+//! failure stops the rollout, and every engine it touched goes back to what it served
+//! before (`undo.rs`), journaled like any step. Only when every engine switched is any old
+//! generation retired, so an undo always has one to go back to.
 //!
 //! A crash anywhere resumes from the journal: an engine whose steps are recorded replays
 //! them without doing anything twice, so no engine is deployed twice.
@@ -16,21 +16,28 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::blue_green::Served;
 use super::container::{Candidate, OldGeneration};
 use super::{Outcome, PipelineError, Prepared, Run, Step, StepError, error_chain};
+use crate::config::Strategy;
 use crate::registry::Resolved;
-use crate::store::{DeploymentState, GenerationSwitch, StepState};
+use crate::store::DeploymentState;
 use crate::target::Target;
+
+mod undo;
 
 /// What one engine reached in its part of the rollout.
 enum Up {
     /// The digest already serves there, healthy: nothing to do on that engine.
     AlreadyServing(String),
+    /// `recreate`: the new generation serves; the old one is stopped, not yet removed.
     Switched {
         all: Vec<Candidate>,
         old: OldGeneration,
         note: String,
     },
+    /// `blue-green`: the new generation serves through the proxy and passed its soak.
+    Routed(Served),
 }
 
 /// The generation an engine served before this deployment's switch, as `revert` puts back.
@@ -165,7 +172,8 @@ impl<'a> Run<'a> {
         Ok(())
     }
 
-    /// One engine's part: the steps of a one-engine `recreate` deployment up to `switch`.
+    /// One engine's part: the strategy's steps on this engine, up to where every engine
+    /// must be before any retires.
     async fn up(&self, resolved: &Resolved, others: &[Resolved]) -> Result<Up, PipelineError> {
         if !self.dep.trigger.is_operator()
             && let Some(note) = self.already_running(&resolved.digest, others).await?
@@ -185,6 +193,11 @@ impl<'a> Run<'a> {
         else {
             unreachable!("contain_and_create always makes a candidate")
         };
+        if self.app.strategy == Strategy::BlueGreen {
+            // The config gives a blue-green app no further services.
+            let served = self.serve_blue_green(resolved, &image, candidate).await?;
+            return Ok(Up::Routed(served));
+        }
         let services = self.create_services(&images).await?;
         let all: Vec<Candidate> = std::iter::once(candidate.clone())
             .chain(services.iter().cloned())
@@ -207,21 +220,30 @@ impl<'a> Run<'a> {
     async fn retire_everywhere(&self, resolved: &Resolved, done: &[(Run<'a>, Up)]) -> Outcome {
         let mut notes = Vec::new();
         for (run, up) in done {
-            match up {
-                Up::AlreadyServing(note) => notes.push(format!("{}: {note}", run.target.name)),
+            let (note, retired) = match up {
+                Up::AlreadyServing(note) => {
+                    notes.push(format!("{}: {note}", run.target.name));
+                    continue;
+                }
                 Up::Switched { all, old, note } => {
                     let refs: Vec<&Candidate> = all.iter().collect();
-                    match run.retire(&refs, old).await {
-                        Ok(r) if r.warnings.is_empty() => notes.push(note.clone()),
-                        Ok(r) => notes.push(format!("{note}; retire: {}", r.warnings.join("; "))),
-                        Err(PipelineError::Store(e)) => {
-                            return Outcome::Abandoned(error_chain(&e));
-                        }
-                        // The new generation serves everywhere: a leftover old container
-                        // is a warning, not a reason to undo the rollout.
-                        Err(e) => notes.push(format!("{note}; retire failed: {}", error_chain(&e))),
-                    }
+                    (
+                        note.clone(),
+                        run.retire(&refs, old).await.map(|r| r.warnings),
+                    )
                 }
+                Up::Routed(served) => (
+                    format!("{}: {}", run.target.name, served.note),
+                    run.retire_served(served).await,
+                ),
+            };
+            // The new generation serves everywhere: a leftover old container is a warning,
+            // not a reason to undo the rollout.
+            match retired {
+                Ok(w) if w.is_empty() => notes.push(note),
+                Ok(w) => notes.push(format!("{note}; retire: {}", w.join("; "))),
+                Err(PipelineError::Store(e)) => return Outcome::Abandoned(error_chain(&e)),
+                Err(e) => notes.push(format!("{note}; retire failed: {}", error_chain(&e))),
             }
         }
         let outcome = format!(
@@ -232,165 +254,5 @@ impl<'a> Run<'a> {
         );
         self.finish(DeploymentState::Succeeded, &outcome, None, None)
             .await
-    }
-
-    /// The first failure of a batch ends the rollout: the failed engines roll back as a
-    /// one-engine deployment does, and every engine that switched goes back to what it
-    /// served before, newest first.
-    async fn stop_rollout(
-        &self,
-        failed: Vec<(Run<'a>, PipelineError)>,
-        switched: &[(Run<'a>, Up)],
-    ) -> Outcome {
-        let mut notes = Vec::new();
-        let mut logs = None;
-        let mut reasons = Vec::new();
-        for (run, error) in &failed {
-            reasons.push(format!(
-                "engine {} failed: {}",
-                run.target.name,
-                error_chain(error)
-            ));
-            if let Err(PipelineError::Store(e)) = run.quarantine_failed(error).await {
-                return Outcome::Abandoned(error_chain(&e));
-            }
-            match run.rollback(None).await {
-                Ok(r) => {
-                    logs = logs.or(r.logs.clone());
-                    notes.push(format!("{}: {}", run.target.name, r.summary()));
-                }
-                Err(PipelineError::Store(e)) => return Outcome::Abandoned(error_chain(&e)),
-                Err(e) => {
-                    tracing::error!(alert = true, target = %run.target.name, error = %error_chain(&e),
-                        "ALERT: rollback failed; the previous generation may not be running");
-                    notes.push(format!(
-                        "{}: ROLLBACK FAILED ({})",
-                        run.target.name,
-                        error_chain(&e)
-                    ));
-                }
-            }
-        }
-        for (run, up) in switched.iter().rev() {
-            let Up::Switched { all, old, .. } = up else {
-                continue;
-            };
-            match run.revert_to_previous(all, old).await {
-                Ok(r) => notes.push(format!(
-                    "{}: back on the previous generation (restarted {}, removed {})",
-                    run.target.name,
-                    r.restarted.len(),
-                    r.removed.len()
-                )),
-                Err(PipelineError::Store(e)) => return Outcome::Abandoned(error_chain(&e)),
-                Err(e) => {
-                    tracing::error!(alert = true, target = %run.target.name, error = %error_chain(&e),
-                        "ALERT: switching an engine back to its previous generation failed");
-                    notes.push(format!(
-                        "{}: REVERT FAILED ({})",
-                        run.target.name,
-                        error_chain(&e)
-                    ));
-                }
-            }
-        }
-        let reason = reasons.join("; ");
-        let outcome = format!("failed: {reason}; {}", notes.join("; "));
-        self.finish(
-            DeploymentState::Failed,
-            &outcome,
-            Some(&reason),
-            logs.as_deref(),
-        )
-        .await
-    }
-
-    /// A digest that failed its health check on any engine is quarantined for the app.
-    async fn quarantine_failed(&self, error: &PipelineError) -> Result<(), PipelineError> {
-        let PipelineError::Failed {
-            step: step @ Step::Health,
-            ..
-        } = error
-        else {
-            return Ok(());
-        };
-        let Some(digest) = self.resolved_digest().await else {
-            return Ok(());
-        };
-        let why = format!(
-            "failed its {step} on engine {} in deployment {}",
-            self.target.name, self.dep.id
-        );
-        self.store_retry(|| {
-            self.ctx
-                .store
-                .quarantine(&self.app.name, &digest, &why, self.dep.id)
-        })
-        .await
-        .map(|_| ())
-    }
-
-    /// `revert` on an engine that switched: its candidates are stopped and removed, the
-    /// containers `stop_old` stopped are started again, and the engine's serving
-    /// generation is what `switch` replaced, in the step's own transaction.
-    async fn revert_to_previous(
-        &self,
-        all: &[Candidate],
-        old: &OldGeneration,
-    ) -> Result<RevertedTo, PipelineError> {
-        let steps = self.target_steps().await?;
-        let previous = steps
-            .iter()
-            .find(|s| s.step == Step::Switch && s.service.is_empty())
-            .filter(|s| s.state == StepState::Succeeded)
-            .and_then(|s| s.result.clone())
-            .map(serde_json::from_value::<super::records::SwitchedTo>)
-            .transpose()
-            .map_err(|e| PipelineError::journal(Step::Switch, "result", e))?
-            .and_then(|s| s.previous);
-        let intent = RevertToIntent {
-            to: previous,
-            remove: all.iter().map(|c| c.id.clone()).collect(),
-            restart: old.running.clone(),
-        };
-        let back = |_: &RevertedTo| {
-            Some(GenerationSwitch {
-                app: self.app.name.clone(),
-                target: self.target.name.clone(),
-                generation: intent
-                    .to
-                    .as_ref()
-                    .map(|g| (g.deployment, g.digest.clone(), g.container.clone())),
-                forget: intent.to.is_none(),
-                route: None,
-            })
-        };
-        self.switching_step(Step::Revert, &intent, back, || async {
-            let mut out = RevertedTo::default();
-            // The candidate holds the app's host port: it goes before the old one starts.
-            for id in &intent.remove {
-                self.engine().remove_container(id).await?;
-                out.removed.push(id.clone());
-            }
-            for id in &intent.restart {
-                self.engine()
-                    .start_container(id)
-                    .await
-                    .map_err(|e| self.hide_paths(e))?;
-                out.restarted.push(id.clone());
-            }
-            for id in &intent.restart {
-                match self.engine().inspect_container(id).await? {
-                    Some(c) if c.running => {}
-                    _ => {
-                        return Err(StepError::Check(format!(
-                            "the previous generation's container {id} does not run again"
-                        )));
-                    }
-                }
-            }
-            Ok(out)
-        })
-        .await
     }
 }
