@@ -199,7 +199,7 @@ impl Fleet {
     }
 
     /// `GET /version` of the app on `target`'s own loopback.
-    async fn version_on(&self, target: &str) -> Option<String> {
+    pub async fn version_on(&self, target: &str) -> Option<String> {
         let port = self.env.publish().port();
         if target == "local" {
             return http_get(&self.env.app_url("/version"))

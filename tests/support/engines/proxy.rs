@@ -43,8 +43,11 @@ impl ExtraEngine {
             "pier proxy answers on its admin port inside the namespace",
             PROXY_READY,
             || async {
-                matches!(self.http_get_inside(admin, "/healthz").await, Some((200, _)))
-                    .then_some(())
+                matches!(
+                    self.http_get_inside(admin, "/healthz").await,
+                    Some((200, _))
+                )
+                .then_some(())
             },
         )
         .await;
