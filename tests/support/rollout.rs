@@ -49,6 +49,8 @@ pub struct Fleet {
     proxies: Vec<(&'static str, PierProcess)>,
     /// `e2` (TLS) and `e3` (SSH), in the app's target order.
     remotes: Vec<(&'static str, ExtraEngine)>,
+    /// The deployments [`Fleet::final_deployment`] returned.
+    returned: std::sync::Mutex<Vec<String>>,
 }
 
 impl Fleet {
@@ -95,6 +97,7 @@ impl Fleet {
             env,
             proxies,
             remotes: vec![("e2", e2), ("e3", e3)],
+            returned: Default::default(),
         }
     }
 
@@ -141,16 +144,22 @@ impl Fleet {
         }
     }
 
-    /// The newest deployment of the app, once final.
+    /// The newest deployment of the app that this method has not returned before, once
+    /// final: after a push, the deployment it queued, never the previous one that is
+    /// still the newest until the registry's notification arrives (a race a loaded
+    /// machine loses).
     pub async fn final_deployment(&self) -> Value {
         let app = self.env.app().to_owned();
-        wait_until("a newest deployment", FLEET_DEPLOY, || {
-            let env = &self.env;
-            let app = app.clone();
-            async move { env.deployment_rows(&app).await.pop() }
+        let newest = wait_until("a new newest deployment", FLEET_DEPLOY, || {
+            let (env, app, returned) = (&self.env, app.clone(), &self.returned);
+            async move {
+                let newest = env.deployment_rows(&app).await.pop()?;
+                let known = returned.lock().unwrap().contains(&newest.id);
+                (!known).then_some(newest)
+            }
         })
         .await;
-        let newest = self.env.deployment_rows(&app).await.pop().expect("a row");
+        self.returned.lock().unwrap().push(newest.id.clone());
         self.env.deployment_final(&newest.id, FLEET_DEPLOY).await
     }
 
