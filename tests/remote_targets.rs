@@ -49,43 +49,9 @@ async fn on_a_remote_engine_with(
     (env, remote)
 }
 
-/// `pier proxy --target edge` inside the engine's namespace, as it runs on that host;
-/// returned once its admin endpoint answers there.
+/// `pier proxy --target edge` inside the engine's namespace, as it runs on that host.
 async fn proxy_on_that_host(env: &TestEnv, remote: &ExtraEngine) -> PierProcess {
-    let wrapper = remote.dir().join("pier-in-namespace");
-    std::fs::write(
-        &wrapper,
-        format!(
-            "#!/bin/sh\nexec nsenter --net=/var/run/netns/{} -- {} \"$@\"\n",
-            remote.netns(),
-            env!("CARGO_BIN_EXE_pier")
-        ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let proxy = env
-        .pier_command()
-        .program(&wrapper)
-        .args(["proxy", "--target", TARGET])
-        .wait_healthy(false)
-        .start()
-        .await;
-    wait_until(
-        "pier proxy answers on its admin port inside the namespace",
-        Duration::from_secs(30),
-        || async {
-            matches!(
-                remote
-                    .http_get_inside(env.proxy_admin_port, "/healthz")
-                    .await,
-                Some((200, _))
-            )
-            .then_some(())
-        },
-    )
-    .await;
-    proxy
+    remote.start_proxy(env, TARGET).await
 }
 
 /// The deployment with its steps, and the one step named `step`.

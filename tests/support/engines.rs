@@ -17,6 +17,7 @@
 mod certs;
 mod netns;
 mod procs;
+mod proxy;
 mod sshd;
 mod start;
 
@@ -62,6 +63,12 @@ impl ExtraEngineBuilder {
     /// `pier proxy` run in the namespace.
     pub fn forward(mut self, port: u16) -> Self {
         self.forwards.push(port);
+        self
+    }
+
+    /// [`ExtraEngineBuilder::forward`] each of `ports`.
+    pub fn forwards(mut self, ports: &[u16]) -> Self {
+        self.forwards.extend_from_slice(ports);
         self
     }
 

@@ -468,6 +468,21 @@ impl TestEnv {
         self.pier = Some(self.pier_command().start().await);
     }
 
+    /// `pier proxy` with this environment's config, but keeping its last known routes in
+    /// `state_file` (one per host: proxies of different targets must not share one), not
+    /// waiting for `[server].listen` (a proxy does not serve it).
+    pub fn proxy_command(&self, state_file: &Path) -> PierCommand {
+        let ours = toml_str(&self.proxy_dir.path().join("routes.json").to_string_lossy());
+        let ours = format!("state_file = {ours}");
+        let mut cmd = self.pier_command().args(["proxy"]).wait_healthy(false);
+        assert!(cmd.config_toml.contains(&ours), "{}", cmd.config_toml);
+        cmd.config_toml = cmd.config_toml.replace(
+            &ours,
+            &format!("state_file = {}", toml_str(&state_file.to_string_lossy())),
+        );
+        cmd
+    }
+
     /// Starts `pier proxy` with this environment's config; waits for its admin endpoint.
     pub async fn start_proxy(&self) -> PierProcess {
         let admin = format!("http://127.0.0.1:{}/healthz", self.proxy_admin_port);

@@ -36,6 +36,10 @@ pub enum TestImage {
     /// file limit of exactly `nofile` (`dockerd --default-ulimit nofile=N:N`): one image,
     /// healthy on every host but one that is configured differently.
     UnhealthyAtNofile { version: String, nofile: u32 },
+    /// Like `Healthy`, but on an engine whose containers get a file limit of exactly
+    /// `nofile`, httpd serves an empty directory: `GET /health` answers 404 on that host
+    /// only, for an app's HTTP health (not an image HEALTHCHECK) to fail there.
+    HttpUnhealthyAtNofile { version: String, nofile: u32 },
     /// Like `Healthy`, but httpd starts only after `secs` seconds: a deployment that
     /// spends that long in its `health` step.
     SlowStart { version: String, secs: u32 },
@@ -76,6 +80,13 @@ impl TestImage {
 
     pub fn unhealthy_at_nofile(version: &str, nofile: u32) -> Self {
         TestImage::UnhealthyAtNofile {
+            version: version.to_owned(),
+            nofile,
+        }
+    }
+
+    pub fn http_unhealthy_at_nofile(version: &str, nofile: u32) -> Self {
+        TestImage::HttpUnhealthyAtNofile {
             version: version.to_owned(),
             nofile,
         }
@@ -123,6 +134,7 @@ impl TestImage {
             | TestImage::ExitsAtOnce { version }
             | TestImage::WithHealthcheck { version }
             | TestImage::UnhealthyAtNofile { version, .. }
+            | TestImage::HttpUnhealthyAtNofile { version, .. }
             | TestImage::SpoofsLabels { version }
             | TestImage::WritesTmp { version, .. } => version,
         }
@@ -165,6 +177,15 @@ impl TestImage {
                 "trap 'exit 0' TERM; /bin/busybox touch /tmp/probe || exit 1; \
                  /bin/busybox httpd -f -p 8080 -h /www & wait",
             ],
+            // PID 1's limit is the one the engine's default sets.
+            TestImage::HttpUnhealthyAtNofile { nofile, .. } => {
+                slow = format!(
+                    "trap 'exit 0' TERM; home=/www; \
+                     /bin/busybox grep -qE 'open files +{nofile} ' /proc/1/limits && home=/tmp; \
+                     /bin/busybox httpd -f -p 8080 -h $home & wait"
+                );
+                vec!["/bin/busybox", "sh", "-c", &slow]
+            }
             TestImage::SlowStart { secs, .. } => {
                 slow = format!(
                     "trap 'exit 0' TERM; /bin/busybox sleep {secs} & wait; \

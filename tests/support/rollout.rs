@@ -1,6 +1,8 @@
 //! A fleet for the rollout tests: the host's engine (`local`) and two extra real engines in
 //! network namespaces, `e2` over TLS and `e3` over SSH, each pulling from the test registry
-//! under the same image name; one app on all three.
+//! under the same image name; one app on all three. With [`FleetSpec::proxies`], each
+//! remote host also runs its own `pier proxy --target`, which sends that engine's HTTP
+//! health probes (its app publishes on that host's loopback, which Pier cannot reach).
 
 use super::*;
 use serde_json::Value;
@@ -18,6 +20,13 @@ pub struct FleetSpec {
     pub third_dockerd_args: Vec<&'static str>,
     /// Pier's lease: short, so that a restarted Pier takes over a killed one's deployment.
     pub lease: &'static str,
+    /// A `pier proxy --target e2` and `--target e3` on each remote host (their namespaces
+    /// then also reach Postgres), as an app with HTTP health on remote engines needs.
+    pub proxies: bool,
+    /// More lines of the app's table, after `targets` and `rollout` (e.g. `health = {
+    /// path = "/health", timeout = "10s" }`); without a `health`, every engine checks the
+    /// image's HEALTHCHECK.
+    pub app_toml: String,
 }
 
 impl Default for FleetSpec {
@@ -27,31 +36,44 @@ impl Default for FleetSpec {
             retry_budget: "30s",
             third_dockerd_args: Vec::new(),
             lease: "3s",
+            proxies: false,
+            app_toml: String::new(),
         }
     }
 }
 
 pub struct Fleet {
     pub env: TestEnv,
+    /// Each remote host's `pier proxy --target`, by target; declared before `remotes` so
+    /// that, dropped on a panic, they stop before their namespaces go.
+    proxies: Vec<(&'static str, PierProcess)>,
     /// `e2` (TLS) and `e3` (SSH), in the app's target order.
     remotes: Vec<(&'static str, ExtraEngine)>,
+    /// The deployments [`Fleet::final_deployment`] returned.
+    returned: std::sync::Mutex<Vec<String>>,
 }
 
 impl Fleet {
-    /// The engines first (they forward the registry's port into their namespaces), then the
-    /// environment whose config names them. The app has no HTTP health: its image's
-    /// HEALTHCHECK is what every engine checks.
+    /// The engines first (they forward the registry's port, and with proxies the
+    /// database's, into their namespaces), then the environment whose config names them,
+    /// then the proxies. Without `app_toml`'s `health`, the image's HEALTHCHECK is what
+    /// every engine checks.
     pub async fn start(spec: FleetSpec) -> Fleet {
         let registry_port = free_port();
-        let e2 = ExtraEngine::builder().forward(registry_port).start().await;
+        let mut forwards = vec![registry_port];
+        if spec.proxies {
+            let db = reqwest::Url::parse(&base_database_url()).expect("a database URL");
+            forwards.push(db.port().unwrap_or(5432));
+        }
+        let e2 = ExtraEngine::builder().forwards(&forwards).start().await;
         let e3 = ExtraEngine::builder()
             .ssh()
-            .forward(registry_port)
+            .forwards(&forwards)
             .dockerd_args(&spec.third_dockerd_args)
             .start()
             .await;
         let targets = format!("{}{}", e2.tls_target_toml("e2"), e3.ssh_target_toml("e3"));
-        let batch = spec.batch;
+        let (batch, app_toml) = (spec.batch, spec.app_toml);
         let env = TestEnv::builder()
             .registry_port(registry_port)
             .lease(spec.lease)
@@ -60,15 +82,42 @@ impl Fleet {
             .sources_toml(&targets)
             .app(|a| {
                 a.extra_toml = format!(
-                    "targets = [\"local\", \"e2\", \"e3\"]\nrollout = {{ batch = {batch} }}\n"
+                    "targets = [\"local\", \"e2\", \"e3\"]\nrollout = {{ batch = {batch} }}\n\
+                     {app_toml}"
                 )
             })
             .start()
             .await;
+        let mut proxies = Vec::new();
+        if spec.proxies {
+            proxies.push(("e2", e2.start_proxy(&env, "e2").await));
+            proxies.push(("e3", e3.start_proxy(&env, "e3").await));
+        }
         Fleet {
             env,
+            proxies,
             remotes: vec![("e2", e2), ("e3", e3)],
+            returned: Default::default(),
         }
+    }
+
+    /// The pid of the `pier proxy --target` on `target`'s host (the pid its probe results
+    /// name).
+    pub fn proxy_pid(&self, target: &str) -> u32 {
+        self.proxies
+            .iter()
+            .find(|(n, _)| *n == target)
+            .and_then(|(_, p)| p.pid())
+            .unwrap_or_else(|| panic!("no pier proxy runs for {target}: FleetSpec.proxies"))
+    }
+
+    pub fn remote(&self, name: &str) -> &ExtraEngine {
+        &self
+            .remotes
+            .iter()
+            .find(|(n, _)| *n == name)
+            .expect("a remote engine of the fleet")
+            .1
     }
 
     pub fn remote_mut(&mut self, name: &str) -> &mut ExtraEngine {
@@ -95,16 +144,22 @@ impl Fleet {
         }
     }
 
-    /// The newest deployment of the app, once final.
+    /// The newest deployment of the app that this method has not returned before, once
+    /// final: after a push, the deployment it queued, never the previous one that is
+    /// still the newest until the registry's notification arrives (a race a loaded
+    /// machine loses).
     pub async fn final_deployment(&self) -> Value {
         let app = self.env.app().to_owned();
-        wait_until("a newest deployment", FLEET_DEPLOY, || {
-            let env = &self.env;
-            let app = app.clone();
-            async move { env.deployment_rows(&app).await.pop() }
+        let newest = wait_until("a new newest deployment", FLEET_DEPLOY, || {
+            let (env, app, returned) = (&self.env, app.clone(), &self.returned);
+            async move {
+                let newest = env.deployment_rows(&app).await.pop()?;
+                let known = returned.lock().unwrap().contains(&newest.id);
+                (!known).then_some(newest)
+            }
         })
         .await;
-        let newest = self.env.deployment_rows(&app).await.pop().expect("a row");
+        self.returned.lock().unwrap().push(newest.id.clone());
         self.env.deployment_final(&newest.id, FLEET_DEPLOY).await
     }
 
@@ -153,7 +208,7 @@ impl Fleet {
     }
 
     /// `GET /version` of the app on `target`'s own loopback.
-    async fn version_on(&self, target: &str) -> Option<String> {
+    pub async fn version_on(&self, target: &str) -> Option<String> {
         let port = self.env.publish().port();
         if target == "local" {
             return http_get(&self.env.app_url("/version"))
@@ -179,10 +234,15 @@ impl Fleet {
             .expect("read app_generations")
     }
 
-    /// Pier first (so it changes nothing more), then every engine's containers.
+    /// Pier first (so it changes nothing more), then the proxies, then every engine's
+    /// containers.
     pub async fn cleanup(mut self) {
         if let Some(p) = self.env.pier.as_mut() {
             p.kill();
+        }
+        // The proxies before their engines: one must not outlive its namespace.
+        for (_, proxy) in &mut self.proxies {
+            proxy.kill();
         }
         for (_, remote) in &mut self.remotes {
             remote.cleanup();
