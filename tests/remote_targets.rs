@@ -7,7 +7,6 @@
 
 mod support;
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use support::*;
@@ -223,72 +222,6 @@ async fn a_crash_after_the_probe_request_reads_back_the_outcome_that_hosts_proxy
     env.cleanup().await;
 }
 
-/// `GET path` through the proxy inside the namespace, as a client on that host sends it
-/// (`curl`: HTTP/1.1, the connection kept open until the answer is in; the harness's
-/// `http_get_inside` half-closes after its request, and the proxy drops a client that
-/// goes away): `Some((status, body))`, `None` without an answer within 5 s.
-async fn curl_inside(remote: &ExtraEngine, port: u16, path: &str) -> Option<(u16, String)> {
-    let mut cmd = tokio::process::Command::from(remote.command("curl"));
-    cmd.args(["-s", "--max-time", "5", "-w", "\n%{http_code}"])
-        .arg(format!("http://127.0.0.1:{port}{path}"))
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    let out = tokio::time::timeout(Duration::from_secs(8), cmd.output())
-        .await
-        .ok()?
-        .ok()?;
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (body, status) = text.rsplit_once('\n')?;
-    Some((
-        status.trim().parse().ok().filter(|s| *s > 0)?,
-        body.to_owned(),
-    ))
-}
-
-/// `curl` inside the namespace GETting `url` back to back (one connection, kept alive)
-/// until killed, one line per answer: the body, then the status (`000`: no answer).
-struct LoadInside {
-    child: std::process::Child,
-    out: std::path::PathBuf,
-}
-
-impl LoadInside {
-    fn start(remote: &ExtraEngine, port: u16) -> LoadInside {
-        let out = remote.dir().join("load.txt");
-        let file = std::fs::File::create(&out).unwrap();
-        let child = remote
-            .command("stdbuf")
-            .args([
-                "-oL",
-                "curl",
-                "-s",
-                "--max-time",
-                "10",
-                "-w",
-                " %{http_code}\\n",
-            ])
-            .arg(format!("http://127.0.0.1:{port}/version?n=[1-400000]"))
-            .stdout(file)
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("curl inside the namespace");
-        LoadInside { child, out }
-    }
-
-    /// The answers so far, complete lines only.
-    fn answers(&self) -> Vec<String> {
-        let text = std::fs::read_to_string(&self.out).unwrap_or_default();
-        let complete = text.rsplit_once('\n').map_or("", |(done, _)| done);
-        complete.lines().map(str::to_owned).collect()
-    }
-
-    fn finish(mut self) -> Vec<String> {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        self.answers()
-    }
-}
-
 #[tokio::test]
 async fn blue_green_on_a_remote_engine_through_that_hosts_proxy_drops_no_request_under_load() {
     let (env, remote) = on_a_remote_engine(|a| {
@@ -306,14 +239,15 @@ async fn blue_green_on_a_remote_engine_through_that_hosts_proxy_drops_no_request
         "v1 serves through the proxy on that host",
         Duration::from_secs(20),
         || async {
-            curl_inside(&remote, port, "/version")
+            remote
+                .curl_inside(port, "/version")
                 .await
                 .filter(|(s, b)| *s == 200 && b == "v1")
         },
     )
     .await;
 
-    let load = LoadInside::start(&remote, port);
+    let load = remote.load_inside(port);
     wait_until("the load runs", Duration::from_secs(20), || async {
         (load.answers().len() > 20).then_some(())
     })

@@ -15,6 +15,7 @@
 //! test process that was killed is cleaned up by the next one that starts an engine.
 
 mod certs;
+mod load_inside;
 mod netns;
 mod procs;
 mod proxy;

@@ -27,6 +27,9 @@ pub struct FleetSpec {
     /// path = "/health", timeout = "10s" }`); without a `health`, every engine checks the
     /// image's HEALTHCHECK.
     pub app_toml: String,
+    /// Blue-green: the `[apps.route]` lines (e.g. `soak = "2s"`); every host then runs a
+    /// `pier proxy` (this one's serves `local`), and `version_on` asks through it.
+    pub route: Option<&'static str>,
 }
 
 impl Default for FleetSpec {
@@ -38,6 +41,7 @@ impl Default for FleetSpec {
             lease: "3s",
             proxies: false,
             app_toml: String::new(),
+            route: None,
         }
     }
 }
@@ -61,7 +65,8 @@ impl Fleet {
     pub async fn start(spec: FleetSpec) -> Fleet {
         let registry_port = free_port();
         let mut forwards = vec![registry_port];
-        if spec.proxies {
+        let proxied = spec.proxies || spec.route.is_some();
+        if proxied {
             let db = reqwest::Url::parse(&base_database_url()).expect("a database URL");
             forwards.push(db.port().unwrap_or(5432));
         }
@@ -84,12 +89,18 @@ impl Fleet {
                 a.extra_toml = format!(
                     "targets = [\"local\", \"e2\", \"e3\"]\nrollout = {{ batch = {batch} }}\n\
                      {app_toml}"
-                )
+                );
+                if let Some(route) = spec.route {
+                    a.blue_green(route);
+                }
             })
             .start()
             .await;
         let mut proxies = Vec::new();
-        if spec.proxies {
+        if spec.route.is_some() {
+            proxies.push(("local", env.start_proxy().await));
+        }
+        if proxied {
             proxies.push(("e2", e2.start_proxy(&env, "e2").await));
             proxies.push(("e3", e3.start_proxy(&env, "e3").await));
         }
@@ -217,8 +228,9 @@ impl Fleet {
                 .map(|(_, body)| body.trim().to_owned());
         }
         let (_, remote) = self.remotes.iter().find(|(n, _)| *n == target)?;
+        // Through that host's proxy (blue-green) or from the app's own publish.
         remote
-            .http_get_inside(port, "/version")
+            .curl_inside(port, "/version")
             .await
             .filter(|(code, _)| *code == 200)
             .map(|(_, body)| body.trim().to_owned())
