@@ -309,7 +309,9 @@ fn card<'a>(html: &'a str, app: &str) -> &'a str {
 /// The row of one engine in an overview card.
 fn card_row<'a>(card: &'a str, target: &str) -> &'a str {
     let start = card
-        .find(&format!("<tr class=\"card-engine\" data-target=\"{target}\""))
+        .find(&format!(
+            "<tr class=\"card-engine\" data-target=\"{target}\""
+        ))
         .unwrap_or_else(|| panic!("no row for engine {target} in the card:\n{card}"));
     let len = card[start..].find("</tr>").expect("the row ends");
     &card[start..start + len]
@@ -328,8 +330,7 @@ fn short(digest: &str) -> &str {
 }
 
 #[tokio::test]
-async fn overview_shows_each_engine_of_an_app_on_several_targets_and_an_unreachable_one_as_such()
-{
+async fn overview_shows_each_engine_of_an_app_on_several_targets_and_an_unreachable_one_as_such() {
     let mut fleet = Fleet::start(FleetSpec::default()).await;
     let app = fleet.env.app().to_owned();
     let digest = fleet
@@ -348,7 +349,10 @@ async fn overview_shows_each_engine_of_an_app_on_several_targets_and_an_unreacha
     for target in ["local", "e2", "e3"] {
         let row = card_row(c, target);
         assert_eq!(attr(row, "data-state"), Some("running"), "{row}");
-        assert!(row.contains(short(&digest)), "{target} shows its digest: {row}");
+        assert!(
+            row.contains(short(&digest)),
+            "{target} shows its digest: {row}"
+        );
         // The engine's own status line for the container.
         assert!(row.contains("Up "), "{row}");
         assert!(!row.contains("unreachable"), "{row}");
@@ -357,7 +361,12 @@ async fn overview_shows_each_engine_of_an_app_on_several_targets_and_an_unreacha
     // e3's dockerd stops: the overview still answers within the per-engine deadline, says
     // e3 is unreachable and why (no key file named), and the other engines' rows are whole.
     let secrets: Vec<String> = {
-        let e2 = fleet.remote_mut("e2").client_files().key.display().to_string();
+        let e2 = fleet
+            .remote_mut("e2")
+            .client_files()
+            .key
+            .display()
+            .to_string();
         let e3 = fleet.remote_mut("e3");
         vec![
             e2,
@@ -393,19 +402,20 @@ async fn overview_shows_each_engine_of_an_app_on_several_targets_and_an_unreacha
         "{c}"
     );
     for secret in &secrets {
-        assert!(!html.contains(secret.as_str()), "the overview names {secret}");
+        assert!(
+            !html.contains(secret.as_str()),
+            "the overview names {secret}"
+        );
     }
     eprintln!("the overview answered in {took:?} with e3 down");
 
     // The live overview renders the same card.
     let t = Instant::now();
-    let (events, _) = read_events_until(
-        &fleet.env.pier_url("/events"),
-        ANSWER_WITHIN,
-        |_| true,
-    )
-    .await;
-    let first = events.first().expect("the overview stream sends its first frame");
+    let (events, _) =
+        read_events_until(&fleet.env.pier_url("/events"), ANSWER_WITHIN, |_| true).await;
+    let first = events
+        .first()
+        .expect("the overview stream sends its first frame");
     assert!(t.elapsed() < ANSWER_WITHIN);
     let c = card(&first.data, &app);
     assert_eq!(attr(card_row(c, "e3"), "data-state"), Some("unreachable"));
@@ -430,7 +440,11 @@ impl EngineFrame {
             .map(|t| {
                 let row = engine_row(html, t);
                 let state = attr(row, "data-state").unwrap_or_default().to_owned();
-                (t.to_string(), state, attr(row, "data-rollout").map(str::to_owned))
+                (
+                    t.to_string(),
+                    state,
+                    attr(row, "data-rollout").map(str::to_owned),
+                )
             })
             .collect();
         let digest_everywhere = targets

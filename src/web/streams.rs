@@ -91,9 +91,11 @@ pub(super) async fn index_events(State(s): State<AppState>) -> Result<Response, 
             Some(Frame { html, last: false })
         }
     };
-    Ok(live::stream(&hub, slot, "overview", |_| std::future::ready(true), render)
-        .await
-        .into_response())
+    Ok(
+        live::stream(&hub, slot, "overview", |_| std::future::ready(true), render)
+            .await
+            .into_response(),
+    )
 }
 
 /// `GET /deployments/{id}/events`: the deployment's timeline, again after each of its
@@ -120,17 +122,15 @@ pub(super) async fn deployment_events(
             Some(Frame { html, last })
         }
     };
-    Ok(
-        live::stream(
-            &hub,
-            slot,
-            "timeline",
-            move |c| std::future::ready(c == id),
-            render,
-        )
-            .await
-            .into_response(),
+    Ok(live::stream(
+        &hub,
+        slot,
+        "timeline",
+        move |c| std::future::ready(c == id),
+        render,
     )
+    .await
+    .into_response())
 }
 
 /// `GET /apps/{app}/events`: the app's engine table, again after each change of one of its
