@@ -4,12 +4,17 @@
 //! container and state, and which engine each step of the rollout ran on. When the other
 //! engine's dockerd stops, every answer still comes within a deadline, says that engine is
 //! unreachable (naming no key file), and `local`'s row is as it was.
+//!
+//! The overview's card of an app on three engines has a row per engine, and one whose
+//! dockerd stopped says so without holding up the others; the app page's live stream sends
+//! each engine's progress while a rollout crosses the engines, as the workers journal it.
 
 mod support;
 
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use support::rollout::{Fleet, FleetSpec};
 use support::*;
 
 /// What a page or `pier status` may take with an engine down: the per-engine deadline
@@ -288,6 +293,274 @@ async fn each_engine_has_its_row_and_an_engine_that_stops_is_shown_unreachable_w
     let _ = silent.kill();
     let _ = silent.wait();
 
+    env.cleanup().await;
+    remote.cleanup();
+}
+
+/// The overview's card of `app`.
+fn card<'a>(html: &'a str, app: &str) -> &'a str {
+    let start = html
+        .find(&format!("data-app=\"{app}\""))
+        .unwrap_or_else(|| panic!("no card for {app}:\n{html}"));
+    let len = html[start..].find("</article>").expect("the card ends");
+    &html[start..start + len]
+}
+
+/// The row of one engine in an overview card.
+fn card_row<'a>(card: &'a str, target: &str) -> &'a str {
+    let start = card
+        .find(&format!(
+            "<tr class=\"card-engine\" data-target=\"{target}\""
+        ))
+        .unwrap_or_else(|| panic!("no row for engine {target} in the card:\n{card}"));
+    let len = card[start..].find("</tr>").expect("the row ends");
+    &card[start..start + len]
+}
+
+/// The value of `name="…"` in an HTML tag, as the page escaped it.
+fn attr<'a>(tag: &'a str, name: &str) -> Option<&'a str> {
+    let at = tag.find(&format!(" {name}=\""))? + name.len() + 3;
+    let len = tag[at..].find('"')?;
+    Some(&tag[at..at + len])
+}
+
+/// `sha256:` and the first 12 hex digits, as pages show a digest.
+fn short(digest: &str) -> &str {
+    &digest[.."sha256:".len() + 12]
+}
+
+#[tokio::test]
+async fn overview_shows_each_engine_of_an_app_on_several_targets_and_an_unreachable_one_as_such() {
+    let mut fleet = Fleet::start(FleetSpec::default()).await;
+    let app = fleet.env.app().to_owned();
+    let digest = fleet
+        .env
+        .push(&TestImage::with_healthcheck("v1"), "main")
+        .await;
+    let d = fleet.final_deployment().await;
+    assert_eq!(d["state"], "succeeded", "{d:#}");
+
+    let (code, html) = http_get_within(&fleet.env.pier_url("/"), ANSWER_WITHIN)
+        .await
+        .expect("the overview answers");
+    assert_eq!(code, 200, "{html}");
+    let c = card(&html, &app);
+    assert!(c.contains("running on all 3 engines"), "{c}");
+    for target in ["local", "e2", "e3"] {
+        let row = card_row(c, target);
+        assert_eq!(attr(row, "data-state"), Some("running"), "{row}");
+        assert!(
+            row.contains(short(&digest)),
+            "{target} shows its digest: {row}"
+        );
+        // The engine's own status line for the container.
+        assert!(row.contains("Up "), "{row}");
+        assert!(!row.contains("unreachable"), "{row}");
+    }
+
+    // e3's dockerd stops: the overview still answers within the per-engine deadline, says
+    // e3 is unreachable and why (no key file named), and the other engines' rows are whole.
+    let secrets: Vec<String> = {
+        let e2 = fleet
+            .remote_mut("e2")
+            .client_files()
+            .key
+            .display()
+            .to_string();
+        let e3 = fleet.remote_mut("e3");
+        vec![
+            e2,
+            e3.ssh_identity().display().to_string(),
+            e3.known_hosts().display().to_string(),
+        ]
+    };
+    fleet.remote_mut("e3").stop_dockerd();
+    let t = Instant::now();
+    let (code, html) = http_get_within(&fleet.env.pier_url("/"), ANSWER_WITHIN)
+        .await
+        .expect("the overview answers with e3 down");
+    let took = t.elapsed();
+    assert_eq!(code, 200, "{html}");
+    assert!(took < ANSWER_WITHIN, "the overview took {took:?}");
+    let c = card(&html, &app);
+    let down = card_row(c, "e3");
+    assert_eq!(attr(down, "data-state"), Some("unreachable"), "{down}");
+    assert!(down.contains(">unreachable</span>"), "{down}");
+    assert!(
+        down.contains("<span class=\"error\">") && !down.contains("<span class=\"error\"></span>"),
+        "the reason is shown: {down}"
+    );
+    // What the journal says e3 was told to serve stays shown.
+    assert!(down.contains(short(&digest)), "{down}");
+    for target in ["local", "e2"] {
+        let row = card_row(c, target);
+        assert_eq!(attr(row, "data-state"), Some("running"), "{row}");
+        assert!(row.contains(short(&digest)) && row.contains("Up "), "{row}");
+    }
+    assert!(
+        c.contains("running on 2 of 3 engines (e3 unreachable)"),
+        "{c}"
+    );
+    for secret in &secrets {
+        assert!(
+            !html.contains(secret.as_str()),
+            "the overview names {secret}"
+        );
+    }
+    eprintln!("the overview answered in {took:?} with e3 down");
+
+    // The live overview renders the same card.
+    let t = Instant::now();
+    let (events, _) =
+        read_events_until(&fleet.env.pier_url("/events"), ANSWER_WITHIN, |_| true).await;
+    let first = events
+        .first()
+        .expect("the overview stream sends its first frame");
+    assert!(t.elapsed() < ANSWER_WITHIN);
+    let c = card(&first.data, &app);
+    assert_eq!(attr(card_row(c, "e3"), "data-state"), Some("unreachable"));
+    assert_eq!(attr(card_row(c, "e2"), "data-state"), Some("running"));
+    assert_eq!(attr(card_row(c, "local"), "data-state"), Some("running"));
+
+    fleet.cleanup().await;
+}
+
+/// One frame of the app page's stream: each engine's `data-state` and `data-rollout`.
+#[derive(Debug, Clone, PartialEq)]
+struct EngineFrame {
+    rows: Vec<(String, String, Option<String>)>,
+    /// Whether every row shows `digest`.
+    digest_everywhere: bool,
+}
+
+impl EngineFrame {
+    fn of(html: &str, targets: &[&str], digest: &str) -> EngineFrame {
+        let rows: Vec<_> = targets
+            .iter()
+            .map(|t| {
+                let row = engine_row(html, t);
+                let state = attr(row, "data-state").unwrap_or_default().to_owned();
+                (
+                    t.to_string(),
+                    state,
+                    attr(row, "data-rollout").map(str::to_owned),
+                )
+            })
+            .collect();
+        let digest_everywhere = targets
+            .iter()
+            .all(|t| engine_row(html, t).contains(short(digest)));
+        EngineFrame {
+            rows,
+            digest_everywhere,
+        }
+    }
+
+    fn rollout(&self, target: &str) -> Option<&str> {
+        self.rows.iter().find(|r| r.0 == target)?.2.as_deref()
+    }
+
+    /// The deployment has ended and every engine runs it.
+    fn settled(&self) -> bool {
+        self.digest_everywhere && self.rows.iter().all(|r| r.1 == "running" && r.2.is_none())
+    }
+}
+
+#[tokio::test]
+async fn app_page_stream_sends_each_engines_progress_during_a_rollout() {
+    let mut env = TestEnv::builder()
+        .no_health()
+        // The pause holds the second batch back: the stream must show `local` switched
+        // while `tls1` waits, then `tls1`'s own steps.
+        .app(|a| {
+            a.extra_toml =
+                "targets = [\"local\", \"tls1\"]\nrollout = { batch = 1, pause = \"4s\" }\n".into()
+        })
+        .without_pier()
+        .start()
+        .await;
+    let mut remote = ExtraEngine::builder()
+        .forward(env.registry_port)
+        .start()
+        .await;
+    let config = format!("{}\n{}", env.config_toml(), remote.tls_target_toml("tls1"));
+    env.pier = Some(PierCommand::new(&config).start().await);
+    let app = env.app().to_owned();
+    let targets = ["local", "tls1"];
+
+    let (html, _) = app_page(&env, &app).await;
+    assert!(
+        html.contains(&format!("data-live=\"/apps/{app}/events\"")),
+        "{html}"
+    );
+    let mut stream = EventStream::open(&env.pier_url(&format!("/apps/{app}/events"))).await;
+    let until = tokio::time::Instant::now() + DEPLOYED_WITHIN;
+    let Next::Event(first) = stream.next_before(until).await else {
+        panic!("no first frame")
+    };
+    assert_eq!(first.name, "engines");
+    for t in targets {
+        assert_eq!(
+            attr(engine_row(&first.data, t), "data-state"),
+            Some("nothing deployed yet")
+        );
+    }
+
+    // Listening: what the workers journal from now on arrives as frames.
+    let digest = env.push(&TestImage::with_healthcheck("v1"), "main").await;
+    let mut frames = Vec::new();
+    let last = loop {
+        let event = match stream.next_before(until).await {
+            Next::Event(e) => e,
+            other => panic!("the stream stopped ({other:?}) after {frames:#?}"),
+        };
+        assert_eq!(event.name, "engines", "the app stream never ends by itself");
+        let frame = EngineFrame::of(&event.data, &targets, &digest);
+        if frame.settled() {
+            break frame;
+        }
+        if frames.last() != Some(&frame) {
+            frames.push(frame);
+        }
+    };
+    eprintln!("frames before the end: {frames:#?}");
+
+    // Each engine's progress came while the deployment ran (a row has `data-rollout`
+    // only then), in the rollout's order: local switched while tls1 waited for its batch,
+    // then tls1's own steps.
+    let waiting = frames
+        .iter()
+        .position(|f| {
+            f.rollout("local") == Some("switch succeeded")
+                && f.rollout("tls1") == Some("waiting for its batch")
+        })
+        .unwrap_or_else(|| panic!("no frame with local switched and tls1 waiting: {frames:#?}"));
+    let on_tls1: Vec<&str> = frames[waiting..]
+        .iter()
+        .filter_map(|f| f.rollout("tls1"))
+        .filter(|w| *w != "waiting for its batch")
+        .collect();
+    assert!(
+        !on_tls1.is_empty(),
+        "no frame showed tls1's own steps: {frames:#?}"
+    );
+    assert!(
+        frames[..waiting]
+            .iter()
+            .any(|f| f.rollout("local").is_some_and(|w| w != "switch succeeded")),
+        "no frame showed local's steps before its switch: {frames:#?}"
+    );
+    assert!(last.settled(), "{last:?}");
+
+    let d = env.latest_final_of(&app, &[], DEPLOYED_WITHIN).await;
+    assert_eq!(d["state"], "succeeded", "{d:#}");
+    let (view, _) = api_app(&env, &app).await;
+    for t in targets {
+        assert_eq!(engine(&view, t)["digest"], digest.as_str(), "{view}");
+        assert_eq!(engine(&view, t)["state"], "running", "{view}");
+    }
+
+    drop(stream);
     env.cleanup().await;
     remote.cleanup();
 }

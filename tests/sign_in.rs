@@ -109,6 +109,7 @@ async fn without_a_session_pages_send_to_sign_in_and_sign_out_ends_it() {
         ("/apps/web?before=x", "%2Fapps%2Fweb%3Fbefore%3Dx"),
         ("/deliveries", "%2Fdeliveries"),
         ("/events", "%2Fevents"),
+        ("/apps/web/events", "%2Fapps%2Fweb%2Fevents"),
     ] {
         let a = get_anonymous(&format!("{base}{path}")).await;
         assert_eq!(a.status, 303, "{path}");

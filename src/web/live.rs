@@ -152,16 +152,18 @@ pub struct Frame {
 
 /// An event stream: `render` now, then again after every change `wanted` accepts, until a
 /// frame is the last, the stream's life ends, or Pier shuts down. A render that fails
-/// ends the stream (the browser reconnects and tries again).
-pub async fn stream<W, R, F>(
+/// ends the stream (the browser reconnects and tries again). `wanted` may ask the
+/// database (whose app a deployment is): the payload names only a deployment.
+pub async fn stream<W, WF, R, F>(
     hub: &Arc<Hub>,
     slot: OwnedSemaphorePermit,
     event: &'static str,
     wanted: W,
     render: R,
-) -> Sse<impl Stream<Item = Result<Event, Infallible>> + use<W, R, F>>
+) -> Sse<impl Stream<Item = Result<Event, Infallible>> + use<W, WF, R, F>>
 where
-    W: Fn(Change) -> bool + Send + Sync + 'static,
+    W: Fn(Change) -> WF + Send + Sync + 'static,
+    WF: Future<Output = bool> + Send,
     R: Fn() -> F + Send + 'static,
     F: Future<Output = Option<Frame>> + Send,
 {
@@ -211,11 +213,15 @@ struct Streaming {
 
 impl Streaming {
     /// Waits for a change worth a new frame; `false` when the stream should end.
-    async fn next_change(&mut self, wanted: &impl Fn(Change) -> bool) -> bool {
+    async fn next_change<WF: Future<Output = bool>>(
+        &mut self,
+        wanted: &impl Fn(Change) -> WF,
+    ) -> bool {
         loop {
             tokio::select! {
                 r = self.rx.recv() => match r {
-                    Ok(c) if c.is_nil() || wanted(c) => break,
+                    Ok(c) if c.is_nil() => break,
+                    Ok(c) if wanted(c).await => break,
                     Ok(_) => continue,
                     Err(broadcast::error::RecvError::Lagged(_)) => break,
                     Err(broadcast::error::RecvError::Closed) => return false,

@@ -1,6 +1,9 @@
 //! The live parts of the overview and of a deployment's page, as server-sent events: the
 //! same askama fragments the pages include, rendered again after each change.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use askama::Template;
 use axum::extract::{Path, State};
 use axum::http::header;
@@ -34,6 +37,18 @@ pub(super) struct DeploymentLive {
     pub viewer: super::session::Viewer,
 }
 impl Fmt for DeploymentLive {}
+
+/// An app page's live part: its row per engine, and where a rollout stands on each.
+#[derive(Template)]
+#[template(path = "app_engines.html")]
+pub(super) struct AppLive {
+    pub app: AppView,
+}
+impl Fmt for AppLive {}
+
+/// Deployments the app stream renders for: enough to find the running one, which is
+/// at most behind one queued (a newer queued one supersedes older ones).
+const APP_LIVE_HISTORY: i64 = 5;
 
 pub(super) async fn index_live(s: &AppState) -> Result<IndexLive, WebError> {
     let config = s.current();
@@ -76,9 +91,11 @@ pub(super) async fn index_events(State(s): State<AppState>) -> Result<Response, 
             Some(Frame { html, last: false })
         }
     };
-    Ok(live::stream(&hub, slot, "overview", |_| true, render)
-        .await
-        .into_response())
+    Ok(
+        live::stream(&hub, slot, "overview", |_| std::future::ready(true), render)
+            .await
+            .into_response(),
+    )
 }
 
 /// `GET /deployments/{id}/events`: the deployment's timeline, again after each of its
@@ -105,11 +122,95 @@ pub(super) async fn deployment_events(
             Some(Frame { html, last })
         }
     };
-    Ok(
-        live::stream(&hub, slot, "timeline", move |c| c == id, render)
-            .await
-            .into_response(),
+    Ok(live::stream(
+        &hub,
+        slot,
+        "timeline",
+        move |c| std::future::ready(c == id),
+        render,
     )
+    .await
+    .into_response())
+}
+
+/// `GET /apps/{app}/events`: the app's engine table, again after each change of one of its
+/// deployments (a step journaled on any engine), so a rollout's progress on each engine
+/// shows up as the workers write it. It never sends `final`: the next push shows up too.
+pub(super) async fn app_events(
+    State(s): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Response, PageError> {
+    views::find_app(&s, &name)?;
+    let slot = s.pages.live.slot().ok_or_else(busy)?;
+    let hub = s.pages.live.clone();
+    let filter = OfApp::new(s.store.clone(), name.clone());
+    let wanted = move |c| {
+        let filter = filter.clone();
+        async move { filter.concerns(c).await }
+    };
+    let render = move || {
+        let (s, name) = (s.clone(), name.clone());
+        async move {
+            let app = match views::one_app(&s, &name, APP_LIVE_HISTORY).await {
+                Ok(app) => app,
+                Err(e) => {
+                    tracing::warn!(error = %e, "app fragment not read");
+                    return None;
+                }
+            };
+            let html = AppLive { app }.render().ok()?;
+            Some(Frame { html, last: false })
+        }
+    };
+    Ok(live::stream(&hub, slot, "engines", wanted, render)
+        .await
+        .into_response())
+}
+
+/// Whether a changed deployment is one app's. The notification names only the deployment,
+/// so each new id is looked up once and remembered: a rollout journals dozens of steps,
+/// and pages of other apps must not cost this stream a render (nor a query) each.
+#[derive(Clone)]
+struct OfApp {
+    store: crate::store::Store,
+    app: String,
+    seen: Arc<Mutex<HashMap<Uuid, bool>>>,
+}
+
+/// Deployment ids an app stream remembers before it forgets them all (bounds its memory).
+const OF_APP_MEMO: usize = 1024;
+
+impl OfApp {
+    fn new(store: crate::store::Store, app: String) -> Self {
+        Self {
+            store,
+            app,
+            seen: Default::default(),
+        }
+    }
+
+    async fn concerns(&self, id: Uuid) -> bool {
+        if let Some(known) = self.memo().get(&id) {
+            return *known;
+        }
+        let mine = match self.store.deployment(id).await {
+            Ok(Some(d)) => d.app == self.app,
+            // Gone (retention removed it): nothing of it is shown.
+            Ok(None) => false,
+            // Not known now: render, and let that render say what it can.
+            Err(_) => return true,
+        };
+        let mut seen = self.memo();
+        if seen.len() >= OF_APP_MEMO {
+            seen.clear();
+        }
+        seen.insert(id, mine);
+        mine
+    }
+
+    fn memo(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, bool>> {
+        self.seen.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 pub(super) async fn script() -> impl IntoResponse {

@@ -64,6 +64,7 @@ pub fn routes(state: &AppState) -> Router<AppState> {
         .route("/events", get(streams::index_events))
         .route("/login", get(session::login_form))
         .route("/apps/{app}", get(pages::app))
+        .route("/apps/{app}/events", get(streams::app_events))
         .route("/deployments/{id}", get(pages::deployment))
         .route("/deployments/{id}/events", get(streams::deployment_events))
         .route("/deliveries", get(pages::deliveries))

@@ -20,56 +20,97 @@ pub async fn read_events_until(
     deadline: Duration,
     mut enough: impl FnMut(&SseEvent) -> bool,
 ) -> (Vec<SseEvent>, bool) {
-    let resp = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .unwrap()
-        .get(url)
-        .send()
-        .await
-        .expect("the stream answers");
-    assert_eq!(resp.status(), 200);
-    assert_eq!(
-        resp.headers()["content-type"].to_str().unwrap(),
-        "text/event-stream"
-    );
-    let mut body = resp.bytes_stream();
-    let mut buf = String::new();
-    let mut events = Vec::new();
     let until = tokio::time::Instant::now() + deadline;
-    let ended = loop {
-        match tokio::time::timeout_at(until, body.next()).await {
-            Err(_) => break false,
-            Ok(None) => break true,
-            Ok(Some(chunk)) => buf.push_str(&String::from_utf8_lossy(&chunk.unwrap())),
-        }
-        while let Some(at) = buf.find("\n\n") {
-            let block: String = buf.drain(..at + 2).collect();
-            let mut name = String::from("message");
-            let mut data = Vec::new();
-            for line in block.lines() {
-                if let Some(n) = line.strip_prefix("event: ") {
-                    name = n.to_owned();
-                } else if let Some(d) = line.strip_prefix("data: ") {
-                    data.push(d);
-                } else if let Some(d) = line.strip_prefix("data:") {
-                    data.push(d);
-                }
-            }
-            if !data.is_empty() {
-                let event = SseEvent {
-                    name,
-                    data: data.join("\n"),
-                };
+    let mut stream = EventStream::open(url).await;
+    let mut events = Vec::new();
+    loop {
+        match stream.next_before(until).await {
+            Next::Event(event) => {
                 let met = enough(&event);
                 events.push(event);
                 if met {
                     return (events, true);
                 }
             }
+            Next::Ended => return (events, true),
+            Next::TimedOut => return (events, false),
         }
-    };
-    (events, ended)
+    }
+}
+
+/// What [`EventStream::next_before`] found.
+#[derive(Debug)]
+pub enum Next {
+    Event(SseEvent),
+    Ended,
+    TimedOut,
+}
+
+/// One open event stream, read an event at a time: a test can open it, see its first
+/// frame (the stream listens from then on), cause a change, and read what follows.
+pub struct EventStream {
+    body: std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    buf: String,
+}
+
+impl EventStream {
+    /// Opens `url`; panics unless it answers 200 with `text/event-stream`.
+    pub async fn open(url: &str) -> EventStream {
+        let resp = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .unwrap()
+            .get(url)
+            .send()
+            .await
+            .expect("the stream answers");
+        assert_eq!(resp.status(), 200);
+        assert_eq!(
+            resp.headers()["content-type"].to_str().unwrap(),
+            "text/event-stream"
+        );
+        EventStream {
+            body: Box::pin(resp.bytes_stream()),
+            buf: String::new(),
+        }
+    }
+
+    /// The next event with data (keep-alive comments skipped), unless the stream ends or
+    /// `until` passes first.
+    pub async fn next_before(&mut self, until: tokio::time::Instant) -> Next {
+        loop {
+            while let Some(at) = self.buf.find("\n\n") {
+                let block: String = self.buf.drain(..at + 2).collect();
+                if let Some(event) = parse_block(&block) {
+                    return Next::Event(event);
+                }
+            }
+            match tokio::time::timeout_at(until, self.body.next()).await {
+                Err(_) => return Next::TimedOut,
+                Ok(None) | Ok(Some(Err(_))) => return Next::Ended,
+                Ok(Some(Ok(chunk))) => self.buf.push_str(&String::from_utf8_lossy(&chunk)),
+            }
+        }
+    }
+}
+
+/// One event's block (`event:` and `data:` lines); `None` for a comment alone.
+fn parse_block(block: &str) -> Option<SseEvent> {
+    let mut name = String::from("message");
+    let mut data = Vec::new();
+    for line in block.lines() {
+        if let Some(n) = line.strip_prefix("event: ") {
+            name = n.to_owned();
+        } else if let Some(d) = line.strip_prefix("data: ") {
+            data.push(d);
+        } else if let Some(d) = line.strip_prefix("data:") {
+            data.push(d);
+        }
+    }
+    (!data.is_empty()).then(|| SseEvent {
+        name,
+        data: data.join("\n"),
+    })
 }
 
 /// Follows `url` as a browser's `EventSource` does, until a `final` event: a stream that
