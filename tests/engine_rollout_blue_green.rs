@@ -156,7 +156,7 @@ async fn a_version_failing_health_on_the_third_engine_switches_the_first_two_bac
     let error = d["error"].as_str().unwrap_or_default();
     assert!(error.contains("engine e3 failed: health"), "{d:#}");
     wait_answering(&fleet, "v1").await;
-    // The same v1 containers serve again: stopped after the switch, started by the revert.
+    // The same v1 containers serve again (the proxy's standby during the soak).
     assert_eq!(fleet.assert_serving(&v1, "v1").await, v1_ids);
     for target in ["local", "e2"] {
         assert_eq!(step_of(&d, "soak", target)["state"], "succeeded", "{d:#}");

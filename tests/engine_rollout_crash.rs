@@ -122,3 +122,69 @@ async fn sigkill_before_every_step_of_a_three_engine_rollout_resumes_each_engine
 async fn sigkill_after_every_step_of_a_three_engine_rollout_resumes_each_engine_once() {
     sigkill_at_each(points("after", 1)).await;
 }
+
+/// A rollout whose process dies at the same point on every attempt (e3's `health`, after
+/// local and e2 switched) gives up after `MAX_ATTEMPTS`, and the attempt that gives up
+/// undoes every engine from its journal: local and e2 switch back to the very containers
+/// that served before, e3's candidate goes and its stopped container starts again.
+#[tokio::test]
+async fn a_rollout_that_dies_on_every_attempt_gives_up_with_every_engine_back_on_the_previous_version()
+ {
+    let mut fleet = Fleet::start(FleetSpec::default()).await;
+    let v1 = fleet
+        .env
+        .push(&TestImage::with_healthcheck("v1"), "main")
+        .await;
+    let d = fleet.final_deployment().await;
+    assert_eq!(d["state"], "succeeded", "{d:#}");
+    let before = fleet.assert_serving(&v1, "v1").await;
+
+    fleet
+        .env
+        .pier_mut()
+        .restart_with(|c| c.env("PIER_CRASH_AT", "health#e3:before"))
+        .await;
+    fleet
+        .env
+        .push(&TestImage::with_healthcheck("v2"), "main")
+        .await;
+    let app = fleet.env.app().to_owned();
+    let mut restarts = 0;
+    let done = loop {
+        let pier = fleet.env.pier_mut();
+        let died = poll_until(FLEET_DEPLOY, || {
+            let gone = !pier.is_running();
+            async move { gone.then_some(()) }
+        })
+        .await;
+        let rows = fleet.env.deployment_rows(&app).await;
+        let row = rows.last().expect("the v2 deployment").clone();
+        if row.state != "running" && row.state != "queued" {
+            break row;
+        }
+        assert!(died.is_some(), "pier neither crashed nor finished: {row:?}");
+        assert!(restarts < 10, "running after {restarts} restarts: {row:?}");
+        restarts += 1;
+        fleet.env.pier_mut().restart().await;
+    };
+    assert_eq!(done.state, "failed", "{done:?}");
+    assert_eq!(done.attempt, pier::pipeline::MAX_ATTEMPTS + 1);
+    let d = fleet.env.deployment_final(&done.id, FLEET_DEPLOY).await;
+    let outcome = d["outcome"].as_str().unwrap_or_default();
+    assert!(outcome.contains("gave up"), "{d:#}");
+    for target in ["local", "e2"] {
+        let revert = step_of(&d, "revert", target);
+        assert_eq!(revert["state"], "succeeded", "{target}: {revert:#}");
+        assert_eq!(revert["intent"]["to"]["digest"], v1.as_str(), "{revert:#}");
+    }
+    assert_eq!(step_of(&d, "rollback", "e3")["state"], "succeeded", "{d:#}");
+    assert_eq!(fleet.assert_serving(&v1, "v1").await, before);
+    for target in ["local", "e2", "e3"] {
+        assert_eq!(
+            fleet.serving_generation(target).await.as_deref(),
+            Some(v1.as_str()),
+            "{target}"
+        );
+    }
+    fleet.cleanup().await;
+}
