@@ -61,7 +61,7 @@ async fn sigkill_at_each(points: Vec<String>) {
         assert_eq!(d["resolved_digest"], digest.as_str(), "{point}");
         wait_answering(&fleet, &version).await;
         let running = fleet.assert_serving(&digest, &version).await;
-        assert_journaled_once(&d, point, &running);
+        assert_journaled_once(&d, point, &running, &ENGINE_STEPS);
     }
     fleet.cleanup().await;
 }
@@ -74,44 +74,6 @@ async fn wait_answering(fleet: &Fleet, version: &str) {
         })
         .await;
     }
-}
-
-/// Every engine has each of its steps once, all succeeded; only the interrupted step was
-/// replayed (when the crash came before its side effect); each engine's one `create` made
-/// the container that serves there, and nothing was reverted.
-fn assert_journaled_once(d: &serde_json::Value, point: &str, running: &[String]) {
-    let (at, when) = point.rsplit_once(':').expect("step:when");
-    for (target, container) in ENGINES.iter().zip(running) {
-        for step in ENGINE_STEPS {
-            let s = step_of(d, step, target);
-            assert_eq!(
-                s["state"], "succeeded",
-                "{point}: {step} on {target}: {d:#}"
-            );
-            let replays = s["replays"].as_i64().unwrap_or(-1);
-            if at == format!("{step}#{target}") {
-                let want = if when == "before" { 1 } else { 0 };
-                assert_eq!(replays, want, "{point}: {step} on {target}: {s:#}");
-            } else if step == "reach" {
-                // Every engine's `reach` runs at once: another's may have begun when the
-                // process died, and is then asked again, once.
-                assert!(
-                    (0..=1).contains(&replays),
-                    "{point}: {step} on {target}: {s:#}"
-                );
-            } else {
-                assert_eq!(replays, 0, "{point}: {step} on {target} was redone: {s:#}");
-            }
-        }
-        let created = step_of(d, "create", target);
-        assert_eq!(
-            created["result"]["id"].as_str(),
-            Some(container.as_str()),
-            "{point}: {target} runs the container its one create made: {created:#}"
-        );
-    }
-    let reverts = steps(d).filter(|s| s["step"] == "revert").count();
-    assert_eq!(reverts, 0, "{point}: nothing was reverted: {d:#}");
 }
 
 #[tokio::test]

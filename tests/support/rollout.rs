@@ -286,3 +286,45 @@ pub fn time(v: &Value) -> chrono::DateTime<chrono::Utc> {
         .map(|t| t.with_timezone(&chrono::Utc))
         .unwrap_or_else(|| panic!("a timestamp: {v}"))
 }
+
+/// After a crash at `point` (`step#target:before|after`) and the restart: `resolve` once,
+/// every engine (`local`, `e2`, `e3`, whose serving containers are `running`) has each of
+/// `engine_steps` once, all succeeded; only the interrupted step was replayed (when the
+/// crash came before its side effect); each engine's one `create` made the container that
+/// runs there, and nothing was reverted.
+pub fn assert_journaled_once(d: &Value, point: &str, running: &[String], engine_steps: &[&str]) {
+    let (at, when) = point.rsplit_once(':').expect("step:when");
+    let resolves = steps(d).filter(|s| s["step"] == "resolve").count();
+    assert_eq!(resolves, 1, "{point}: {d:#}");
+    for (target, container) in ["local", "e2", "e3"].iter().zip(running) {
+        for step in engine_steps {
+            let s = step_of(d, step, target);
+            assert_eq!(
+                s["state"], "succeeded",
+                "{point}: {step} on {target}: {d:#}"
+            );
+            let replays = s["replays"].as_i64().unwrap_or(-1);
+            if at == format!("{step}#{target}") {
+                let want = if when == "before" { 1 } else { 0 };
+                assert_eq!(replays, want, "{point}: {step} on {target}: {s:#}");
+            } else if *step == "reach" {
+                // Every engine's `reach` runs at once: another engine's may have begun
+                // when the process died, and is then asked again, once.
+                assert!(
+                    (0..=1).contains(&replays),
+                    "{point}: {step} on {target}: {s:#}"
+                );
+            } else {
+                assert_eq!(replays, 0, "{point}: {step} on {target} was redone: {s:#}");
+            }
+        }
+        let created = step_of(d, "create", target);
+        assert_eq!(
+            created["result"]["id"].as_str(),
+            Some(container.as_str()),
+            "{point}: {target} runs the container its one create made: {created:#}"
+        );
+    }
+    let reverts = steps(d).filter(|s| s["step"] == "revert").count();
+    assert_eq!(reverts, 0, "{point}: nothing was reverted: {d:#}");
+}
