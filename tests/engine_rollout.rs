@@ -160,3 +160,72 @@ async fn an_engine_that_is_down_fails_the_rollout_before_any_engine_changes() {
     assert!(page.status().is_success() || page.status().as_u16() == 303);
     fleet.cleanup().await;
 }
+
+/// A stop asked during the pause between batches ends the rollout at once, not after the
+/// pause: the next batch's first step stops, and every engine that switched goes back to
+/// what it served before (here, the app was new: nothing).
+#[tokio::test]
+async fn a_stop_during_the_pause_between_batches_ends_the_rollout_without_waiting_for_it() {
+    let fleet = Fleet::start(FleetSpec {
+        batch: "2",
+        pause: "300s",
+        ..FleetSpec::default()
+    })
+    .await;
+    fleet
+        .env
+        .push(&TestImage::with_healthcheck("v1"), "main")
+        .await;
+    let app = fleet.env.app().to_owned();
+    let row = wait_until("the deployment", FLEET_DEPLOY, || async {
+        fleet.env.deployment_rows(&app).await.pop()
+    })
+    .await;
+    let path = format!("/deployments/{}", row.id);
+    wait_until("the first batch switched", FLEET_DEPLOY, || async {
+        let (_, d) = fleet.env.api_get(&path).await;
+        let switched = ["local", "e2"]
+            .iter()
+            .all(|t| find_step(&d, "switch", t).is_some_and(|s| s["state"] == "succeeded"));
+        switched.then_some(())
+    })
+    .await;
+    let (code, _) = http_post(
+        &fleet.env.pier_url(&format!("/api{path}/cancel")),
+        &[
+            (
+                "Authorization",
+                &format!("Bearer {}", fleet.env.admin_token),
+            ),
+            ("Content-Type", "application/json"),
+        ],
+        "{}",
+    )
+    .await
+    .expect("an answer to the stop");
+    assert_eq!(code, 202);
+    // Well inside the 300 s pause, however loaded the machine.
+    let d = fleet
+        .env
+        .deployment_final(&row.id, Duration::from_secs(120))
+        .await;
+    assert_eq!(d["state"], "cancelled", "{d:#}");
+    let pull = step_of(&d, "pull", "e3");
+    assert_eq!(pull["state"], "failed", "{pull:#}");
+    assert!(
+        pull["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("stopped before this step"),
+        "{pull:#}"
+    );
+    for target in ["local", "e2", "e3"] {
+        if target != "e3" {
+            assert_eq!(step_of(&d, "revert", target)["state"], "succeeded", "{d:#}");
+        }
+        let left = fleet.engine(target).await.containers_of_app(&app).await;
+        assert!(left.is_empty(), "{target}: {left:#?}");
+        assert_eq!(fleet.serving_generation(target).await, None, "{target}");
+    }
+    fleet.cleanup().await;
+}

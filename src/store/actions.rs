@@ -195,6 +195,11 @@ impl Store {
                 .bind(pg_text(by))
                 .execute(&mut *tx)
                 .await?;
+                // The run may be waiting (a rollout's pause): wake it, at commit.
+                sqlx::query("SELECT pg_notify('pier_live', $1::text)")
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
                 CancelOutcome::StopRequested
             }
             Some((other, _)) => CancelOutcome::AlreadyFinal(other),

@@ -13,6 +13,8 @@ pub const FLEET_DEPLOY: Duration = Duration::from_secs(180);
 pub struct FleetSpec {
     /// The app's `rollout.batch`.
     pub batch: &'static str,
+    /// The app's `rollout.pause` between batches.
+    pub pause: &'static str,
     /// `server.retry_budget`.
     pub retry_budget: &'static str,
     /// More `dockerd` arguments for the third engine (`e3`): a host configured unlike the
@@ -36,6 +38,7 @@ impl Default for FleetSpec {
     fn default() -> Self {
         FleetSpec {
             batch: "1",
+            pause: "0s",
             retry_budget: "30s",
             third_dockerd_args: Vec::new(),
             lease: "3s",
@@ -78,7 +81,7 @@ impl Fleet {
             .start()
             .await;
         let targets = format!("{}{}", e2.tls_target_toml("e2"), e3.ssh_target_toml("e3"));
-        let (batch, app_toml) = (spec.batch, spec.app_toml);
+        let (batch, pause, app_toml) = (spec.batch, spec.pause, spec.app_toml);
         let env = TestEnv::builder()
             .registry_port(registry_port)
             .lease(spec.lease)
@@ -87,7 +90,7 @@ impl Fleet {
             .sources_toml(&targets)
             .app(|a| {
                 a.extra_toml = format!(
-                    "targets = [\"local\", \"e2\", \"e3\"]\nrollout = {{ batch = {batch} }}\n\
+                    "targets = [\"local\", \"e2\", \"e3\"]\nrollout = {{ batch = {batch}, pause = \"{pause}\" }}\n\
                      {app_toml}"
                 );
                 if let Some(route) = spec.route {

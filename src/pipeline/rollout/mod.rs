@@ -125,7 +125,7 @@ impl<'a> Run<'a> {
         let mut switched: Vec<(Run<'a>, Up)> = Vec::new();
         for (i, batch) in targets.chunks(size).enumerate() {
             if i > 0 && !self.app.rollout.pause.is_zero() {
-                tokio::time::sleep(self.app.rollout.pause).await;
+                self.pause_between_batches().await;
             }
             let runs: Vec<Run<'a>> = batch.iter().map(|t| self.on(t)).collect();
             let ups =
@@ -143,6 +143,44 @@ impl<'a> Run<'a> {
             }
         }
         self.retire_everywhere(&resolved, &switched).await
+    }
+
+    /// The rollout's `pause` before the next batch, cut short by an operator's stop (its
+    /// NOTIFY on `pier_live`): the next step's boundary then stops the rollout and undoes
+    /// it, rather than an hour-long pause later. Bounded by the pause; without a listener
+    /// it is the plain pause, and the stop is honoured after it.
+    async fn pause_between_batches(&self) {
+        let until = tokio::time::Instant::now() + self.app.rollout.pause;
+        let me = self.dep.id.to_string();
+        let stopped = || async {
+            matches!(
+                self.ctx.store.stop_requested(self.dep.id).await,
+                Ok(Some(_))
+            )
+        };
+        let mut listener = match self
+            .ctx
+            .store
+            .own_listener(crate::store::Channel::Live)
+            .await
+        {
+            Ok(l) => l,
+            Err(_) => return tokio::time::sleep_until(until).await,
+        };
+        // A request made before the listener listened.
+        if stopped().await {
+            return;
+        }
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => return,
+                msg = listener.try_recv() => match msg {
+                    Ok(Some(n)) if n.payload() == me && stopped().await => return,
+                    Ok(Some(_)) => {}
+                    Ok(None) | Err(_) => return tokio::time::sleep_until(until).await,
+                },
+            }
+        }
     }
 
     /// `reach` on this run's engine: it answers (an unreachable engine retried as any
