@@ -66,13 +66,9 @@ async fn a_version_failing_health_on_the_third_engine_leaves_every_engine_on_the
         ..FleetSpec::default()
     })
     .await;
-    let v1 = fleet
-        .env
-        .push(&TestImage::with_healthcheck("v1"), "main")
+    let (v1, before) = fleet
+        .deploy_everywhere(&TestImage::with_healthcheck("v1"), "v1")
         .await;
-    let d = fleet.final_deployment().await;
-    assert_eq!(d["state"], "succeeded", "{d:#}");
-    let before = fleet.assert_serving(&v1, "v1").await;
 
     // Healthy wherever the file limit is not 1111: on local and e2, not on e3.
     let v2 = fleet
@@ -102,13 +98,7 @@ async fn a_version_failing_health_on_the_third_engine_leaves_every_engine_on_the
         before, after,
         "the previous generation's containers run again"
     );
-    for target in ["local", "e2", "e3"] {
-        assert_eq!(
-            fleet.serving_generation(target).await.as_deref(),
-            Some(v1.as_str()),
-            "{target}'s serving generation is v1 again"
-        );
-    }
+    fleet.assert_generation_everywhere(&v1).await;
     fleet.cleanup().await;
 }
 

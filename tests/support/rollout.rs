@@ -331,3 +331,31 @@ pub fn assert_journaled_once(d: &Value, point: &str, running: &[String], engine_
     let reverts = steps(d).filter(|s| s["step"] == "revert").count();
     assert_eq!(reverts, 0, "{point}: nothing was reverted: {d:#}");
 }
+
+impl Fleet {
+    /// Pushes `image` (a first version, `version` its `/version`), waits until its
+    /// deployment succeeded and every engine serves it: its digest and the container ids,
+    /// in target order.
+    pub async fn deploy_everywhere(
+        &self,
+        image: &TestImage,
+        version: &str,
+    ) -> (String, Vec<String>) {
+        let digest = self.env.push(image, "main").await;
+        let d = self.final_deployment().await;
+        assert_eq!(d["state"], "succeeded", "{d:#}");
+        let ids = self.assert_serving(&digest, version).await;
+        (digest, ids)
+    }
+
+    /// The database names `digest` as the serving generation on every engine.
+    pub async fn assert_generation_everywhere(&self, digest: &str) {
+        for target in ["local", "e2", "e3"] {
+            assert_eq!(
+                self.serving_generation(target).await.as_deref(),
+                Some(digest),
+                "{target}'s serving generation"
+            );
+        }
+    }
+}
