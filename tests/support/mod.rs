@@ -61,6 +61,8 @@ mod reload;
 pub mod rollout;
 mod signin;
 mod sse;
+/// Issue 24: a two-node swarm of namespaced engines (`support::swarm::Swarm`).
+pub mod swarm;
 
 #[allow(unused_imports)] // only the signature tests sign images
 pub use cosign::*;
