@@ -6,6 +6,7 @@ mod connect;
 mod containers;
 mod endpoint;
 mod resources;
+mod services;
 mod transport;
 mod view;
 
@@ -22,6 +23,10 @@ pub use containers::{ContainedSpec, ContainerFacts, ContainerSpec, Health, Remov
 pub use endpoint::{Endpoint, EndpointError, EndpointOptions, SshEndpoint, TlsFiles};
 pub use resources::{
     LABEL_INCARNATION, LABEL_SERVICE, Labelled, ManagedNetwork, NetworkRemoved, VolumeRemoved,
+};
+pub use services::{
+    NodeFacts, NodeRole, NodeStatus, ServiceFacts, TaskFacts, TaskState, UpdateState,
+    UpdateStatus,
 };
 pub use view::EngineView;
 
@@ -185,12 +190,7 @@ impl Engine {
             .from_image(repository)
             .tag(digest)
             .build();
-        let creds = credentials.map(|(username, password)| DockerCredentials {
-            username: Some(username),
-            password: Some(password),
-            serveraddress: repository.split('/').next().map(str::to_owned),
-            ..Default::default()
-        });
+        let creds = docker_credentials(repository, credentials);
         let mut stream = self.api().await?.create_image(Some(options), None, creds);
         while let Some(item) = stream.next().await {
             item.map_err(|e| err(format!("pull {repository}@{digest}"), e))?;
@@ -228,6 +228,20 @@ impl Engine {
             Err(e) => Err(err(format!("inspect image {reference}"), e)),
         }
     }
+}
+
+/// What the engine sends to the registry of `image` (`X-Registry-Auth`): the credentials
+/// Pier holds for it, addressed to the image's registry host.
+fn docker_credentials(
+    image: &str,
+    credentials: Option<(String, String)>,
+) -> Option<DockerCredentials> {
+    credentials.map(|(username, password)| DockerCredentials {
+        username: Some(username),
+        password: Some(password),
+        serveraddress: image.split('/').next().map(str::to_owned),
+        ..Default::default()
+    })
 }
 
 /// Filters for containers Pier manages, optionally of one app or one deployment.

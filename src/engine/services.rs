@@ -1,0 +1,271 @@
+//! Swarm services, tasks and nodes (issue 24), through bollard's services API, reduced to
+//! the facts a rollout needs. As for containers: "not found" is a value, every call has a
+//! deadline, every failure is an [`EngineError`] that says whether a retry may help.
+//!
+//! Pier never schedules anything itself: it writes a service's spec and reads back what
+//! Swarm did with it (the spec's version and `UpdateStatus`, the tasks on each node).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bollard::models::{
+    Node, Service, ServiceSpec, ServiceUpdateStatus, ServiceUpdateStatusStateEnum, Task,
+};
+use bollard::query_parameters::{ListTasksOptionsBuilder, UpdateServiceOptionsBuilder};
+use serde::Serialize;
+
+use super::{Engine, EngineError, Result, docker_credentials, err, status_of};
+
+/// How long one services-API call may take before it counts as the engine being
+/// unavailable. A manager answers these from its raft store in milliseconds; a call that
+/// hangs (a manager that lost quorum) must not hold a deployment step forever.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `UpdateStatus.State` as Swarm means it. `None`: the service was never updated, or its
+/// last update changed nothing (a no-op update leaves `UpdateStatus` absent), so `None`
+/// alone says nothing about which spec runs: compare the spec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UpdateState {
+    None,
+    Updating,
+    Paused,
+    Completed,
+    RollbackStarted,
+    RollbackPaused,
+    RollbackCompleted,
+}
+
+impl UpdateState {
+    /// Swarm has stopped acting on its own: a rollout watcher decides from here. `Paused`
+    /// and `RollbackPaused` wait for an operator forever, so they count as settled.
+    pub fn is_settled(self) -> bool {
+        !matches!(self, UpdateState::Updating | UpdateState::RollbackStarted)
+    }
+
+    /// Swarm is rolling back, or has: the update did not take.
+    pub fn is_rollback(self) -> bool {
+        matches!(
+            self,
+            UpdateState::RollbackStarted
+                | UpdateState::RollbackPaused
+                | UpdateState::RollbackCompleted
+        )
+    }
+
+    fn from_engine(state: Option<ServiceUpdateStatusStateEnum>) -> Self {
+        use ServiceUpdateStatusStateEnum as S;
+        match state {
+            None | Some(S::EMPTY) => UpdateState::None,
+            Some(S::UPDATING) => UpdateState::Updating,
+            Some(S::PAUSED) => UpdateState::Paused,
+            Some(S::COMPLETED) => UpdateState::Completed,
+            Some(S::ROLLBACK_STARTED) => UpdateState::RollbackStarted,
+            Some(S::ROLLBACK_PAUSED) => UpdateState::RollbackPaused,
+            Some(S::ROLLBACK_COMPLETED) => UpdateState::RollbackCompleted,
+        }
+    }
+}
+
+/// `UpdateStatus`: its state and Swarm's message (e.g. "update completed", or why it
+/// paused: "update paused due to failure or early termination of task …").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UpdateStatus {
+    pub state: UpdateState,
+    pub message: Option<String>,
+}
+
+impl UpdateStatus {
+    pub fn from_engine(status: Option<&ServiceUpdateStatus>) -> Self {
+        UpdateStatus {
+            state: UpdateState::from_engine(status.and_then(|s| s.state)),
+            message: status
+                .and_then(|s| s.message.clone())
+                .filter(|m| !m.is_empty()),
+        }
+    }
+}
+
+/// A service as a rollout sees it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ServiceFacts {
+    pub id: String,
+    pub name: String,
+    /// The spec's image: `repo:tag@sha256:…` when Pier wrote it.
+    pub image: String,
+    /// `Version.Index`, what an update must name. Swarm bumps it on its own status
+    /// changes too, so it proves nothing about whether an update happened; the spec's
+    /// labels do.
+    pub version: u64,
+    /// The spec's labels (the service's, not its containers').
+    pub labels: HashMap<String, String>,
+    /// `None` for a global service.
+    pub replicas: Option<u64>,
+    pub update: UpdateStatus,
+}
+
+impl ServiceFacts {
+    pub fn from_engine(s: Service) -> Self {
+        let spec = s.spec.unwrap_or_default();
+        let image = spec
+            .task_template
+            .as_ref()
+            .and_then(|t| t.container_spec.as_ref())
+            .and_then(|c| c.image.clone())
+            .unwrap_or_default();
+        let replicas = spec
+            .mode
+            .as_ref()
+            .and_then(|m| m.replicated.as_ref())
+            .and_then(|r| r.replicas)
+            .map(|n| n.max(0) as u64);
+        ServiceFacts {
+            id: s.id.unwrap_or_default(),
+            name: spec.name.unwrap_or_default(),
+            image,
+            version: s.version.and_then(|v| v.index).unwrap_or(0),
+            labels: spec.labels.unwrap_or_default(),
+            replicas,
+            update: UpdateStatus::from_engine(s.update_status.as_ref()),
+        }
+    }
+
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels.get(key).map(String::as_str)
+    }
+}
+
+mod tasks;
+#[cfg(test)]
+mod tests;
+
+pub use tasks::{NodeFacts, NodeRole, NodeStatus, TaskFacts, TaskState};
+
+/// `call` within [`CALL_TIMEOUT`]; no answer in time is [`EngineError::Unavailable`].
+async fn within<T>(
+    action: &str,
+    call: impl Future<Output = std::result::Result<T, bollard::errors::Error>>,
+) -> std::result::Result<std::result::Result<T, bollard::errors::Error>, EngineError> {
+    tokio::time::timeout(CALL_TIMEOUT, call)
+        .await
+        .map_err(|_| EngineError::Unavailable {
+            action: action.to_owned(),
+            message: format!("no answer within {CALL_TIMEOUT:?}"),
+        })
+}
+
+/// A version Pier read back from the engine, as bollard's update call takes it (an
+/// `i32`, though Swarm's index is a `u64`): one that does not fit is refused, never
+/// truncated into another service version.
+fn update_version(version: u64) -> Result<i32> {
+    i32::try_from(version).map_err(|_| EngineError::Refused {
+        action: "update service".into(),
+        message: format!("service version {version} exceeds what the API client can send"),
+    })
+}
+
+/// Swarm answers an update that names a stale version with "update out of sequence" (a
+/// 500 on Docker 20.10): it is a conflict, not an engine that is down, so it must not be
+/// retried as if transient.
+fn classify_update(action: String, e: bollard::errors::Error) -> EngineError {
+    match err(action, e) {
+        EngineError::Unavailable { action, message } if message.contains("out of sequence") => {
+            EngineError::Refused { action, message }
+        }
+        other => other,
+    }
+}
+
+impl Engine {
+    /// The service named (or with the id) `name`, or `None` if there is none.
+    pub async fn service(&self, name: &str) -> Result<Option<ServiceFacts>> {
+        let action = format!("inspect service {name}");
+        let docker = self.api().await?;
+        match within(&action, docker.inspect_service(name, None)).await? {
+            Ok(s) => Ok(Some(ServiceFacts::from_engine(s))),
+            Err(e) if status_of(&e) == Some(404) => Ok(None),
+            Err(e) => Err(err(action, e)),
+        }
+    }
+
+    /// Creates a service from `spec`; its id. `credentials` go to the manager as
+    /// `X-Registry-Auth`, for every node's pull.
+    pub async fn create_service(
+        &self,
+        spec: ServiceSpec,
+        credentials: Option<(String, String)>,
+    ) -> Result<String> {
+        let action = format!("create service {}", spec.name.as_deref().unwrap_or(""));
+        let creds = docker_credentials(&service_image(&spec), credentials);
+        let docker = self.api().await?;
+        let created = within(&action, docker.create_service(spec, creds))
+            .await?
+            .map_err(|e| err(action, e))?;
+        Ok(created.id.unwrap_or_default())
+    }
+
+    /// Replaces the spec of the service `name`, which must still be at `version` (the
+    /// one read with [`Engine::service`]): Swarm refuses a stale one, so two writers never
+    /// both update from the same spec. Swarm's warnings, if any.
+    pub async fn update_service(
+        &self,
+        name: &str,
+        version: u64,
+        spec: ServiceSpec,
+        credentials: Option<(String, String)>,
+    ) -> Result<Vec<String>> {
+        let action = format!("update service {name}");
+        let options = UpdateServiceOptionsBuilder::new()
+            .version(update_version(version)?)
+            .build();
+        let creds = docker_credentials(&service_image(&spec), credentials);
+        let docker = self.api().await?;
+        let answer = within(&action, docker.update_service(name, spec, options, creds))
+            .await?
+            .map_err(|e| classify_update(action, e))?;
+        Ok(answer.warnings.unwrap_or_default())
+    }
+
+    /// Removes the service `name`; `false` if there was none.
+    pub async fn remove_service(&self, name: &str) -> Result<bool> {
+        let action = format!("remove service {name}");
+        let docker = self.api().await?;
+        match within(&action, docker.delete_service(name)).await? {
+            Ok(()) => Ok(true),
+            Err(e) if status_of(&e) == Some(404) => Ok(false),
+            Err(e) => Err(err(action, e)),
+        }
+    }
+
+    /// Every task Swarm keeps for the service `name` (its history too: shut down and
+    /// failed tasks stay until the task history limit drops them).
+    pub async fn service_tasks(&self, name: &str) -> Result<Vec<TaskFacts>> {
+        let action = format!("list tasks of service {name}");
+        let filters = HashMap::from([("service", vec![name])]);
+        let options = ListTasksOptionsBuilder::new().filters(&filters).build();
+        let docker = self.api().await?;
+        let tasks: Vec<Task> = within(&action, docker.list_tasks(Some(options)))
+            .await?
+            .map_err(|e| err(action, e))?;
+        Ok(tasks.into_iter().map(TaskFacts::from_engine).collect())
+    }
+
+    /// The swarm's nodes, as the manager sees them.
+    pub async fn nodes(&self) -> Result<Vec<NodeFacts>> {
+        let action = "list nodes";
+        let docker = self.api().await?;
+        let nodes: Vec<Node> = within(action, docker.list_nodes(None))
+            .await?
+            .map_err(|e| err(action, e))?;
+        Ok(nodes.into_iter().map(NodeFacts::from_engine).collect())
+    }
+}
+
+/// The spec's image, for the registry its credentials are for.
+fn service_image(spec: &ServiceSpec) -> String {
+    spec.task_template
+        .as_ref()
+        .and_then(|t| t.container_spec.as_ref())
+        .and_then(|c| c.image.clone())
+        .unwrap_or_default()
+}
