@@ -25,8 +25,7 @@ pub use resources::{
     LABEL_INCARNATION, LABEL_SERVICE, Labelled, ManagedNetwork, NetworkRemoved, VolumeRemoved,
 };
 pub use services::{
-    NodeFacts, NodeRole, NodeStatus, ServiceFacts, TaskFacts, TaskState, UpdateState,
-    UpdateStatus,
+    NodeFacts, NodeRole, NodeStatus, ServiceFacts, TaskFacts, TaskState, UpdateState, UpdateStatus,
 };
 pub use view::EngineView;
 

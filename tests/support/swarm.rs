@@ -59,11 +59,27 @@ impl Swarm {
         let (m_if, w_if) = (format!("sm{tag}"), format!("sw{tag}"));
         let (m_ns, w_ns) = (self.manager.netns(), self.worker.netns());
         ip(&[
-            "link", "add", &m_if, "netns", m_ns, "type", "veth", "peer", "name", &w_if,
-            "netns", w_ns,
+            "link", "add", &m_if, "netns", m_ns, "type", "veth", "peer", "name", &w_if, "netns",
+            w_ns,
         ]);
-        ip(&["-n", m_ns, "addr", "add", &format!("{MANAGER_ADDR}/30"), "dev", &m_if]);
-        ip(&["-n", w_ns, "addr", "add", &format!("{WORKER_ADDR}/30"), "dev", &w_if]);
+        ip(&[
+            "-n",
+            m_ns,
+            "addr",
+            "add",
+            &format!("{MANAGER_ADDR}/30"),
+            "dev",
+            &m_if,
+        ]);
+        ip(&[
+            "-n",
+            w_ns,
+            "addr",
+            "add",
+            &format!("{WORKER_ADDR}/30"),
+            "dev",
+            &w_if,
+        ]);
         ip(&["-n", m_ns, "link", "set", &m_if, "up"]);
         ip(&["-n", w_ns, "link", "set", &w_if, "up"]);
     }
@@ -92,7 +108,9 @@ impl Swarm {
     /// Until `docker node ls` on the manager lists two nodes, both Ready.
     async fn wait_both_ready(&self) {
         wait_until("both swarm nodes are Ready", FORM_TIMEOUT, || async {
-            let (ok, out) = self.manager.docker(&["node", "ls", "--format", "{{.Status}}"]);
+            let (ok, out) = self
+                .manager
+                .docker(&["node", "ls", "--format", "{{.Status}}"]);
             let statuses: Vec<&str> = out.lines().map(str::trim).collect();
             (ok && statuses.len() == 2 && statuses.iter().all(|s| *s == "Ready")).then_some(())
         })

@@ -52,9 +52,19 @@ fn every_update_state_swarm_sends_is_read_as_swarm_means_it() {
         ("updating", UpdateState::Updating, false, false),
         ("paused", UpdateState::Paused, true, false),
         ("completed", UpdateState::Completed, true, false),
-        ("rollback_started", UpdateState::RollbackStarted, false, true),
+        (
+            "rollback_started",
+            UpdateState::RollbackStarted,
+            false,
+            true,
+        ),
         ("rollback_paused", UpdateState::RollbackPaused, true, true),
-        ("rollback_completed", UpdateState::RollbackCompleted, true, true),
+        (
+            "rollback_completed",
+            UpdateState::RollbackCompleted,
+            true,
+            true,
+        ),
     ];
     for (wire, state, settled, rollback) in cases {
         let s = service(json!({ "State": wire, "Message": "update paused due to failure" }));
@@ -93,7 +103,10 @@ fn a_task_is_reduced_to_its_node_states_image_error_and_container() {
     let t = TaskFacts::from_engine(t);
     assert_eq!((t.id.as_str(), t.node_id.as_str()), ("t1", "n1"));
     assert_eq!(t.slot, Some(2));
-    assert_eq!((t.desired, t.state), (TaskState::Shutdown, TaskState::Failed));
+    assert_eq!(
+        (t.desired, t.state),
+        (TaskState::Shutdown, TaskState::Failed)
+    );
     assert_eq!(t.image, "r/web:v2@sha256:bb");
     assert_eq!(t.error.as_deref(), Some("task: non-zero exit (1)"));
     assert_eq!(t.container_id, "c1");
