@@ -228,17 +228,18 @@ async fn the_adapter_updates_a_service_to_a_second_digest_and_sees_it_complete()
             let (engine, name, img2, nodes, seen) = (&engine, &name, &img2, &nodes, &seen);
             async move {
                 let s = engine.service(name).await.ok().flatten()?;
-                let mut last = seen.lock().unwrap();
-                if last.as_ref() != Some(&s.update) {
-                    eprintln!(
-                        "{:?}: {:?} (version {})",
-                        updated.elapsed(),
-                        s.update,
-                        s.version
-                    );
-                    *last = Some(s.update.clone());
+                {
+                    let mut last = seen.lock().unwrap();
+                    if last.as_ref() != Some(&s.update) {
+                        eprintln!(
+                            "{:?}: {:?} (version {})",
+                            updated.elapsed(),
+                            s.update,
+                            s.version
+                        );
+                        *last = Some(s.update.clone());
+                    }
                 }
-                drop(last);
                 let done = s.update.state == UpdateState::Completed
                     && converged_on(engine, name, img2, nodes).await;
                 done.then_some(s)
