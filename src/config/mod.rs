@@ -283,6 +283,8 @@ pub struct AppConfig {
     /// The keys its image must be signed by (`require_signature`, or a `[[trust]]` entry
     /// that covers it); `None`: no signature is checked.
     pub signature: Option<std::sync::Arc<crate::signature::Policy>>,
+    /// On a `kind = "swarm"` target: the service's replicas, update and placement.
+    pub swarm: Option<SwarmApp>,
 }
 
 impl AppConfig {
@@ -371,6 +373,8 @@ mod contained;
 mod live;
 mod policy;
 mod subnets;
+mod swarm;
+pub use swarm::{FailureAction, Placement, SwarmApp, SwarmMode, UpdateOrder, UpdatePolicy};
 mod tmpfs;
 pub use contained::{Contained, DEFAULT_CAP_KEEP, HostMount, VolumeMount};
 pub use live::LiveConfig;

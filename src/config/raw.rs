@@ -329,6 +329,8 @@ struct App {
     /// Issue 25: the image must be signed by a key of a `[[trust]]` entry covering it;
     /// default: as the covering entries say.
     require_signature: Option<bool>,
+    /// Issue 24: the service of an app on a `kind = "swarm"` target, see `swarm.rs`.
+    swarm: Option<super::swarm::RawSwarm>,
 }
 
 /// Apps may share a proxy address only when their `Host` names tell them apart: at most one
@@ -640,9 +642,11 @@ impl Config {
                 targets: app_targets,
                 rollout,
                 signature: None,
+                swarm: None,
             };
             app.services = super::services::resolve(&app, a.services, base)?;
             app.signature = super::trust::for_app(&app, a.require_signature, &trust)?;
+            app.swarm = super::swarm::resolve(&app, a.swarm, &targets)?;
             apps.push(app);
         }
         let app_hosts: Vec<&str> = apps.iter().map(|a| a.registry_host()).collect();

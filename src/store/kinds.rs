@@ -185,6 +185,11 @@ db_enum! {
         Revert = "revert",
         Retire = "retire",
         Rollback = "rollback",
+        /// Issue 24: the swarm service's spec names the deployment's digest (created or
+        /// updated once; a replay proves from the spec and its tasks that it happened).
+        Update = "update",
+        /// Issue 24: Swarm's rollout of that spec, watched to a verdict.
+        Converge = "converge",
     }
 }
 
@@ -213,6 +218,7 @@ impl Step {
                 | Self::Start
                 | Self::Health
                 | Self::Switch
+                | Self::Update
         )
     }
 }

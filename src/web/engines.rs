@@ -145,9 +145,7 @@ impl TargetViews {
 }
 
 fn kind_name(kind: TargetKind) -> &'static str {
-    match kind {
-        TargetKind::Engine => "engine",
-    }
+    kind.as_str()
 }
 
 /// What each engine asked said: its containers, or why it could not be asked.
