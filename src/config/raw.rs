@@ -546,7 +546,12 @@ impl Config {
                 _ => {}
             }
             super::contained::check_publish(&a.name, a.publish, a.publish_public)?;
-            if a.health.is_some() && a.publish.is_none() && a.strategy == Strategy::Recreate {
+            let on_swarm = super::swarm::names_swarm(a.targets.as_deref(), &targets);
+            if a.health.is_some()
+                && a.publish.is_none()
+                && a.strategy == Strategy::Recreate
+                && !on_swarm
+            {
                 return Err(invalid(format!(
                     "app `{}`: an HTTP health check needs `publish`",
                     a.name

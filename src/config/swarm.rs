@@ -238,6 +238,16 @@ impl RawSwarm {
     }
 }
 
+/// Whether the app's `targets` (as written) name a swarm target.
+pub(super) fn names_swarm(names: Option<&[String]>, targets: &[TargetConfig]) -> bool {
+    let local = [super::LOCAL.to_owned()];
+    names.unwrap_or(&local).iter().any(|n| {
+        targets
+            .iter()
+            .any(|t| &t.name == n && t.kind == TargetKind::Swarm)
+    })
+}
+
 /// The app's `[apps.swarm]`, checked against where it runs: an app on a swarm target runs
 /// there alone and as a service (`None` for an app on engines, which must not set one).
 /// What a service cannot be given the way a container is (a route, a fixed `publish`,
@@ -247,12 +257,7 @@ pub(super) fn resolve(
     raw: Option<RawSwarm>,
     targets: &[TargetConfig],
 ) -> Result<Option<SwarmApp>, ConfigError> {
-    let on_swarm = app.targets.iter().any(|n| {
-        targets
-            .iter()
-            .any(|t| &t.name == n && t.kind == TargetKind::Swarm)
-    });
-    if !on_swarm {
+    if !names_swarm(Some(&app.targets), targets) {
         return match raw {
             Some(_) => Err(invalid(&app.name, "is for an app on a kind = \"swarm\" target")),
             None => Ok(None),

@@ -222,7 +222,7 @@ mod tests {
         let toml = "[server]\ndatabase_url = \"postgres://x@localhost/x\"\n\
              [[targets]]\nname = \"prod\"\nkind = \"swarm\"\nhost = \"unix:///run/m.sock\"\n\
              [[apps]]\nname = \"web\"\nimage = \"registry.example/web\"\nport = 8080\n\
-             targets = [\"prod\"]\nmemory = \"64MiB\"\n\
+             targets = [\"prod\"]\nmemory = \"64m\"\n\
              swarm = { replicas = 3, publish_port = 18080, update = { parallelism = 2 } }\n";
         Config::parse(toml, std::path::Path::new("/etc/pier"))
             .expect("config")
