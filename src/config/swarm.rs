@@ -80,6 +80,8 @@ pub struct SwarmApp {
     /// The tasks' health check, run inside each task (`["CMD", …]` semantics); without
     /// it, the image's own HEALTHCHECK applies.
     pub health_cmd: Option<Vec<String>>,
+    /// How long a new task may take to become healthy before failed checks count.
+    pub health_start: Duration,
 }
 
 #[derive(Deserialize)]
@@ -102,6 +104,8 @@ pub(super) struct RawSwarm {
     rollout_timeout: Option<Duration>,
     publish_port: Option<u16>,
     health_cmd: Option<Vec<String>>,
+    #[serde(default, with = "humantime_serde")]
+    health_start: Option<Duration>,
 }
 
 #[derive(Deserialize, Default)]
@@ -148,7 +152,10 @@ impl RawUpdate {
             self.monitor.unwrap_or(Duration::from_secs(5)),
         );
         if delay > Duration::from_secs(3600) || monitor > Duration::from_secs(3600) {
-            return Err(invalid(app, "update.delay and update.monitor are at most 1h"));
+            return Err(invalid(
+                app,
+                "update.delay and update.monitor are at most 1h",
+            ));
         }
         Ok(UpdatePolicy {
             parallelism,
@@ -177,16 +184,23 @@ impl RawPlacement {
                 ));
             }
         }
-        if let Some(p) = self.preferences.iter().find(|p| {
-            p.trim().is_empty() || p.len() > 256 || p.contains(char::is_whitespace)
-        }) {
+        if let Some(p) = self
+            .preferences
+            .iter()
+            .find(|p| p.trim().is_empty() || p.len() > 256 || p.contains(char::is_whitespace))
+        {
             return Err(invalid(
                 app,
-                format!("placement.preferences: `{p}` is not a spread descriptor such as node.labels.zone"),
+                format!(
+                    "placement.preferences: `{p}` is not a spread descriptor such as node.labels.zone"
+                ),
             ));
         }
         if self.max_replicas_per_node == Some(0) {
-            return Err(invalid(app, "placement.max_replicas_per_node is at least 1"));
+            return Err(invalid(
+                app,
+                "placement.max_replicas_per_node is at least 1",
+            ));
         }
         Ok(Placement {
             constraints: self.constraints,
@@ -200,7 +214,10 @@ impl RawSwarm {
     fn resolve(self, app: &str) -> Result<SwarmApp, ConfigError> {
         let mode = match (self.mode, self.replicas) {
             (Some(RawMode::Global), Some(_)) => {
-                return Err(invalid(app, "replicas is for mode = \"replicated\", not global"));
+                return Err(invalid(
+                    app,
+                    "replicas is for mode = \"replicated\", not global",
+                ));
             }
             (Some(RawMode::Global), None) => SwarmMode::Global,
             (_, Some(n)) if n > MAX_REPLICAS => {
@@ -227,7 +244,12 @@ impl RawSwarm {
                 "health_cmd is the program, then its arguments (at most 64)",
             ));
         }
+        let health_start = self.health_start.unwrap_or(Duration::from_secs(30));
+        if health_start > Duration::from_secs(3600) {
+            return Err(invalid(app, "health_start is at most 1h"));
+        }
         Ok(SwarmApp {
+            health_start,
             mode,
             update,
             placement: self.placement.resolve(app)?,
@@ -259,7 +281,10 @@ pub(super) fn resolve(
 ) -> Result<Option<SwarmApp>, ConfigError> {
     if !names_swarm(Some(&app.targets), targets) {
         return match raw {
-            Some(_) => Err(invalid(&app.name, "is for an app on a kind = \"swarm\" target")),
+            Some(_) => Err(invalid(
+                &app.name,
+                "is for an app on a kind = \"swarm\" target",
+            )),
             None => Ok(None),
         };
     }
@@ -274,7 +299,9 @@ pub(super) fn resolve(
         return refuse("the app runs on that target alone: Swarm places its tasks on its nodes");
     }
     if app.strategy != Strategy::Recreate || app.route.is_some() {
-        return refuse("Swarm replaces tasks itself: set swarm.update.order, not a strategy or route");
+        return refuse(
+            "Swarm replaces tasks itself: set swarm.update.order, not a strategy or route",
+        );
     }
     if app.publish.is_some() {
         return refuse("ports are published on each node: set swarm.publish_port, not publish");

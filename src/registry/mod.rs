@@ -271,7 +271,8 @@ impl Registry {
             .endpoint(host)
             .manifest(&mut session, repo, digest, &shown)
             .await?;
-        let shape: ManifestShape = serde_json::from_slice(&m.body).map_err(|e| invalid(&shown, e))?;
+        let shape: ManifestShape =
+            serde_json::from_slice(&m.body).map_err(|e| invalid(&shown, e))?;
         let Some(entries) = shape.manifests else {
             if digest != member {
                 return Err(invalid(&shown, format!("is not an index listing {member}")));
@@ -279,7 +280,10 @@ impl Registry {
             return Ok(vec![]);
         };
         if !entries.iter().any(|e| e.digest == member) {
-            return Err(invalid(&shown, format!("the index no longer lists {member}")));
+            return Err(invalid(
+                &shown,
+                format!("the index no longer lists {member}"),
+            ));
         }
         let mut platforms: Vec<Platform> = entries
             .into_iter()

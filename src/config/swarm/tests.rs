@@ -54,7 +54,10 @@ fn the_swarm_section_is_read_whole() {
 #[test]
 fn global_mode_takes_no_replica_count() {
     let config = parse("targets = [\"prod\"]\nswarm = { mode = \"global\" }\n").expect("config");
-    assert_eq!(config.apps[0].swarm.as_ref().unwrap().mode, SwarmMode::Global);
+    assert_eq!(
+        config.apps[0].swarm.as_ref().unwrap().mode,
+        SwarmMode::Global
+    );
     let m = refusal("targets = [\"prod\"]\nswarm = { mode = \"global\", replicas = 2 }\n");
     assert!(m.contains("replicas is for mode"), "{m}");
 }
@@ -64,9 +67,18 @@ fn what_a_service_cannot_be_given_is_refused_with_the_reason() {
     let cases = [
         ("swarm = { replicas = 2 }\n", "kind = \"swarm\" target"),
         ("targets = [\"prod\", \"local\"]\n", "alone"),
-        ("targets = [\"prod\"]\npublish = \"127.0.0.1:8080\"\n", "publish_port"),
-        ("targets = [\"prod\"]\nhealth = { path = \"/health\" }\n", "health_cmd"),
-        ("targets = [\"prod\"]\nswarm = { replicas = 5000 }\n", "at most 1000"),
+        (
+            "targets = [\"prod\"]\npublish = \"127.0.0.1:8080\"\n",
+            "publish_port",
+        ),
+        (
+            "targets = [\"prod\"]\nhealth = { path = \"/health\" }\n",
+            "health_cmd",
+        ),
+        (
+            "targets = [\"prod\"]\nswarm = { replicas = 5000 }\n",
+            "at most 1000",
+        ),
         (
             "targets = [\"prod\"]\nswarm = { placement = { constraints = [\"node.role\"] } }\n",
             "key == value",

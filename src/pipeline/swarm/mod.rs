@@ -64,13 +64,16 @@ const UPDATE_TRIES: usize = 5;
 
 impl Run<'_> {
     fn swarm(&self) -> Result<&SwarmApp, PipelineError> {
-        self.app.swarm.as_ref().ok_or_else(|| PipelineError::Failed {
-            step: Step::Update,
-            source: StepError::Check(format!(
-                "app `{}` has no swarm settings for target {}",
-                self.app.name, self.target.name
-            )),
-        })
+        self.app
+            .swarm
+            .as_ref()
+            .ok_or_else(|| PipelineError::Failed {
+                step: Step::Update,
+                source: StepError::Check(format!(
+                    "app `{}` has no swarm settings for target {}",
+                    self.app.name, self.target.name
+                )),
+            })
     }
 
     /// The service's name: the app's.
@@ -200,7 +203,10 @@ impl Run<'_> {
             .map(|(k, v)| {
                 let hash = self.keyed_hash(v.expose());
                 let lower = k.to_ascii_lowercase();
-                (k.clone(), format!("pier-{}-{lower}-{}", self.app.name, &hash[..16]))
+                (
+                    k.clone(),
+                    format!("pier-{}-{lower}-{}", self.app.name, &hash[..16]),
+                )
             })
             .collect()
     }
@@ -342,7 +348,9 @@ impl Run<'_> {
                     )));
                 }
                 None => {
-                    self.engine().create_service(spec.clone(), creds.clone()).await?;
+                    self.engine()
+                        .create_service(spec.clone(), creds.clone())
+                        .await?;
                     return Ok(Updated {
                         created: true,
                         warnings: vec![],
@@ -386,7 +394,9 @@ impl Run<'_> {
             return Ok(true);
         }
         let tasks = self.engine().service_tasks(&f.name).await?;
-        Ok(tasks.iter().any(|t| t.deployment.as_deref() == Some(ours.as_str())))
+        Ok(tasks
+            .iter()
+            .any(|t| t.deployment.as_deref() == Some(ours.as_str())))
     }
 
     /// `converge`: the rollout watched to a verdict. Its success is the app's serving

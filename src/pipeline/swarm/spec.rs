@@ -104,11 +104,15 @@ fn task(i: &SpecInput<'_>) -> TaskSpec {
             read_only: Some(app.contained.read_only_root),
             stop_grace_period: Some(nanos(app.stop_timeout)),
             health_check: s.health_cmd.as_ref().map(|cmd| HealthConfig {
-                test: Some(std::iter::once("CMD".to_owned()).chain(cmd.clone()).collect()),
+                test: Some(
+                    std::iter::once("CMD".to_owned())
+                        .chain(cmd.clone())
+                        .collect(),
+                ),
                 interval: Some(nanos(Duration::from_secs(2))),
                 timeout: Some(nanos(Duration::from_secs(5))),
                 retries: Some(3),
-                start_period: Some(nanos(Duration::from_secs(60))),
+                start_period: Some(nanos(s.health_start)),
                 start_interval: Some(nanos(Duration::from_millis(500))),
             }),
             secrets: (!i.secrets.is_empty()).then(|| {
@@ -248,7 +252,10 @@ mod tests {
         });
         let task = spec.task_template.as_ref().unwrap();
         let c = task.container_spec.as_ref().unwrap();
-        assert_eq!(c.image.as_deref(), Some("registry.example/web:v2@sha256:ab"));
+        assert_eq!(
+            c.image.as_deref(),
+            Some("registry.example/web:v2@sha256:ab")
+        );
         assert_eq!(spec.labels.as_ref().unwrap()["pier.deployment"], "d-1");
         assert_eq!(c.labels.as_ref().unwrap()["pier.digest"], "sha256:ab");
         assert_eq!(c.env.as_deref(), Some(&["A=1".to_owned()][..]));
@@ -258,14 +265,34 @@ mod tests {
         assert_eq!(mode.replicated.as_ref().unwrap().replicas, Some(3));
         let update = spec.update_config.as_ref().unwrap();
         assert_eq!(update.parallelism, Some(2));
-        assert_eq!(update.order, Some(ServiceSpecUpdateConfigOrderEnum::START_FIRST));
-        let port = &spec.endpoint_spec.as_ref().unwrap().ports.as_ref().unwrap()[0];
-        assert_eq!(port.publish_mode, Some(EndpointPortConfigPublishModeEnum::HOST));
-        assert_eq!((port.target_port, port.published_port), (Some(8080), Some(18080)));
-        let placed = task.placement.as_ref().unwrap();
-        assert_eq!(placed.platforms.as_ref().unwrap()[0].architecture.as_deref(), Some("amd64"));
         assert_eq!(
-            task.resources.as_ref().unwrap().limits.as_ref().unwrap().memory_bytes,
+            update.order,
+            Some(ServiceSpecUpdateConfigOrderEnum::START_FIRST)
+        );
+        let port = &spec.endpoint_spec.as_ref().unwrap().ports.as_ref().unwrap()[0];
+        assert_eq!(
+            port.publish_mode,
+            Some(EndpointPortConfigPublishModeEnum::HOST)
+        );
+        assert_eq!(
+            (port.target_port, port.published_port),
+            (Some(8080), Some(18080))
+        );
+        let placed = task.placement.as_ref().unwrap();
+        assert_eq!(
+            placed.platforms.as_ref().unwrap()[0]
+                .architecture
+                .as_deref(),
+            Some("amd64")
+        );
+        assert_eq!(
+            task.resources
+                .as_ref()
+                .unwrap()
+                .limits
+                .as_ref()
+                .unwrap()
+                .memory_bytes,
             Some(64 * 1024 * 1024)
         );
     }

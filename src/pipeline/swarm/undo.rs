@@ -4,12 +4,12 @@
 //! from the journal's recorded plan and Swarm's records, so a replay after a crash undoes
 //! exactly what was done. A rollback that does not converge is said loudly.
 
-use super::watch::{self, Goal};
 use super::UpdatePlan;
+use super::watch::{self, Goal};
+use crate::engine::{EngineError, LABEL_DEPLOYMENT, UpdateState};
 use crate::pipeline::outcome::Undone;
 use crate::pipeline::{PipelineError, Run, Step, StepError};
 use crate::store::StepState;
-use crate::engine::{EngineError, LABEL_DEPLOYMENT, UpdateState};
 
 /// Log lines of the failed task kept with the deployment.
 const LOG_LINES: usize = 40;

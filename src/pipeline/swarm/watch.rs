@@ -148,7 +148,10 @@ pub fn assess(
     let state = service.update.state;
     match (goal.rollback, state) {
         (false, s) if s.is_rollback() => {
-            return fail(FailureKind::SwarmRolledBack, service.update.message.as_ref());
+            return fail(
+                FailureKind::SwarmRolledBack,
+                service.update.message.as_ref(),
+            );
         }
         (_, UpdateState::Paused | UpdateState::RollbackPaused) => {
             return fail(FailureKind::Paused, service.update.message.as_ref());
@@ -156,8 +159,13 @@ pub fn assess(
         _ => {}
     }
     if service.label(crate::engine::LABEL_DEPLOYMENT) != Some(goal.deployment) {
-        let now = service.label(crate::engine::LABEL_DEPLOYMENT).unwrap_or("none");
-        return fail(FailureKind::Replaced, Some(&format!("its deployment is {now}")));
+        let now = service
+            .label(crate::engine::LABEL_DEPLOYMENT)
+            .unwrap_or("none");
+        return fail(
+            FailureKind::Replaced,
+            Some(&format!("its deployment is {now}")),
+        );
     }
     let meant: Vec<&TaskFacts> = tasks
         .iter()
@@ -246,13 +254,14 @@ async fn read(
     engine: &Engine,
     service: &str,
 ) -> Result<(ServiceFacts, Vec<TaskFacts>), crate::engine::EngineError> {
-    let facts = engine
-        .service(service)
-        .await?
-        .ok_or_else(|| crate::engine::EngineError::Refused {
-            action: format!("inspect service {service}"),
-            message: "the service is gone".into(),
-        })?;
+    let facts =
+        engine
+            .service(service)
+            .await?
+            .ok_or_else(|| crate::engine::EngineError::Refused {
+                action: format!("inspect service {service}"),
+                message: "the service is gone".into(),
+            })?;
     let tasks = engine.service_tasks(service).await?;
     Ok((facts, tasks))
 }

@@ -48,7 +48,10 @@ pub(super) fn sentence(step: Step, i: &Value) -> Option<String> {
         Step::Update => {
             let u: UpdateWords = serde_json::from_value(i.clone()).ok()?;
             Some(match u.previous {
-                Some(p) => format!("Update service {} from {} to {}", u.service, p.image, u.image),
+                Some(p) => format!(
+                    "Update service {} from {} to {}",
+                    u.service, p.image, u.image
+                ),
                 None => format!("Create service {} running {}", u.service, u.image),
             })
         }
