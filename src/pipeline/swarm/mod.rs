@@ -301,7 +301,11 @@ impl Run<'_> {
     ) -> UpdatePlan {
         let force = self.force_update(&plan);
         let spec = self.service_spec(swarm, r, checked, &plan.image, force);
-        let json = serde_json::to_string(&spec).expect("specs serialize");
+        // Through `Value`, whose maps are sorted: the spec's labels are a `HashMap`, whose
+        // order differs between two runs of the same spec.
+        let json = serde_json::to_value(&spec)
+            .map(|v| v.to_string())
+            .expect("specs serialize");
         plan.spec_hmac = self.keyed_hash(&json);
         plan
     }

@@ -296,4 +296,28 @@ mod tests {
             Some(64 * 1024 * 1024)
         );
     }
+
+    #[test]
+    fn the_same_spec_serializes_the_same_through_value() {
+        let app = app();
+        let build = || {
+            let spec = service_spec(&SpecInput {
+                app: &app,
+                swarm: app.swarm.as_ref().unwrap(),
+                deployment: "d-1",
+                image: "registry.example/web:v2@sha256:ab",
+                digest: "sha256:ab",
+                platforms: &[],
+                env: vec![],
+                secrets: &[],
+                force_update: 0,
+            });
+            serde_json::to_value(&spec).unwrap().to_string()
+        };
+        let first = build();
+        assert!(
+            (0..20).all(|_| build() == first),
+            "a keyed hash of it is stable"
+        );
+    }
 }

@@ -112,9 +112,22 @@ fn task_errors(tasks: &[TaskFacts], deployment: &str) -> (Vec<String>, Option<St
                 failed.get_or_insert_with(|| t.id.clone());
                 t.error.clone().or_else(|| t.message.clone())
             }
+            // A service's task that ends on its own is a failure too: one whose health
+            // check failed is stopped by its node and exits 0 ("finished").
+            TaskState::Complete | TaskState::Orphaned => {
+                failed.get_or_insert_with(|| t.id.clone());
+                let how = t
+                    .error
+                    .as_deref()
+                    .or(t.message.as_deref())
+                    .unwrap_or("ended");
+                Some(format!(
+                    "a task ended ({how}) instead of running: its health check failed, or its program exited"
+                ))
+            }
             s if !s.is_final() && t.desired == TaskState::Running && !t.is_up() => {
                 // Pending: "no suitable node (scheduling constraints not satisfied …)".
-                t.error.clone().or_else(|| t.message.clone())
+                t.message.clone()
             }
             _ => None,
         };
