@@ -53,6 +53,33 @@ async fn a_push_updates_a_three_replica_service_to_exactly_the_pushed_digest_on_
         format!("{}:main@{v1}", s.env.image())
     );
     let second = s.assert_tasks_run(&v2, 3).await;
+
+    // The API and `pier status` show the service per node, from the manager.
+    let (status, app) = s.env.api_get(&format!("/apps/{}", s.env.app())).await;
+    assert_eq!(status, 200);
+    let service = &app["engines"][0]["service"];
+    assert_eq!(service["desired"], 3, "{app:#}");
+    assert_eq!(service["running"], 3, "{app:#}");
+    assert_eq!(service["on_digest"], 3, "{app:#}");
+    let per_node: Vec<u64> = service["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .map(|n| n["on_digest"].as_u64().unwrap_or(0))
+        .collect();
+    assert_eq!(per_node.iter().sum::<u64>(), 3, "{app:#}");
+    assert!(
+        per_node.iter().all(|n| *n > 0),
+        "both nodes run the digest: {app:#}"
+    );
+    let out = s.env.pier().run_cli(&["status"]).await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        text.contains("3/3 running, 3 on the serving digest"),
+        "{text}"
+    );
+    assert_eq!(text.matches("    node ").count(), 2, "{text}");
     for t in &second {
         assert!(
             first.iter().all(|f| f.task.id != t.task.id),

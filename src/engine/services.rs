@@ -37,6 +37,19 @@ pub enum UpdateState {
 }
 
 impl UpdateState {
+    /// Swarm's own word for it (`rollback_completed`), `none` when it said nothing.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UpdateState::None => "none",
+            UpdateState::Updating => "updating",
+            UpdateState::Paused => "paused",
+            UpdateState::Completed => "completed",
+            UpdateState::RollbackStarted => "rollback_started",
+            UpdateState::RollbackPaused => "rollback_paused",
+            UpdateState::RollbackCompleted => "rollback_completed",
+        }
+    }
+
     /// Swarm has stopped acting on its own: a rollout watcher decides from here. `Paused`
     /// and `RollbackPaused` wait for an operator forever, so they count as settled.
     pub fn is_settled(self) -> bool {

@@ -88,6 +88,9 @@ pub struct TaskFacts {
     /// spec made this task, whatever the service's spec says now. What proves, after a
     /// crash, that an update Swarm has since rolled back did happen.
     pub deployment: Option<String>,
+    /// The `pier.digest` label of the task's container spec: the platform manifest digest
+    /// the deployment resolved.
+    pub digest: Option<String>,
     /// Ports the task publishes in host mode, on its node.
     pub host_ports: Vec<u16>,
 }
@@ -97,10 +100,16 @@ impl TaskFacts {
         let status = t.status.unwrap_or_default();
         let nonempty = |s: Option<String>| s.filter(|s| !s.is_empty());
         let container = t.spec.and_then(|s| s.container_spec);
-        let deployment = container
-            .as_ref()
-            .and_then(|c| c.labels.as_ref())
-            .and_then(|l| l.get(crate::engine::LABEL_DEPLOYMENT).cloned());
+        let label = |key: &str| {
+            container
+                .as_ref()
+                .and_then(|c| c.labels.as_ref())
+                .and_then(|l| l.get(key).cloned())
+        };
+        let (deployment, digest) = (
+            label(crate::engine::LABEL_DEPLOYMENT),
+            label(crate::engine::LABEL_DIGEST),
+        );
         let host_ports = status
             .port_status
             .as_ref()
@@ -124,6 +133,7 @@ impl TaskFacts {
                 .and_then(|c| c.container_id)
                 .unwrap_or_default(),
             deployment,
+            digest,
             host_ports,
         }
     }

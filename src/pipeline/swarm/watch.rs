@@ -206,8 +206,14 @@ pub fn assess(
         });
     }
     let mut said = match whole {
-        true => format!("all {want} tasks run the spec; Swarm says {state:?}"),
-        false => format!("{new_up} of {want} tasks run the spec; Swarm says {state:?}"),
+        true => format!(
+            "all {want} tasks run the spec; Swarm says {}",
+            state.as_str()
+        ),
+        false => format!(
+            "{new_up} of {want} tasks run the spec; Swarm says {}",
+            state.as_str()
+        ),
     };
     if let Some(e) = task_errors.first() {
         said.push_str(&format!("; {e}"));

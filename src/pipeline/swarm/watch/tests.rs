@@ -32,6 +32,7 @@ fn task(id: &str, node: &str, deployment: &str, desired: TaskState, state: TaskS
         message: (state == TaskState::Pending).then(|| "no suitable node".to_owned()),
         container_id: String::new(),
         deployment: Some(deployment.into()),
+        digest: None,
         host_ports: vec![],
     }
 }
