@@ -126,8 +126,9 @@ fn task_errors(tasks: &[TaskFacts], deployment: &str) -> (Vec<String>, Option<St
                 ))
             }
             s if !s.is_final() && t.desired == TaskState::Running && !t.is_up() => {
-                // Pending: "no suitable node (scheduling constraints not satisfied …)".
-                t.message.clone()
+                // Pending: Swarm's `Err` says why ("no suitable node (scheduling
+                // constraints not satisfied on 2 nodes)"); its message only that it waits.
+                t.error.clone().or_else(|| t.message.clone())
             }
             _ => None,
         };
