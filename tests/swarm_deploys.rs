@@ -185,3 +185,70 @@ async fn a_push_of_the_digest_that_runs_sends_no_update() {
     );
     s.cleanup().await;
 }
+
+/// `cat /run/secrets/<file>` inside the task's container, on the node that runs it.
+fn secret_file(s: &SwarmEnv, t: &TaskOn, file: &str) -> String {
+    let node = match t.node {
+        "manager" => &s.swarm.manager,
+        _ => &s.swarm.worker,
+    };
+    let path = format!("/run/secrets/{file}");
+    let (ok, out) = node.docker(&["exec", &t.task.container_id, "/bin/busybox", "cat", &path]);
+    assert!(ok, "cat {path} in task {}: {out}", t.task.id);
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_are_swarm_secrets_mounted_as_files_and_rotate_with_their_value() {
+    let token = "PIER_TEST_SWARM_TOKEN";
+    let mut s = SwarmEnv::start_with(
+        "replicas = 2, update = { monitor = \"1s\" }",
+        &format!("secrets = {{ API_TOKEN = \"env:{token}\" }}\n"),
+        &[(token, "first-s3cret-value")],
+    )
+    .await;
+    let v1 = s.env.push(&TestImage::healthy("v1"), "main").await;
+    let d = s.final_deployment().await;
+    assert_eq!(d["state"], "succeeded", "{d:#}");
+    for t in s.assert_tasks_run(&v1, 2).await {
+        assert_eq!(secret_file(&s, &t, "API_TOKEN"), "first-s3cret-value");
+    }
+    let (ok, inspect) = s.swarm.manager.docker(&["service", "inspect", s.env.app()]);
+    assert!(ok, "{inspect}");
+    assert!(
+        !inspect.contains("first-s3cret-value"),
+        "the value is in no spec: {inspect}"
+    );
+    assert!(
+        !d.to_string().contains("first-s3cret-value"),
+        "nor in the journal"
+    );
+
+    // A new value is a new secret: the next deployment mounts it, and the old one goes.
+    s.env
+        .pier_mut()
+        .restart_with(|c| c.env(token, "second-s3cret-value"))
+        .await;
+    let v2 = s.env.push(&TestImage::healthy("v2"), "main").await;
+    let d = s.final_deployment().await;
+    assert_eq!(d["state"], "succeeded", "{d:#}");
+    for t in s.assert_tasks_run(&v2, 2).await {
+        assert_eq!(secret_file(&s, &t, "API_TOKEN"), "second-s3cret-value");
+    }
+    let (ok, secrets) = s
+        .swarm
+        .manager
+        .docker(&["secret", "ls", "--format", "{{.Name}}"]);
+    assert!(ok, "{secrets}");
+    let names: Vec<&str> = secrets.lines().filter(|l| !l.is_empty()).collect();
+    assert_eq!(
+        names.len(),
+        1,
+        "the superseded secret was removed: {names:?}"
+    );
+    assert!(
+        names[0].starts_with(&format!("pier-{}-api_token-", s.env.app())),
+        "{names:?}"
+    );
+    s.cleanup().await;
+}

@@ -196,11 +196,16 @@ impl SwarmEnv {
     /// `swarm_fields`: the inside of the app's `swarm = { … }` table besides the health
     /// check (e.g. `replicas = 3, update = { monitor = "2s" }`).
     pub async fn start(swarm_fields: &str) -> SwarmEnv {
-        Self::start_with(swarm_fields, "").await
+        Self::start_with(swarm_fields, "", &[]).await
     }
 
-    /// Like [`SwarmEnv::start`], with more lines of the app's table.
-    pub async fn start_with(swarm_fields: &str, app_lines: &str) -> SwarmEnv {
+    /// Like [`SwarmEnv::start`], with more lines of the app's table and environment
+    /// variables for `pier serve`.
+    pub async fn start_with(
+        swarm_fields: &str,
+        app_lines: &str,
+        pier_env: &[(&str, &str)],
+    ) -> SwarmEnv {
         let registry_port = free_port();
         let swarm = Swarm::start(registry_port).await;
         let target = format!(
@@ -208,7 +213,11 @@ impl SwarmEnv {
             swarm.manager.docker_host()
         );
         let table = format!("swarm = {{ {swarm_fields}, {HEALTH_CMD} }}\n{app_lines}");
-        let env = TestEnv::builder()
+        let mut builder = TestEnv::builder();
+        for (k, v) in pier_env {
+            builder = builder.pier_env(k, v);
+        }
+        let env = builder
             .registry_port(registry_port)
             .lease("3s")
             .no_health()

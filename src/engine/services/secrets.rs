@@ -16,8 +16,9 @@ use super::{Engine, Result, err, status_of, within};
 use crate::engine::{LABEL_APP, LABEL_MANAGED};
 
 impl Engine {
-    /// Creates the secret `name` of `app` holding `data`, unless it exists.
-    pub async fn ensure_secret(&self, app: &str, name: &str, data: &[u8]) -> Result<()> {
+    /// Creates the secret `name` of `app` holding `data`, unless it exists; its id (a
+    /// service's spec must name a secret by id as well as by name).
+    pub async fn ensure_secret(&self, app: &str, name: &str, data: &[u8]) -> Result<String> {
         let action = format!("create secret {name}");
         let spec = SecretSpec {
             name: Some(name.to_owned()),
@@ -30,11 +31,30 @@ impl Engine {
         };
         let docker = self.api().await?;
         match within(&action, docker.create_secret(spec)).await? {
-            Ok(_) => Ok(()),
+            Ok(created) => Ok(created.id),
             // Created by an earlier run: the name is the content's, so it is the same.
-            Err(e) if status_of(&e) == Some(409) => Ok(()),
+            Err(e) if status_of(&e) == Some(409) => self.secret_id(name).await,
             Err(e) => Err(err(action, e)),
         }
+    }
+
+    async fn secret_id(&self, name: &str) -> Result<String> {
+        let action = format!("find secret {name}");
+        let filters = HashMap::from([("name", vec![name])]);
+        let options = ListSecretsOptionsBuilder::new().filters(&filters).build();
+        let docker = self.api().await?;
+        let found = within(&action, docker.list_secrets(Some(options)))
+            .await?
+            .map_err(|e| err(action.clone(), e))?;
+        // The name filter matches prefixes: take the exact one.
+        found
+            .into_iter()
+            .find(|s| s.spec.as_ref().and_then(|s| s.name.as_deref()) == Some(name))
+            .and_then(|s| s.id)
+            .ok_or_else(|| super::EngineError::Refused {
+                action,
+                message: "it exists, yet is not listed".into(),
+            })
     }
 
     /// The names of the secrets Pier made for `app`.

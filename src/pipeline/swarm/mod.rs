@@ -211,6 +211,7 @@ impl Run<'_> {
             .collect()
     }
 
+    /// The spec; `secrets` with their Swarm ids once they exist (see `spec.rs`).
     fn service_spec(
         &self,
         swarm: &SwarmApp,
@@ -218,8 +219,8 @@ impl Run<'_> {
         checked: &Checked,
         image: &str,
         force_update: u64,
+        secrets: &[(String, String, Option<String>)],
     ) -> bollard::models::ServiceSpec {
-        let secrets = self.swarm_secrets();
         let mut env: Vec<String> = self
             .app
             .env
@@ -237,7 +238,7 @@ impl Run<'_> {
             digest: &r.digest,
             platforms: &checked.platforms,
             env,
-            secrets: &secrets,
+            secrets,
             force_update,
         })
     }
@@ -300,7 +301,12 @@ impl Run<'_> {
         checked: &Checked,
     ) -> UpdatePlan {
         let force = self.force_update(&plan);
-        let spec = self.service_spec(swarm, r, checked, &plan.image, force);
+        let secrets: Vec<_> = self
+            .swarm_secrets()
+            .into_iter()
+            .map(|(file, name)| (file, name, None))
+            .collect();
+        let spec = self.service_spec(swarm, r, checked, &plan.image, force, &secrets);
         // Through `Value`, whose maps are sorted: the spec's labels are a `HashMap`, whose
         // order differs between two runs of the same spec.
         let json = serde_json::to_value(&spec)
@@ -328,15 +334,19 @@ impl Run<'_> {
         checked: &Checked,
     ) -> Result<Updated, StepError> {
         let name = &plan.service;
-        let spec = self.service_spec(swarm, r, checked, &plan.image, self.force_update(plan));
-        let creds = self.ctx.registry.credentials(self.app.registry_host());
-        for secret in self.swarm_secrets() {
-            if let Some(v) = self.app.contained.secrets.get(&secret.0) {
-                self.engine()
-                    .ensure_secret(&self.app.name, &secret.1, v.expose().as_bytes())
+        let mut secrets = Vec::new();
+        for (file, secret) in self.swarm_secrets() {
+            if let Some(v) = self.app.contained.secrets.get(&file) {
+                let id = self
+                    .engine()
+                    .ensure_secret(&self.app.name, &secret, v.expose().as_bytes())
                     .await?;
+                secrets.push((file, secret, Some(id)));
             }
         }
+        let force = self.force_update(plan);
+        let spec = self.service_spec(swarm, r, checked, &plan.image, force, &secrets);
+        let creds = self.ctx.registry.credentials(self.app.registry_host());
         for _ in 0..UPDATE_TRIES {
             let facts = self.engine().service(name).await?;
             match facts {

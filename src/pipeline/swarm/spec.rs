@@ -37,8 +37,10 @@ pub struct SpecInput<'a> {
     pub platforms: &'a [crate::registry::Platform],
     /// `KEY=value` (secret references already resolved: the spec is sent, never logged).
     pub env: Vec<String>,
-    /// Swarm secrets by the file name they are mounted as, `/run/secrets/<file>`.
-    pub secrets: &'a [(String, String)],
+    /// Swarm secrets by the file name they are mounted as, `/run/secrets/<file>`: (file,
+    /// secret name, secret id). The id is Swarm's, known once the secret exists; the
+    /// spec's keyed hash is taken without it.
+    pub secrets: &'a [(String, String, Option<String>)],
     /// Raised to replace every task though the spec is otherwise the same (a redeploy).
     pub force_update: u64,
 }
@@ -118,7 +120,7 @@ fn task(i: &SpecInput<'_>) -> TaskSpec {
             secrets: (!i.secrets.is_empty()).then(|| {
                 i.secrets
                     .iter()
-                    .map(|(file, name)| TaskSpecContainerSpecSecrets {
+                    .map(|(file, name, id)| TaskSpecContainerSpecSecrets {
                         file: Some(TaskSpecContainerSpecFile {
                             name: Some(file.clone()),
                             uid: Some("0".into()),
@@ -126,7 +128,7 @@ fn task(i: &SpecInput<'_>) -> TaskSpec {
                             mode: Some(0o444),
                         }),
                         secret_name: Some(name.clone()),
-                        ..Default::default()
+                        secret_id: id.clone(),
                     })
                     .collect()
             }),
@@ -238,7 +240,11 @@ mod tests {
     fn the_spec_pins_the_digest_and_names_the_deployment() {
         let app = app();
         let platforms = [crate::registry::Platform::from_engine("linux", "x86_64")];
-        let secrets = [("token".to_owned(), "pier-web-token-0123".to_owned())];
+        let secrets = [(
+            "token".to_owned(),
+            "pier-web-token-0123".to_owned(),
+            Some("id1".to_owned()),
+        )];
         let spec = service_spec(&SpecInput {
             app: &app,
             swarm: app.swarm.as_ref().unwrap(),
