@@ -47,6 +47,9 @@ pub(super) struct UpdatePlan {
 pub(super) struct Previous {
     deployment: Option<String>,
     image: String,
+    /// The service's `Version.Index` when the update was planned (shown; the update
+    /// itself names the version it reads then, since Swarm moves it on its own).
+    version: u64,
     force_update: u64,
 }
 
@@ -260,6 +263,7 @@ impl Run<'_> {
         let previous = facts.as_ref().map(|f| Previous {
             deployment: f.label(LABEL_DEPLOYMENT).map(str::to_owned),
             image: f.image.clone(),
+            version: f.version,
             force_update: f.force_update,
         });
         let plan = UpdatePlan {
