@@ -183,6 +183,31 @@ async fn a_push_of_the_digest_that_runs_sends_no_update() {
             .all(|s| s["step"] != "update"),
         "{d:#}"
     );
+
+    // An operator's redeploy of that digest does replace every task.
+    let old: Vec<String> = s
+        .assert_tasks_run(&v1, 2)
+        .await
+        .into_iter()
+        .map(|t| t.task.id)
+        .collect();
+    let out = s
+        .env
+        .pier()
+        .run_cli(&["deploy", s.env.app(), "--digest", &v1])
+        .await;
+    assert!(out.status.success(), "{out:?}");
+    let d = s.final_deployment().await;
+    assert_eq!(d["state"], "succeeded", "{d:#}");
+    let redeployed = s.service().await;
+    assert_eq!(redeployed.force_update, after.force_update + 1);
+    for t in s.assert_tasks_run(&v1, 2).await {
+        assert!(
+            !old.contains(&t.task.id),
+            "task {} was not replaced",
+            t.task.id
+        );
+    }
     s.cleanup().await;
 }
 
