@@ -11,6 +11,7 @@ pub mod contain;
 pub mod engine;
 pub mod errors;
 pub mod faults;
+pub mod gates;
 pub mod image_name;
 pub mod intake;
 pub mod log_budget;

@@ -233,6 +233,7 @@ pub async fn run_until_with(
         crate::notify::Sender {
             store: store.clone(),
             endpoints: config.notifications.clone(),
+            public_url: config.server.sign_in.public_url.clone(),
         }
         .run(shutdown.clone()),
     );

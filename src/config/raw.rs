@@ -74,6 +74,9 @@ pub struct Config {
     /// Issue 25: which keys sign which repositories' images.
     #[serde(default)]
     trust: Vec<super::trust::RawTrust>,
+    /// Issue 26: named admins, who sign in and approve as themselves (see `gates.rs`).
+    #[serde(default)]
+    admins: Vec<super::gates::RawAdmin>,
 }
 
 #[derive(Deserialize)]
@@ -329,6 +332,10 @@ struct App {
     /// Issue 25: the image must be signed by a key of a `[[trust]]` entry covering it;
     /// default: as the covering entries say.
     require_signature: Option<bool>,
+    /// Issue 26: approvals and deploy windows (see `gates.rs`).
+    approval: Option<super::gates::RawApproval>,
+    #[serde(default)]
+    windows: Vec<String>,
 }
 
 /// Apps may share a proxy address only when their `Host` names tell them apart: at most one
@@ -507,6 +514,7 @@ impl Config {
 
         let targets = super::targets::resolve(self.targets, server.docker_host.as_deref(), base)?;
         let trust = super::trust::resolve(self.trust, base)?;
+        let admins = super::gates::resolve_admins(self.admins, base, s_allow_short)?;
         let mut apps: Vec<AppConfig> = Vec::new();
         for a in self.apps {
             if !valid_name(&a.name) {
@@ -608,7 +616,13 @@ impl Config {
                 .map(|r| r.resolve(&a.name))
                 .transpose()?
                 .unwrap_or_default();
+            let gates = super::gates::RawGates {
+                approval: a.approval,
+                windows: a.windows,
+            }
+            .resolve(&a.name, &admins)?;
             let mut app = AppConfig {
+                gates,
                 name: a.name,
                 image: a.image,
                 image_name,
@@ -708,6 +722,7 @@ impl Config {
             notifications.push(n);
         }
         Ok(super::Config {
+            admins,
             targets,
             notifications,
             server,

@@ -6,6 +6,7 @@ mod channels;
 pub mod cluster;
 mod deliveries;
 mod deployments;
+mod gates;
 mod holders;
 mod imports;
 pub mod kinds;
@@ -38,6 +39,7 @@ pub use deliveries::{
 pub use deployments::{
     Deployment, DigestStatus, Enqueued, Generation, NewDeployment, TAKEOVER_CHECK,
 };
+pub use gates::{ApprovalGate, Decided, Decision, Freeze};
 pub use holders::take_liveness;
 pub use imports::Import;
 pub use kinds::{DeploymentState, ReconcileKind, Step, StepState, Trigger, UnknownValue, Verdict};
