@@ -270,3 +270,74 @@ async fn a_freeze_holds_deployments_and_an_override_runs_one_recording_its_reaso
     deployment_in(&env, &second, "succeeded", DEPLOY).await;
     env.cleanup().await;
 }
+
+#[tokio::test]
+async fn approve_on_the_page_needs_a_named_admin_session_its_form_token_and_this_site() {
+    let (env, [ops, ..]) =
+        start("approval = { required = 1, from = [\"ops\"], expires = \"1h\" }").await;
+    env.push(&TestImage::healthy("v1"), "main").await;
+    let dep = id(&latest_in(&env, "awaiting_approval", DEPLOY).await);
+    let base = env.pier_url("");
+    let page = format!("/deployments/{dep}");
+    let approve = format!("/deployments/{dep}/approve");
+
+    // No session: sent to sign in, nothing approved.
+    let a = post_anonymous(
+        &env.pier_url(&approve),
+        "",
+        &[("Sec-Fetch-Site", "same-origin")],
+    )
+    .await;
+    assert_eq!(a.status, 303, "{a:?}");
+    assert_eq!(a.location.as_deref(), Some("/login"), "{a:?}");
+    // A named admin's name signs in only with that admin's own secret.
+    let (a, cookie) = post_login(&base, "ops", &env.admin_token).await;
+    assert_eq!(a.status, 401, "{a:?}");
+    assert!(cookie.is_none());
+
+    // Signed in with the shared token: no button, and the form is refused.
+    let shared = SignedIn::new(&base, "alice", &env.admin_token).await;
+    let p = shared.get(&page).await;
+    assert!(p.body.contains("Sign in as a named admin"), "{}", p.body);
+    assert!(!p.body.contains("id=\"approve\""));
+    let token = shared.form_token(&page).await;
+    let a = shared.post(&approve, &[("form_token", &token)], &[]).await;
+    assert_eq!(a.status, 403, "{a:?}");
+
+    // ops, signed in with their own token: a stale or cross-site form is refused.
+    let admin = SignedIn::new(&base, "ops", &ops).await;
+    let p = admin.get(&page).await;
+    assert!(p.body.contains("id=\"approve\""), "{}", p.body);
+    assert!(
+        p.body.contains("Waits for 1 approval(s) of ops"),
+        "{}",
+        p.body
+    );
+    let token = admin.form_token(&page).await;
+    let a = admin.post(&approve, &[("form_token", "stale")], &[]).await;
+    assert_eq!(a.status, 403, "{a:?}");
+    let evil = [
+        ("Origin", "https://evil.example"),
+        ("Sec-Fetch-Site", "cross-site"),
+    ];
+    let a = admin.post(&approve, &[("form_token", &token)], &evil).await;
+    assert_eq!(a.status, 403, "{a:?}");
+    let (_, still) = env.api_get(&format!("/deployments/{dep}")).await;
+    assert_eq!(still["state"], "awaiting_approval");
+    assert!(
+        still["decisions"].as_array().unwrap().is_empty(),
+        "{still:#}"
+    );
+
+    let a = admin.post(&approve, &[("form_token", &token)], &[]).await;
+    assert_eq!(a.status, 303, "{a:?}");
+    env.wait_app_version("v1", DEPLOY).await;
+    deployment_in(&env, &dep, "succeeded", DEPLOY).await;
+    let p = admin.get(&page).await;
+    assert!(
+        p.body.contains("<strong>approve</strong> by ops"),
+        "{}",
+        p.body
+    );
+    env.cleanup().await;
+}
