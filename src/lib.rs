@@ -20,6 +20,7 @@ pub mod pipeline;
 pub mod poller;
 /// Issue 23: the HTTP health probe the pipeline and a remote target's `pier proxy` share.
 pub mod probe;
+pub mod promote;
 pub mod proxy;
 pub mod reconcile;
 pub mod registry;

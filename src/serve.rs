@@ -237,6 +237,15 @@ pub async fn run_until_with(
         }
         .run(shutdown.clone()),
     );
+    // Promotions (issue 26): one task, one timer, woken by the source apps' queue changes.
+    tasks.spawn(
+        crate::promote::Promoter {
+            live: live.clone(),
+            store: store.clone(),
+            sweep: config.server.sweep_interval,
+        }
+        .run(shutdown.clone()),
+    );
     // The reconcile poller: one timer per app with `poll` on, none otherwise.
     crate::poller::spawn(
         &mut tasks,

@@ -133,12 +133,24 @@ pub struct Gates {
     pub approval: Option<Approval>,
     /// Empty: any time.
     pub windows: Vec<Window>,
+    /// `promote_from` and `after`: the app deploys only what another app proved.
+    pub promotion: Option<Promotion>,
+}
+
+/// Deploy exactly the digest that app `from` has served healthily for `after`; pushes and
+/// the poller do not deploy this app.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Promotion {
+    pub from: String,
+    pub after: Duration,
 }
 
 /// The gate fields of `[[apps]]`, as written.
 pub(super) struct RawGates {
     pub approval: Option<RawApproval>,
     pub windows: Vec<String>,
+    pub promote_from: Option<String>,
+    pub after: Option<String>,
 }
 
 impl RawGates {
@@ -183,8 +195,55 @@ impl RawGates {
                 Window::parse(w).map_err(|e| invalid(format!("app `{app}`: window `{w}`: {e}")))
             })
             .collect::<Result<_, _>>()?;
-        Ok(Gates { approval, windows })
+        let promotion = match (self.promote_from, self.after) {
+            (None, None) => None,
+            (None, Some(_)) => {
+                return Err(invalid(format!(
+                    "app `{app}`: `after` needs `promote_from`"
+                )));
+            }
+            (Some(from), after) => {
+                if from == app {
+                    return Err(invalid(format!("app `{app}`: promote_from names itself")));
+                }
+                let after = match after {
+                    None => Duration::ZERO,
+                    Some(a) => humantime::parse_duration(&a).map_err(|_| {
+                        invalid(format!("app `{app}`: after `{a}` is not a duration (15m)"))
+                    })?,
+                };
+                Some(Promotion { from, after })
+            }
+        };
+        Ok(Gates {
+            approval,
+            windows,
+            promotion,
+        })
     }
+}
+
+/// Every `promote_from` names another app of the config, with the same image: what is
+/// promoted is a digest of that repository.
+pub(super) fn check_promotions(apps: &[super::AppConfig]) -> Result<(), ConfigError> {
+    for a in apps {
+        let Some(p) = &a.gates.promotion else {
+            continue;
+        };
+        let Some(src) = apps.iter().find(|s| s.name == p.from) else {
+            return Err(invalid(format!(
+                "app `{}`: promote_from names `{}`, which is no app",
+                a.name, p.from
+            )));
+        };
+        if src.image_name != a.image_name {
+            return Err(invalid(format!(
+                "app `{}`: promote_from `{}` deploys another image ({}); a promotion deploys the same digest",
+                a.name, p.from, src.image
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// One deploy window: on these weekdays, from `start` to `end` local time in `tz` (an end

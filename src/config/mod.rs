@@ -373,7 +373,7 @@ pub fn parse_bytes(text: &str) -> Result<i64, String> {
 
 mod contained;
 mod gates;
-pub use gates::{Approval, Gates, NamedAdmin, Window, next_opening};
+pub use gates::{Approval, Gates, NamedAdmin, Promotion, Window, next_opening};
 mod live;
 mod policy;
 mod subnets;

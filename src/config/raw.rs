@@ -336,6 +336,8 @@ struct App {
     approval: Option<super::gates::RawApproval>,
     #[serde(default)]
     windows: Vec<String>,
+    promote_from: Option<String>,
+    after: Option<String>,
 }
 
 /// Apps may share a proxy address only when their `Host` names tell them apart: at most one
@@ -619,6 +621,8 @@ impl Config {
             let gates = super::gates::RawGates {
                 approval: a.approval,
                 windows: a.windows,
+                promote_from: a.promote_from,
+                after: a.after,
             }
             .resolve(&a.name, &admins)?;
             let mut app = AppConfig {
@@ -655,6 +659,11 @@ impl Config {
                 rollout,
                 signature: None,
             };
+            if app.gates.promotion.is_some() {
+                // Issue 26: only promotions deploy it; no push, no poll.
+                app.poll = None;
+                app.poll_explicit = true;
+            }
             app.services = super::services::resolve(&app, a.services, base)?;
             app.signature = super::trust::for_app(&app, a.require_signature, &trust)?;
             apps.push(app);
@@ -710,6 +719,7 @@ impl Config {
             check_secret_strength(server.admin_token.as_ref(), &sources)?;
         }
         check_routes(&apps)?;
+        super::gates::check_promotions(&apps)?;
         let mut notifications: Vec<NotificationConfig> = Vec::new();
         for n in self.notifications {
             let n = n.resolve(base, &apps)?;
