@@ -339,5 +339,37 @@ async fn approve_on_the_page_needs_a_named_admin_session_its_form_token_and_this
         "{}",
         p.body
     );
+
+    // Freeze and unfreeze from the app page: a session and its form token, this site only.
+    let app_page = format!("/apps/{}", env.app());
+    let freeze = format!("{app_page}/freeze");
+    let a = post_anonymous(
+        &env.pier_url(&freeze),
+        "until=2h&reason=x",
+        &[("Sec-Fetch-Site", "same-origin")],
+    )
+    .await;
+    assert_eq!(a.location.as_deref(), Some("/login"), "{a:?}");
+    let token = admin.form_token(&app_page).await;
+    let fields = [
+        ("until", "2h"),
+        ("reason", "load test"),
+        ("form_token", token.as_str()),
+    ];
+    let a = admin.post(&freeze, &fields, &evil).await;
+    assert_eq!(a.status, 403, "{a:?}");
+    let frozen = "<strong>Frozen</strong>";
+    assert!(!admin.get(&app_page).await.body.contains(frozen));
+    let a = admin.post(&freeze, &fields, &[]).await;
+    assert_eq!(a.status, 303, "{a:?}");
+    let p = admin.get(&app_page).await;
+    assert!(p.body.contains(frozen), "{}", p.body);
+    assert!(p.body.contains("by user ops: load test"), "{}", p.body);
+    let unfreeze = format!("{app_page}/unfreeze");
+    let a = admin
+        .post(&unfreeze, &[("form_token", token.as_str())], &[])
+        .await;
+    assert_eq!(a.status, 303, "{a:?}");
+    assert!(!admin.get(&app_page).await.body.contains(frozen));
     env.cleanup().await;
 }

@@ -428,6 +428,78 @@ mod tests {
         assert_eq!(next_opening(&[], utc("2026-12-05T09:00:00Z")), None);
     }
 
+    fn config(admins: &str, apps: &str) -> Result<super::super::Config, ConfigError> {
+        let text = format!(
+            "[server]\ndatabase_url = \"postgres://localhost/pier\"\n{admins}\n\
+             [[apps]]\nname = \"stg\"\nimage = \"127.0.0.1:5000/demo/web\"\nport = 8080\n\
+             [[apps]]\nname = \"prod\"\nimage = \"127.0.0.1:5000/demo/web\"\nport = 8080\n{apps}"
+        );
+        super::super::Config::parse(&text, Path::new("."))
+    }
+
+    const ADMINS: &str = "[[admins]]\nname = \"ops\"\ntoken = \"0123456789abcdef0123456789abcdef\"\n\
+                          [[admins]]\nname = \"release\"\ntoken = \"fedcba9876543210fedcba9876543210\"\n";
+
+    #[test]
+    fn approvals_promotions_and_windows_resolve_and_name_what_is_wrong() {
+        let c = config(
+            ADMINS,
+            "approval = { required = 2, expires = \"2h\" }\n\
+             windows = [\"Mon-Fri 09:00-17:00 Europe/Berlin\"]\n\
+             promote_from = \"stg\"\nafter = \"15m\"\n",
+        )
+        .unwrap();
+        let prod = &c.apps[1];
+        let a = prod.gates.approval.as_ref().unwrap();
+        assert_eq!(
+            a.from,
+            ["ops", "release"],
+            "empty `from`: every named admin"
+        );
+        assert_eq!(a.expires, Duration::from_secs(7200));
+        assert_eq!(prod.gates.windows.len(), 1);
+        let p = prod.gates.promotion.as_ref().unwrap();
+        assert_eq!(
+            (p.from.as_str(), p.after),
+            ("stg", Duration::from_secs(900))
+        );
+        assert_eq!(prod.poll, None, "a promoted app is not polled");
+        for (admins, apps, why) in [
+            (
+                ADMINS,
+                "approval = { required = 3 }\n",
+                "between 1 and the 2",
+            ),
+            (
+                ADMINS,
+                "approval = { from = [\"bob\"] }\n",
+                "no [[admins]] entry",
+            ),
+            (ADMINS, "promote_from = \"nope\"\n", "which is no app"),
+            (ADMINS, "promote_from = \"prod\"\n", "names itself"),
+            (ADMINS, "after = \"1m\"\n", "needs `promote_from`"),
+            (ADMINS, "windows = [\"weekdays\"]\n", "window `weekdays`"),
+            (
+                "[[admins]]\nname = \"ops\"\n",
+                "",
+                "give a password_hash or a token",
+            ),
+            (
+                "[[admins]]\nname = \"ops\"\ntoken = \"short\"\n",
+                "",
+                "at least 32",
+            ),
+            (
+                "[[admins]]\nname = \"ops\"\npassword_hash = \"hunter2\"\n",
+                "",
+                "not a password",
+            ),
+        ] {
+            let e = config(admins, apps).unwrap_err().to_string();
+            assert!(e.contains(why), "{apps}: {e}");
+        }
+    }
+
     #[test]
     fn a_window_that_does_not_parse_says_why() {
         for (text, why) in [
