@@ -315,3 +315,69 @@ async fn an_operator_signs_in_redeploys_rolls_back_pins_and_unpins_in_a_real_bro
     c.close().await.unwrap();
     env.cleanup().await;
 }
+
+/// Issue 26: a named admin approves a waiting deployment from its page, and watches it run.
+#[tokio::test]
+async fn a_named_admin_approves_a_waiting_deployment_in_a_real_browser() {
+    let ops = random_hex(32);
+    let env = TestEnv::builder()
+        .sources_toml(&format!("[[admins]]\nname = \"ops\"\ntoken = \"{ops}\"\n"))
+        .app(|a| a.extra_toml = "approval = { required = 1, from = [\"ops\"] }".into())
+        .start()
+        .await;
+    let profile = tempfile::tempdir().unwrap();
+    let (_driver, c) = browser(profile.path()).await;
+    let base = env.pier_url("");
+    env.push(&TestImage::healthy("v1"), "main").await;
+    let app = env.app().to_owned();
+    let id = wait_until("the deployment waits for approval", DEPLOY, || async {
+        let (_, v) = env.api_get(&format!("/apps/{app}")).await;
+        let d = v.get("latest_deployment")?;
+        (d.get("state")?.as_str()? == "awaiting_approval")
+            .then(|| d["id"].as_str().unwrap().to_owned())
+    })
+    .await;
+
+    c.goto(&format!("{base}/login")).await.unwrap();
+    for (css, text) in [
+        ("input[name=user]", "ops"),
+        ("input[name=secret]", ops.as_str()),
+    ] {
+        c.find(Locator::Css(css))
+            .await
+            .unwrap()
+            .send_keys(text)
+            .await
+            .unwrap();
+    }
+    c.find(Locator::Css("form.stack button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    until_page(&c, "signed in as ops", Duration::from_secs(10), |h| {
+        h.contains("class=\"user\"") && h.contains("ops")
+    })
+    .await;
+    c.goto(&format!("{base}/deployments/{id}")).await.unwrap();
+    let waiting = c
+        .find(Locator::Css("#waiting"))
+        .await
+        .expect("the page says why it waits")
+        .text()
+        .await
+        .unwrap();
+    assert!(waiting.contains("1 approval(s) of ops"), "{waiting}");
+    shot(&c, "20-awaiting-approval").await;
+    press(&c, "#approve", &format!("/deployments/{id}")).await;
+    watch_until_succeeded(&c, "21-approved-succeeded").await;
+    let html = source(&c).await;
+    assert!(
+        html.contains("<strong>approve</strong> by ops"),
+        "the decision is shown"
+    );
+    env.wait_app_version("v1", Duration::from_secs(10)).await;
+    c.close().await.unwrap();
+    env.cleanup().await;
+}
