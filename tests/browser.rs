@@ -361,16 +361,38 @@ async fn a_named_admin_approves_a_waiting_deployment_in_a_real_browser() {
     })
     .await;
     c.goto(&format!("{base}/deployments/{id}")).await.unwrap();
-    let waiting = c
-        .find(Locator::Css("#waiting"))
-        .await
-        .expect("the page says why it waits")
-        .text()
-        .await
-        .unwrap();
-    assert!(waiting.contains("1 approval(s) of ops"), "{waiting}");
+    // The live part of the page may be drawn again at any moment: read it, never hold it.
+    until_page(
+        &c,
+        "the page says why it waits",
+        Duration::from_secs(10),
+        |h| h.contains("id=\"waiting\"") && h.contains("Waits for 1 approval(s) of ops"),
+    )
+    .await;
     shot(&c, "20-awaiting-approval").await;
-    press(&c, "#approve", &format!("/deployments/{id}")).await;
+    mark(&c).await;
+    c.execute("document.querySelector('#approve').click();", vec![])
+        .await
+        .expect("the approve button is there");
+    let page = format!("/deployments/{id}");
+    wait_until(
+        "the approval posted and the page came back",
+        Duration::from_secs(30),
+        || async {
+            let marked = c
+                .execute("return window.__pierMark === 'kept';", vec![])
+                .await
+                .ok()?
+                .as_bool()?;
+            let ready = c
+                .execute("return document.readyState;", vec![])
+                .await
+                .ok()?;
+            let url = c.current_url().await.ok()?.to_string();
+            (!marked && ready == "complete" && url.contains(&page)).then_some(())
+        },
+    )
+    .await;
     watch_until_succeeded(&c, "21-approved-succeeded").await;
     let html = source(&c).await;
     assert!(
