@@ -18,6 +18,9 @@ ALTER TABLE deployments ADD COLUMN gated_at timestamptz;
 ALTER TABLE deployments ADD COLUMN waiting_for text;
 -- awaiting_approval: when the request expires; awaiting_window: when it may run.
 ALTER TABLE deployments ADD COLUMN waiting_until timestamptz;
+-- When its approval request expires, set when it first waits for approval: a later wait
+-- for a window never moves it, nor is its opening ever read as the expiry.
+ALTER TABLE deployments ADD COLUMN approval_expires_at timestamptz;
 -- A promotion: the deployment of the source app whose digest this one deploys.
 ALTER TABLE deployments ADD COLUMN promoted_from uuid REFERENCES deployments (id);
 

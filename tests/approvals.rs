@@ -322,6 +322,30 @@ async fn approve_on_the_page_needs_a_named_admin_session_its_form_token_and_this
     ];
     let a = admin.post(&approve, &[("form_token", &token)], &evil).await;
     assert_eq!(a.status, 403, "{a:?}");
+    // Every new form: refused without a session, and from another site even with one.
+    let app_path = format!("/apps/{}", env.app());
+    for path in [
+        format!("/deployments/{dep}/reject"),
+        format!("/deployments/{dep}/override"),
+        format!("{app_path}/freeze"),
+        format!("{app_path}/unfreeze"),
+    ] {
+        let body = "reason=r&until=2h";
+        let a = post_anonymous(
+            &env.pier_url(&path),
+            body,
+            &[("Sec-Fetch-Site", "same-origin")],
+        )
+        .await;
+        assert_eq!(a.location.as_deref(), Some("/login"), "{path}: {a:?}");
+        let fields = [
+            ("reason", "r"),
+            ("until", "2h"),
+            ("form_token", token.as_str()),
+        ];
+        let a = admin.post(&path, &fields, &evil).await;
+        assert_eq!(a.status, 403, "{path}: {a:?}");
+    }
     let (_, still) = env.api_get(&format!("/deployments/{dep}")).await;
     assert_eq!(still["state"], "awaiting_approval");
     assert!(

@@ -531,14 +531,17 @@ impl Store {
     pub async fn next_wakeup(&self, liveness_key: i64) -> Result<Option<Duration>> {
         // One statement: the running ones' leases, and (issue 26) the earliest moment a
         // waiting deployment may run or expire, which is the one timer a wait needs.
+        // A wait whose app has a deployment running is not claimable until that one ends,
+        // and its end wakes the workers (NOTIFY): counting it here would spin them.
         let row: (Option<f64>, Option<bool>, Option<f64>) = sqlx::query_as(
-            "SELECT EXTRACT(EPOCH FROM (min(lease_expires_at) FILTER (WHERE state = 'running')
-                                        - now()))::float8,
-                    bool_or(lease_key IS DISTINCT FROM $1) FILTER (WHERE state = 'running'),
-                    EXTRACT(EPOCH FROM (min(waiting_until)
-                                        FILTER (WHERE state <> 'running') - now()))::float8
-             FROM deployments
-             WHERE state IN ('running', 'awaiting_approval', 'awaiting_window')",
+            "WITH r AS (SELECT app, lease_expires_at, lease_key FROM deployments
+                        WHERE state = 'running')
+             SELECT (SELECT EXTRACT(EPOCH FROM (min(lease_expires_at) - now()))::float8 FROM r),
+                    (SELECT bool_or(lease_key IS DISTINCT FROM $1) FROM r),
+                    (SELECT EXTRACT(EPOCH FROM (min(w.waiting_until) - now()))::float8
+                     FROM deployments w
+                     WHERE w.state IN ('awaiting_approval', 'awaiting_window')
+                       AND w.app NOT IN (SELECT app FROM r))",
         )
         .bind(liveness_key)
         .fetch_one(&self.pool)

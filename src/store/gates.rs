@@ -65,14 +65,15 @@ pub enum Decided {
     NotFound,
 }
 
-/// The row of a deployment this worker holds, locked; `LeaseLost` when it holds it no more.
+/// The row of a deployment this worker holds, locked, with its approval request's expiry;
+/// `LeaseLost` when it holds it no more.
 async fn lock_held(
     tx: &mut Transaction<'_, Postgres>,
     id: Uuid,
     owner: &str,
 ) -> Result<(String, Option<DateTime<Utc>>)> {
     sqlx::query_as(
-        "SELECT app, waiting_until FROM deployments
+        "SELECT app, approval_expires_at FROM deployments
          WHERE id = $1 AND lease_owner = $2 AND state = 'running' FOR UPDATE",
     )
     .bind(id)
@@ -203,6 +204,11 @@ impl Store {
                 approvals.join(", ")
             }
         );
+        sqlx::query("UPDATE deployments SET approval_expires_at = $2 WHERE id = $1")
+            .bind(id)
+            .bind(until)
+            .execute(&mut *tx)
+            .await?;
         hold_in(
             &mut tx,
             id,
