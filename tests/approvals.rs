@@ -161,8 +161,22 @@ async fn two_distinct_admins_must_approve_and_a_rejection_cancels_naming_who() {
 
 #[tokio::test]
 async fn an_approval_request_that_expires_ends_cancelled_with_the_reason() {
-    let (env, [ops, ..]) =
-        start("approval = { required = 2, from = [\"ops\", \"release\"], expires = \"3s\" }").await;
+    let mut receiver = HookRecorder::start().await;
+    let (toml, [ops, ..]) = admins();
+    let env = TestEnv::builder()
+        .sources_toml(&toml)
+        .sources_toml(&format!(
+            "[[notifications]]\nname = \"chat\"\nurl = \"{}\"\nformat = \"slack\"\n\
+             events = [\"deployment.awaiting_approval\"]\n",
+            receiver.url("/slack")
+        ))
+        .app(|a| {
+            a.extra_toml =
+                "approval = { required = 2, from = [\"ops\", \"release\"], expires = \"3s\" }"
+                    .into()
+        })
+        .start()
+        .await;
     env.push(&TestImage::healthy("v1"), "main").await;
     let waiting = latest_in(&env, "awaiting_approval", DEPLOY).await;
     let first = id(&waiting);
@@ -182,6 +196,23 @@ async fn an_approval_request_that_expires_ends_cancelled_with_the_reason() {
         "{outcome}"
     );
     assert!(env.running_digests_of(env.app()).await.is_empty());
+
+    // It was announced once when it started waiting, with a link to its page.
+    let got = receiver.collect_until(WAIT, |h| !h.is_empty()).await;
+    let text = got[0].json()["text"].as_str().unwrap().to_owned();
+    assert!(text.contains("awaiting_approval"), "{text}");
+    assert!(
+        text.contains("waits for 2 approval(s) of ops, release"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("{}/deployments/{first}", env.pier_url(""))),
+        "{text}"
+    );
+    assert!(
+        receiver.next(Duration::from_secs(1)).await.is_none(),
+        "once"
+    );
     env.cleanup().await;
 }
 
