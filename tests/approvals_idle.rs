@@ -69,7 +69,7 @@ async fn deployments_waiting_for_approval_and_a_window_and_a_promotion_send_noth
     env.registry()
         .push(&win_repo, "main", &TestImage::healthy("w1"))
         .await;
-    latest_state(&env, &env.app().to_owned(), "awaiting_approval").await;
+    latest_state(&env, env.app(), "awaiting_approval").await;
     latest_state(&env, &win_name, "awaiting_window").await;
 
     settled(&proxy, Duration::from_millis(500)).await;
