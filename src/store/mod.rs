@@ -6,6 +6,7 @@ mod channels;
 pub mod cluster;
 mod deliveries;
 mod deployments;
+mod freezes;
 mod gates;
 mod holders;
 mod imports;
@@ -40,7 +41,8 @@ pub use deliveries::{
 pub use deployments::{
     Deployment, DigestStatus, Enqueued, Generation, NewDeployment, TAKEOVER_CHECK,
 };
-pub use gates::{ApprovalGate, Decided, Decision, Freeze};
+pub use freezes::Freeze;
+pub use gates::{ApprovalGate, Decided, Decision};
 pub use holders::take_liveness;
 pub use imports::Import;
 pub use kinds::{DeploymentState, ReconcileKind, Step, StepState, Trigger, UnknownValue, Verdict};
