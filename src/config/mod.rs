@@ -373,7 +373,9 @@ pub fn parse_bytes(text: &str) -> Result<i64, String> {
 
 mod contained;
 mod gates;
-pub use gates::{Approval, Gates, NamedAdmin, Promotion, Window, next_opening};
+mod windows;
+pub use gates::{Approval, Gates, NamedAdmin, Promotion};
+pub use windows::{Window, next_opening};
 mod live;
 mod policy;
 mod subnets;
