@@ -365,7 +365,8 @@ async fn status(config: &Config, json: bool) -> anyhow::Result<()> {
         .apps
         .iter()
         .flat_map(|a| a.targets.iter().map(String::as_str));
-    let snapshot = views.snapshot(targets, None).await;
+    let mut snapshot = views.snapshot(targets, None).await;
+    snapshot.add_services(&views, &config.apps).await;
     let mut apps = Vec::new();
     let mut rows = Vec::new();
     for a in &config.apps {
@@ -414,9 +415,19 @@ async fn status(config: &Config, json: bool) -> anyhow::Result<()> {
             latest["state"].as_str().unwrap_or(""),
             latest["error"].as_str().unwrap_or(""),
         );
-        if engines.len() > 1 {
+        let swarm = engines.iter().any(|e| e.service.is_some());
+        if engines.len() > 1 || swarm {
             for e in engines {
                 println!("{}", engine_line(e));
+                for n in e.service.iter().flat_map(|s| &s.nodes) {
+                    println!(
+                        "    node {:<24} {:?} {:?}: {} running, {} on the serving digest",
+                        n.node, n.role, n.status, n.running, n.on_digest
+                    );
+                }
+                for err in e.service.iter().flat_map(|s| &s.task_errors) {
+                    println!("    task error: {err}");
+                }
             }
         }
     }

@@ -52,7 +52,12 @@ pub async fn reconcile_all(
     targets: &crate::target::Targets,
 ) -> Result<Reconciled, ReconcileError> {
     let mut all = Reconciled::default();
-    for target in targets.iter() {
+    // A swarm keeps its own tasks to the spec (it restarts and replaces them): there is
+    // no container of Pier's there to adopt, restore or remove.
+    let engines = targets
+        .iter()
+        .filter(|t| t.kind == crate::config::TargetKind::Engine);
+    for target in engines {
         match reconcile(config, store, target).await {
             Ok(r) => all.absorb(r),
             Err(ReconcileError::Engine(e)) if !target.is_local() => all

@@ -287,6 +287,8 @@ pub struct AppConfig {
     pub signature: Option<std::sync::Arc<crate::signature::Policy>>,
     /// Approvals and deploy windows (issue 26).
     pub gates: Gates,
+    /// On a `kind = "swarm"` target: the service's replicas, update and placement.
+    pub swarm: Option<SwarmApp>,
 }
 
 impl AppConfig {
@@ -379,6 +381,8 @@ pub use windows::{Window, next_opening};
 mod live;
 mod policy;
 mod subnets;
+mod swarm;
+pub use swarm::{FailureAction, Placement, SwarmApp, SwarmMode, UpdateOrder, UpdatePolicy};
 mod tmpfs;
 pub use contained::{Contained, DEFAULT_CAP_KEEP, HostMount, VolumeMount};
 pub use live::LiveConfig;

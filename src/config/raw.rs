@@ -338,6 +338,8 @@ struct App {
     windows: Vec<String>,
     promote_from: Option<String>,
     after: Option<String>,
+    /// Issue 24: the service of an app on a `kind = "swarm"` target, see `swarm.rs`.
+    swarm: Option<super::swarm::RawSwarm>,
 }
 
 /// Apps may share a proxy address only when their `Host` names tell them apart: at most one
@@ -554,7 +556,12 @@ impl Config {
                 _ => {}
             }
             super::contained::check_publish(&a.name, a.publish, a.publish_public)?;
-            if a.health.is_some() && a.publish.is_none() && a.strategy == Strategy::Recreate {
+            let on_swarm = super::swarm::names_swarm(a.targets.as_deref(), &targets);
+            if a.health.is_some()
+                && a.publish.is_none()
+                && a.strategy == Strategy::Recreate
+                && !on_swarm
+            {
                 return Err(invalid(format!(
                     "app `{}`: an HTTP health check needs `publish`",
                     a.name
@@ -658,6 +665,7 @@ impl Config {
                 targets: app_targets,
                 rollout,
                 signature: None,
+                swarm: None,
             };
             if app.gates.promotion.is_some() {
                 // Issue 26: only promotions deploy it; no push, no poll.
@@ -666,6 +674,7 @@ impl Config {
             }
             app.services = super::services::resolve(&app, a.services, base)?;
             app.signature = super::trust::for_app(&app, a.require_signature, &trust)?;
+            app.swarm = super::swarm::resolve(&app, a.swarm, &targets)?;
             apps.push(app);
         }
         let app_hosts: Vec<&str> = apps.iter().map(|a| a.registry_host()).collect();

@@ -23,6 +23,18 @@ pub enum TargetKind {
     /// One Docker engine: Pier creates, starts and retires the containers itself.
     #[default]
     Engine,
+    /// A Docker Swarm manager's engine: Pier writes a service's spec and Swarm places and
+    /// replaces its tasks (issue 24).
+    Swarm,
+}
+
+impl TargetKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TargetKind::Engine => "engine",
+            TargetKind::Swarm => "swarm",
+        }
+    }
 }
 
 #[derive(Debug, Clone)]

@@ -45,6 +45,10 @@ pub enum EngineError {
     Unavailable { action: String, message: String },
     #[error("docker {action}: {message}")]
     Refused { action: String, message: String },
+    /// A service update named a version Swarm has moved past ("update out of sequence"):
+    /// the spec must be read again; a retry of the same call can never succeed.
+    #[error("docker {action}: the service changed since it was read (update out of sequence)")]
+    OutOfSequence { action: String },
 }
 
 impl EngineError {
@@ -65,6 +69,7 @@ impl EngineError {
                 action,
                 message: WITHHELD.into(),
             },
+            e @ EngineError::OutOfSequence { .. } => e,
         }
     }
 }

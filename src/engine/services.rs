@@ -37,6 +37,19 @@ pub enum UpdateState {
 }
 
 impl UpdateState {
+    /// Swarm's own word for it (`rollback_completed`), `none` when it said nothing.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UpdateState::None => "none",
+            UpdateState::Updating => "updating",
+            UpdateState::Paused => "paused",
+            UpdateState::Completed => "completed",
+            UpdateState::RollbackStarted => "rollback_started",
+            UpdateState::RollbackPaused => "rollback_paused",
+            UpdateState::RollbackCompleted => "rollback_completed",
+        }
+    }
+
     /// Swarm has stopped acting on its own: a rollout watcher decides from here. `Paused`
     /// and `RollbackPaused` wait for an operator forever, so they count as settled.
     pub fn is_settled(self) -> bool {
@@ -102,6 +115,8 @@ pub struct ServiceFacts {
     /// `None` for a global service.
     pub replicas: Option<u64>,
     pub update: UpdateStatus,
+    /// `TaskTemplate.ForceUpdate`: raised to replace every task of an unchanged spec.
+    pub force_update: u64,
 }
 
 impl ServiceFacts {
@@ -113,6 +128,11 @@ impl ServiceFacts {
             .and_then(|t| t.container_spec.as_ref())
             .and_then(|c| c.image.clone())
             .unwrap_or_default();
+        let force_update = spec
+            .task_template
+            .as_ref()
+            .and_then(|t| t.force_update)
+            .unwrap_or(0);
         let replicas = spec
             .mode
             .as_ref()
@@ -127,6 +147,7 @@ impl ServiceFacts {
             labels: spec.labels.unwrap_or_default(),
             replicas,
             update: UpdateStatus::from_engine(s.update_status.as_ref()),
+            force_update,
         }
     }
 
@@ -135,6 +156,7 @@ impl ServiceFacts {
     }
 }
 
+mod secrets;
 mod tasks;
 #[cfg(test)]
 mod tests;
@@ -169,8 +191,10 @@ fn update_version(version: u64) -> Result<i32> {
 /// retried as if transient.
 fn classify_update(action: String, e: bollard::errors::Error) -> EngineError {
     match err(action, e) {
-        EngineError::Unavailable { action, message } if message.contains("out of sequence") => {
-            EngineError::Refused { action, message }
+        EngineError::Unavailable { action, message } | EngineError::Refused { action, message }
+            if message.contains("out of sequence") =>
+        {
+            EngineError::OutOfSequence { action }
         }
         other => other,
     }
@@ -224,6 +248,57 @@ impl Engine {
             .await?
             .map_err(|e| classify_update(action, e))?;
         Ok(answer.warnings.unwrap_or_default())
+    }
+
+    /// Asks Swarm to put the service `name` back on its previous spec (what `docker service
+    /// rollback` does): Swarm swaps the two specs, so the version must be the current one.
+    /// The spec sent is the current one, which Swarm ignores for a rollback.
+    pub async fn rollback_service(&self, name: &str) -> Result<()> {
+        let action = format!("roll back service {name}");
+        let docker = self.api().await?;
+        let current = match within(&action, docker.inspect_service(name, None)).await? {
+            Ok(s) => s,
+            Err(e) => return Err(err(action, e)),
+        };
+        let version = current.version.and_then(|v| v.index).unwrap_or(0);
+        let options = UpdateServiceOptionsBuilder::new()
+            .version(update_version(version)?)
+            .rollback("previous")
+            .build();
+        let spec = current.spec.unwrap_or_default();
+        within(&action, docker.update_service(name, spec, options, None))
+            .await?
+            .map_err(|e| classify_update(action, e))?;
+        Ok(())
+    }
+
+    /// The last `lines` lines a task wrote (from whichever node ran it, through the
+    /// manager), within [`CALL_TIMEOUT`]; empty if the task or its logs are gone.
+    pub async fn task_logs(&self, task: &str, lines: usize) -> Result<String> {
+        use futures_util::StreamExt;
+        let action = format!("logs of task {task}");
+        let options = bollard::query_parameters::LogsOptionsBuilder::default()
+            .stdout(true)
+            .stderr(true)
+            .tail(&lines.to_string())
+            .build();
+        let docker = self.api().await?;
+        let read = async {
+            let mut stream = docker.task_logs(task, Some(options));
+            let mut out = String::new();
+            while let Some(item) = stream.next().await {
+                match item {
+                    Ok(chunk) => out.push_str(&String::from_utf8_lossy(&chunk.into_bytes())),
+                    Err(e) if status_of(&e) == Some(404) => break,
+                    Err(e) => return Err(e),
+                }
+                if out.len() > 64 * 1024 {
+                    break;
+                }
+            }
+            Ok(out)
+        };
+        within(&action, read).await?.map_err(|e| err(action, e))
     }
 
     /// Removes the service `name`; `false` if there was none.

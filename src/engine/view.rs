@@ -24,4 +24,24 @@ impl EngineView {
     ) -> Result<Vec<ContainerFacts>> {
         self.0.managed_containers(app, deployment).await
     }
+
+    /// The service `name` of a swarm manager, its tasks and the swarm's nodes; `None`
+    /// when there is no such service.
+    pub async fn service(
+        &self,
+        name: &str,
+    ) -> Result<
+        Option<(
+            super::ServiceFacts,
+            Vec<super::TaskFacts>,
+            Vec<super::NodeFacts>,
+        )>,
+    > {
+        let Some(facts) = self.0.service(name).await? else {
+            return Ok(None);
+        };
+        let tasks = self.0.service_tasks(name).await?;
+        let nodes = self.0.nodes().await?;
+        Ok(Some((facts, tasks, nodes)))
+    }
 }

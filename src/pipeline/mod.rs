@@ -24,6 +24,7 @@ mod rollout;
 mod service_images;
 mod services;
 mod signature;
+mod swarm;
 
 pub use health::probe_client;
 
@@ -97,6 +98,9 @@ pub enum StepError {
     /// An operator's stop request, journaled at the step it stopped before.
     #[error("stopped before this step, as {0} asked")]
     Stopped(String),
+    /// A swarm rollout that did not converge (issue 24), with the tasks' errors.
+    #[error(transparent)]
+    Rollout(swarm::RolloutFailure),
 }
 
 impl StepError {
@@ -105,7 +109,10 @@ impl StepError {
             StepError::Registry(e) => e.is_transient(),
             StepError::Engine(e) => e.is_transient(),
             StepError::Store(e) => e.is_unavailable(),
-            StepError::Check(_) | StepError::Recorded(_) | StepError::Stopped(_) => false,
+            StepError::Check(_)
+            | StepError::Recorded(_)
+            | StepError::Stopped(_)
+            | StepError::Rollout(_) => false,
         }
     }
 
@@ -201,6 +208,7 @@ pub async fn run(ctx: &Context, owner: &str, dep: &Deployment, app: &AppConfig) 
         plan::Plan::Recreate(_) => run.steps().await,
         plan::Plan::BlueGreen(_) => run.steps_blue_green().await,
         plan::Plan::Rollout(targets) => return run.rollout(&targets).await,
+        plan::Plan::Swarm(_) => run.steps_swarm().await,
     };
     match done {
         // A quarantined digest is not deployed by a push or the poller: not a failure.
@@ -239,6 +247,11 @@ impl Run<'_> {
         // Host paths the policy (as reloaded) no longer allows, or a config file that is not
         // a regular file: the deployment fails before it pulls or makes anything.
         self.policy_check().map_err(refuse)?;
+        if self.target.kind == crate::config::TargetKind::Swarm && self.import.is_some() {
+            return Err(refuse(StepError::Check(
+                "pier import loads an archive into one engine; a swarm's nodes pull from the registry".into(),
+            )));
+        }
         if self.multi_target && self.import.is_some() {
             return Err(refuse(StepError::Check(
                 "pier import loads an archive into one engine; this app runs on several".into(),

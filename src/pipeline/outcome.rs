@@ -3,7 +3,7 @@
 //! happened), and says loudly when the undo itself could not do its work.
 
 use super::{Outcome, PipelineError, Run, Step, error_chain};
-use crate::config::Strategy;
+use crate::config::{Strategy, TargetKind};
 use crate::store::DeploymentState;
 
 impl Run<'_> {
@@ -55,20 +55,24 @@ impl Run<'_> {
         if let Err(e) = self.quarantine_failed(&error).await {
             return Outcome::Abandoned(e);
         }
-        let undone = match self.undo().await {
+        let undone = match self.target.kind {
+            TargetKind::Swarm => self.undo_service(&error).await,
+            TargetKind::Engine => self.undo().await,
+        };
+        let undone = match undone {
             Ok(u) => u,
             Err(e) => return Outcome::Abandoned(e),
         };
-        let (state, outcome) = match (&error, undone.reverted) {
+        let (state, outcome) = match (&error, undone.rolled_back()) {
             (PipelineError::Stopped { step, by }, _) => (
                 DeploymentState::Cancelled,
                 format!("stopped before {step} as {by} asked; {}", undone.note),
             ),
-            (_, Some(_)) => (
+            (_, true) => (
                 DeploymentState::RolledBack,
                 format!("rolled back to the previous generation; {}", undone.note),
             ),
-            (_, None) => (DeploymentState::Failed, format!("failed; {}", undone.note)),
+            (_, false) => (DeploymentState::Failed, format!("failed; {}", undone.note)),
         };
         self.finish(state, &outcome, Some(&reason), undone.logs.as_deref())
             .await
@@ -97,9 +101,8 @@ impl Run<'_> {
         if switched {
             return match self.revert_to_previous().await {
                 Ok(note) => Ok(Undone {
-                    reverted: None,
                     note,
-                    logs: None,
+                    ..Undone::default()
                 }),
                 Err(PipelineError::Store(e)) => Err(error_chain(&e)),
                 Err(e) => Ok(Undone::failed(UndoStep::Revert, &e)),
@@ -110,6 +113,7 @@ impl Run<'_> {
                 reverted,
                 note: r.summary(),
                 logs: r.logs,
+                restored: false,
             }),
             Err(PipelineError::Store(e)) => Err(error_chain(&e)),
             Err(e) => Ok(Undone {
@@ -122,12 +126,17 @@ impl Run<'_> {
     /// A digest that failed its health check or soak is quarantined for the app: a push
     /// or the poller does not deploy it again. `Err`: the database is away.
     pub(super) async fn quarantine_failed(&self, error: &PipelineError) -> Result<(), String> {
-        let PipelineError::Failed {
-            step: step @ (Step::Health | Step::Soak),
-            ..
-        } = error
-        else {
-            return Ok(());
+        let step = match error {
+            PipelineError::Failed {
+                step: step @ (Step::Health | Step::Soak),
+                ..
+            } => step,
+            // A rollout whose tasks failed (not one that could not place them).
+            PipelineError::Failed {
+                step: step @ Step::Converge,
+                source: super::StepError::Rollout(f),
+            } if f.tasks_failed() => step,
+            _ => return Ok(()),
         };
         let Some(digest) = self.resolved_digest().await else {
             return Ok(());
@@ -148,12 +157,15 @@ impl Run<'_> {
 }
 
 /// What undoing one engine's part left.
+#[derive(Default)]
 pub(super) struct Undone {
     /// Blue-green: the route version that serves the previous generation again.
     pub reverted: Option<i64>,
     pub note: String,
     /// The candidate's last log lines, redacted.
     pub logs: Option<String>,
+    /// A swarm service runs its previous spec again.
+    pub restored: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -163,6 +175,23 @@ enum UndoStep {
 }
 
 impl Undone {
+    pub(super) fn note(note: &str) -> Self {
+        Undone {
+            note: note.to_owned(),
+            ..Undone::default()
+        }
+    }
+
+    /// The previous generation serves again because of this undo: the deployment
+    /// ends `rolled_back`, not `failed`.
+    fn rolled_back(&self) -> bool {
+        self.reverted.is_some() || self.restored
+    }
+
+    pub(super) fn failed_rollback(e: &PipelineError) -> Self {
+        Undone::failed(UndoStep::Rollback, e)
+    }
+
     fn failed(step: UndoStep, e: &PipelineError) -> Self {
         let cause = error_chain(e);
         let what = match step {
@@ -178,9 +207,8 @@ impl Undone {
             }
         };
         Undone {
-            reverted: None,
             note: format!("{what} FAILED ({cause}); check the app"),
-            logs: None,
+            ..Undone::default()
         }
     }
 }

@@ -20,6 +20,9 @@ pub(super) enum Plan<'t> {
     /// Several engines, batch by batch, each running its strategy's steps (`rollout/`);
     /// the shared steps (resolve, quarantine, signature) run once for all.
     Rollout(Vec<&'t Arc<Target>>),
+    /// A Swarm manager: Pier writes the service's spec and watches Swarm roll it out
+    /// (`swarm/`); none of the container steps run.
+    Swarm(&'t Arc<Target>),
 }
 
 /// Why no plan fits: the deployment cannot run in this process as configured.
@@ -32,11 +35,15 @@ pub(super) enum NoPlan {
     UnknownTarget { app: String, target: String },
     #[error("app `{0}` names no target")]
     NoTarget(String),
+    /// The config refuses this too: a swarm places its own tasks, beside nothing else.
+    #[error("app `{0}` runs on a swarm target and others; a swarm app runs on that target alone")]
+    SwarmNotAlone(String),
 }
 
 impl<'t> Plan<'t> {
     pub(super) fn pick(app: &AppConfig, targets: &'t Targets) -> Result<Self, NoPlan> {
         let mut engines = Vec::with_capacity(app.targets.len());
+        let mut swarms = Vec::new();
         for name in &app.targets {
             let target = targets.get(name).ok_or_else(|| NoPlan::UnknownTarget {
                 app: app.name.clone(),
@@ -44,7 +51,13 @@ impl<'t> Plan<'t> {
             })?;
             match target.kind {
                 TargetKind::Engine => engines.push(target),
+                TargetKind::Swarm => swarms.push(target),
             }
+        }
+        match (swarms.as_slice(), engines.is_empty()) {
+            ([], _) => {}
+            ([one], true) => return Ok(Plan::Swarm(one)),
+            _ => return Err(NoPlan::SwarmNotAlone(app.name.clone())),
         }
         match (engines.as_slice(), app.strategy) {
             ([], _) => Err(NoPlan::NoTarget(app.name.clone())),
@@ -57,7 +70,7 @@ impl<'t> Plan<'t> {
     /// The engine the deployment's own (not per-engine) rows are written beside: the first.
     pub(super) fn first(&self) -> &'t Arc<Target> {
         match self {
-            Plan::Recreate(t) | Plan::BlueGreen(t) => t,
+            Plan::Recreate(t) | Plan::BlueGreen(t) | Plan::Swarm(t) => t,
             Plan::Rollout(all) => all[0],
         }
     }

@@ -250,6 +250,51 @@ impl Registry {
     }
 }
 
+impl Registry {
+    /// The platforms the manifest `digest` serves, read again from the registry by
+    /// digest (its bytes checked against it): an index's entries (attestations, which name
+    /// no real platform, left out), or none for a single image manifest. `member`, the
+    /// platform manifest a deployment resolved, must be one of the index's entries.
+    pub async fn platforms(
+        &self,
+        app: &AppConfig,
+        digest: &str,
+        member: &str,
+    ) -> Result<Vec<Platform>, RegistryError> {
+        let (host, repo) = (app.registry_host(), app.repository());
+        let shown = format!("{host}/{repo}@{digest}");
+        if !is_sha256_digest(digest) {
+            return Err(invalid(&shown, "not a sha256 digest"));
+        }
+        let mut session = Session::default();
+        let m = self
+            .endpoint(host)
+            .manifest(&mut session, repo, digest, &shown)
+            .await?;
+        let shape: ManifestShape =
+            serde_json::from_slice(&m.body).map_err(|e| invalid(&shown, e))?;
+        let Some(entries) = shape.manifests else {
+            if digest != member {
+                return Err(invalid(&shown, format!("is not an index listing {member}")));
+            }
+            return Ok(vec![]);
+        };
+        if !entries.iter().any(|e| e.digest == member) {
+            return Err(invalid(
+                &shown,
+                format!("the index no longer lists {member}"),
+            ));
+        }
+        let mut platforms: Vec<Platform> = entries
+            .into_iter()
+            .filter_map(|e| e.platform)
+            .filter(|p| p.os != "unknown" && p.architecture != "unknown")
+            .collect();
+        platforms.dedup();
+        Ok(platforms)
+    }
+}
+
 /// The OCI tag grammar, `[A-Za-z0-9_][A-Za-z0-9._-]{0,127}`: a tag from a webhook goes
 /// into a URL path and must not be able to name another one.
 fn is_tag(t: &str) -> bool {

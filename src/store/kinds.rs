@@ -199,6 +199,11 @@ db_enum! {
         Revert = "revert",
         Retire = "retire",
         Rollback = "rollback",
+        /// Issue 24: the swarm service's spec names the deployment's digest (created or
+        /// updated once; a replay proves from the spec and its tasks that it happened).
+        Update = "update",
+        /// Issue 24: Swarm's rollout of that spec, watched to a verdict.
+        Converge = "converge",
     }
 }
 
@@ -227,6 +232,7 @@ impl Step {
                 | Self::Start
                 | Self::Health
                 | Self::Switch
+                | Self::Update
         )
     }
 }

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use uuid::Uuid;
 
+use super::swarm_rows::{ServiceRow, ServiceSeen};
 pub use super::views::short_digest;
 use crate::config::{AppConfig, LOCAL, TargetKind};
 use crate::engine::{ContainerFacts, EngineView, LABEL_DIGEST};
@@ -95,6 +96,7 @@ impl TargetViews {
                 .await
                 .into_iter()
                 .collect(),
+            BTreeMap::new(),
         )
     }
 
@@ -145,16 +147,47 @@ impl TargetViews {
 }
 
 fn kind_name(kind: TargetKind) -> &'static str {
-    match kind {
-        TargetKind::Engine => "engine",
-    }
+    kind.as_str()
 }
 
-/// What each engine asked said: its containers, or why it could not be asked.
+/// What each engine asked said: its containers, or why it could not be asked; and, once
+/// [`Snapshot::add_services`] ran, each swarm app's service.
 #[derive(Default)]
-pub struct Snapshot(BTreeMap<String, Result<Vec<ContainerFacts>, String>>);
+pub struct Snapshot(
+    BTreeMap<String, Result<Vec<ContainerFacts>, String>>,
+    BTreeMap<(String, String), Result<Option<ServiceSeen>, String>>,
+);
 
 impl Snapshot {
+    /// Asks each swarm target of `apps` for the app's service, all at once, each within
+    /// [`ENGINE_DEADLINE`].
+    pub async fn add_services<'a>(
+        &mut self,
+        views: &TargetViews,
+        apps: impl IntoIterator<Item = &'a AppConfig>,
+    ) {
+        let asks = apps.into_iter().flat_map(|a| {
+            a.targets.iter().filter_map(move |t| {
+                let view = views.all.get(t).filter(|v| v.kind == TargetKind::Swarm)?;
+                Some(async move {
+                    let answer =
+                        match tokio::time::timeout(ENGINE_DEADLINE, view.view.service(&a.name))
+                            .await
+                        {
+                            Ok(Ok(seen)) => Ok(seen),
+                            Ok(Err(e)) => Err(public_reason(&e.to_string())),
+                            Err(_) => Err(format!(
+                                "no answer within {}",
+                                humantime::format_duration(ENGINE_DEADLINE)
+                            )),
+                        };
+                    ((t.clone(), a.name.clone()), answer)
+                })
+            })
+        });
+        self.1.extend(futures_util::future::join_all(asks).await);
+    }
+
     /// The containers `target`'s engine listed, or why it is unreachable.
     pub fn of(&self, target: &str) -> Result<&[ContainerFacts], &str> {
         match self.0.get(target) {
@@ -217,6 +250,8 @@ pub struct EngineRow {
     pub state: String,
     /// Where the deployment in progress stands on this engine.
     pub rollout: Option<EngineProgress>,
+    /// A swarm target: the app's service, as its manager keeps it.
+    pub service: Option<ServiceRow>,
 }
 
 /// A running deployment on one engine: its last journaled step there.
@@ -265,23 +300,36 @@ pub fn engine_rows(
                 (Ok(_), Some(_), None) => "container missing".to_owned(),
             };
             let (kind, endpoint) = views.describe(target);
+            let serving = generation.as_ref().map(|g| g.digest.as_str());
+            let service = snapshot.1.get(&(target.clone(), app.name.clone()));
+            let (state, service, reachable, unreachable) = match service {
+                None => (state, None, seen.is_ok(), seen.err().map(str::to_owned)),
+                Some(Err(e)) => ("unreachable".to_owned(), None, false, Some(e.clone())),
+                Some(Ok(None)) => ("no service yet".to_owned(), None, true, None),
+                Some(Ok(Some(s))) => {
+                    let row = super::swarm_rows::service_row(s, serving);
+                    (row.words(), Some(row), true, None)
+                }
+            };
             EngineRow {
                 target: target.clone(),
                 kind,
                 endpoint,
-                reachable: seen.is_ok(),
-                unreachable: seen.err().map(str::to_owned),
+                reachable,
+                unreachable,
                 digest: generation.as_ref().map(|g| g.digest.clone()),
                 container_id: generation.as_ref().map(|g| g.container_id.clone()),
                 container_name: container.map(|c| c.name.clone()),
                 container_digest: container
                     .and_then(|c| c.label(LABEL_DIGEST))
                     .map(str::to_owned),
-                running: container.is_some_and(|c| c.running),
+                running: container.is_some_and(|c| c.running)
+                    || service.as_ref().is_some_and(ServiceRow::whole),
                 container_status: container.map(|c| c.status.clone()),
                 state,
                 generation,
                 rollout: running.map(|(d, steps)| progress_on(d, steps, target)),
+                service,
             }
         })
         .collect()
@@ -413,10 +461,13 @@ mod tests {
 
     #[test]
     fn an_unreachable_engine_keeps_its_journal_row_and_the_others_are_whole() {
-        let snapshot = Snapshot(BTreeMap::from([
-            ("local".to_owned(), Ok(vec![container("c1", true)])),
-            ("edge".to_owned(), Err("connection refused".to_owned())),
-        ]));
+        let snapshot = Snapshot(
+            BTreeMap::from([
+                ("local".to_owned(), Ok(vec![container("c1", true)])),
+                ("edge".to_owned(), Err("connection refused".to_owned())),
+            ]),
+            BTreeMap::new(),
+        );
         let generations = [generation("local", "c1"), generation("edge", "c2")];
         let rows = engine_rows(
             &TargetViews::default(),
@@ -451,10 +502,13 @@ mod tests {
 
     #[test]
     fn a_rollout_in_progress_shows_each_engines_last_step_or_that_it_waits() {
-        let snapshot = Snapshot(BTreeMap::from([
-            ("local".to_owned(), Ok(vec![container("c1", false)])),
-            ("edge".to_owned(), Ok(vec![])),
-        ]));
+        let snapshot = Snapshot(
+            BTreeMap::from([
+                ("local".to_owned(), Ok(vec![container("c1", false)])),
+                ("edge".to_owned(), Ok(vec![])),
+            ]),
+            BTreeMap::new(),
+        );
         let d = running(Uuid::new_v4());
         let steps = [
             step(1, Step::Resolve, "", StepState::Succeeded),

@@ -14,6 +14,7 @@ pub mod guard;
 mod hooks;
 mod pages;
 pub mod server;
+pub mod swarm_rows;
 mod views;
 // The browser side (issue 11): sign-in, live pages.
 mod forms;

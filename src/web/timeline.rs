@@ -97,6 +97,8 @@ fn short_ids(ids: &[String]) -> String {
 /// A record as the step that wrote it typed it; `None` if it is not that shape (a journal
 /// from before the type, or a record that step kinds share): the page then says what the
 /// step is for in general, and the raw JSON beside it says the rest.
+mod swarm;
+
 fn read<T: serde::de::DeserializeOwned>(v: &Value) -> Option<T> {
     serde_json::from_value(v.clone()).ok()
 }
@@ -127,10 +129,15 @@ fn generic_intent(step: Step) -> &'static str {
         Step::Revert => "Switch traffic back to the previous generation",
         Step::Retire => "Remove the previous generation",
         Step::Rollback => "Roll back: remove the candidate and keep the previous generation",
+        Step::Update => "Write the service's spec: the digest on every task",
+        Step::Converge => "Watch Swarm roll the service out, to a verdict",
     }
 }
 
 fn intent_sentence(step: Step, i: &Value) -> Option<String> {
+    if let Some(words) = swarm::sentence(step, i) {
+        return Some(words);
+    }
     Some(match step {
         Step::Resolve => match read::<ImportIntent>(i) {
             Some(imp) => format!(
@@ -226,7 +233,7 @@ fn intent_sentence(step: Step, i: &Value) -> Option<String> {
             "Make sure the app's private network {} exists",
             read::<NetworkIntent>(i)?.network
         ),
-        Step::Volumes | Step::Reach => return None,
+        Step::Volumes | Step::Reach | Step::Update | Step::Converge => return None,
         Step::Connect => {
             let c: ConnectIntent = read(i)?;
             format!(

@@ -346,7 +346,8 @@ pub fn find_app(s: &AppState, name: &str) -> Result<AppConfig, WebError> {
 pub async fn one_app(s: &AppState, name: &str, history: i64) -> Result<AppView, WebError> {
     let app = find_app(s, name)?;
     let targets = app.targets.iter().map(String::as_str);
-    let snapshot = s.targets.snapshot(targets, Some(name)).await;
+    let mut snapshot = s.targets.snapshot(targets, Some(name)).await;
+    snapshot.add_services(&s.targets, [&app]).await;
     app_view(s, &app, &snapshot, history).await
 }
 

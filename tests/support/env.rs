@@ -27,6 +27,8 @@ pub struct AppSpec {
     pub route_toml: Option<String>,
     /// The registry host of the app's image; `None`: the test registry.
     pub registry: Option<String>,
+    /// No `publish` line (a swarm app publishes per node, see `swarm.publish_port`).
+    pub no_publish: bool,
 }
 
 impl AppSpec {
@@ -45,6 +47,7 @@ impl AppSpec {
             extra_toml: String::new(),
             route_toml: None,
             registry: None,
+            no_publish: false,
         }
     }
 
@@ -73,6 +76,7 @@ impl AppSpec {
             repo = self.repo,
         );
         match &self.route_toml {
+            None if self.no_publish => {}
             None => s.push_str(&format!("publish = \"127.0.0.1:{}\"\n", self.publish_port)),
             Some(_) => s.push_str("strategy = \"blue-green\"\n"),
         }
@@ -632,6 +636,29 @@ impl TestEnv {
             }
         })
         .await
+    }
+
+    /// The newest deployment of the first app that is not in `seen`, once final (and then
+    /// added to `seen`): after a push, the deployment it queued, never the previous one
+    /// that is still the newest until the registry's notification arrives (a race a
+    /// loaded machine loses).
+    pub async fn next_final_deployment(
+        &self,
+        seen: &std::sync::Mutex<Vec<String>>,
+        timeout: Duration,
+    ) -> serde_json::Value {
+        let app = self.app().to_owned();
+        let newest = wait_until("a new newest deployment", timeout, || {
+            let app = app.clone();
+            async move {
+                let newest = self.deployment_rows(&app).await.pop()?;
+                let known = seen.lock().unwrap().contains(&newest.id);
+                (!known).then_some(newest)
+            }
+        })
+        .await;
+        seen.lock().unwrap().push(newest.id.clone());
+        self.deployment_final(&newest.id, timeout).await
     }
 
     /// Waits until deployment `id` is final; returns it with its steps.

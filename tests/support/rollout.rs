@@ -163,18 +163,9 @@ impl Fleet {
     /// still the newest until the registry's notification arrives (a race a loaded
     /// machine loses).
     pub async fn final_deployment(&self) -> Value {
-        let app = self.env.app().to_owned();
-        let newest = wait_until("a new newest deployment", FLEET_DEPLOY, || {
-            let (env, app, returned) = (&self.env, app.clone(), &self.returned);
-            async move {
-                let newest = env.deployment_rows(&app).await.pop()?;
-                let known = returned.lock().unwrap().contains(&newest.id);
-                (!known).then_some(newest)
-            }
-        })
-        .await;
-        self.returned.lock().unwrap().push(newest.id.clone());
-        self.env.deployment_final(&newest.id, FLEET_DEPLOY).await
+        self.env
+            .next_final_deployment(&self.returned, FLEET_DEPLOY)
+            .await
     }
 
     /// Every engine runs exactly one container of the app, at `digest`, whose health check

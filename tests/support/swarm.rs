@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use bollard::Docker;
 
-use super::{ExtraEngine, wait_until};
+use super::{ExtraEngine, TestEnv, free_port, wait_until};
 
 /// The manager's address on the pair that joins the two namespaces.
 pub const MANAGER_ADDR: &str = "10.198.0.1";
@@ -174,4 +174,157 @@ fn ip(args: &[&str]) {
         "ip {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// What a swarm deployment may take on a loaded machine (each node pulls, health checks
+/// run, Swarm monitors each task).
+pub const SWARM_DEPLOY: Duration = Duration::from_secs(240);
+
+/// The health check every swarm test app runs inside its tasks: busybox's wget of
+/// `/health` (the test images have no shell and no `wget` on a PATH).
+pub const HEALTH_CMD: &str = "health_cmd = [\"/bin/busybox\", \"wget\", \"-q\", \"-O\", \"/dev/null\", \"http://127.0.0.1:8080/health\"], health_start = \"1s\"";
+
+/// A two-node swarm and a Pier whose one app runs there as a service (target `swarm`,
+/// the manager's engine). Fields drop in order: Pier before the swarm's engines.
+pub struct SwarmEnv {
+    pub env: TestEnv,
+    pub swarm: Swarm,
+    seen: std::sync::Mutex<Vec<String>>,
+}
+
+impl SwarmEnv {
+    /// `swarm_fields`: the inside of the app's `swarm = { … }` table besides the health
+    /// check (e.g. `replicas = 3, update = { monitor = "2s" }`).
+    pub async fn start(swarm_fields: &str) -> SwarmEnv {
+        Self::start_with(swarm_fields, "", &[]).await
+    }
+
+    /// Like [`SwarmEnv::start`], with more lines of the app's table and environment
+    /// variables for `pier serve`.
+    pub async fn start_with(
+        swarm_fields: &str,
+        app_lines: &str,
+        pier_env: &[(&str, &str)],
+    ) -> SwarmEnv {
+        let registry_port = free_port();
+        let swarm = Swarm::start(registry_port).await;
+        let target = format!(
+            "[[targets]]\nname = \"swarm\"\nkind = \"swarm\"\nhost = \"{}\"\n",
+            swarm.manager.docker_host()
+        );
+        let table = format!("swarm = {{ {swarm_fields}, {HEALTH_CMD} }}\n{app_lines}");
+        let mut builder = TestEnv::builder();
+        for (k, v) in pier_env {
+            builder = builder.pier_env(k, v);
+        }
+        let env = builder
+            .registry_port(registry_port)
+            .lease("3s")
+            .no_health()
+            .sources_toml(&target)
+            .app(|a| {
+                a.no_publish = true;
+                a.extra_toml = format!("targets = [\"swarm\"]\n{table}");
+            })
+            .start()
+            .await;
+        SwarmEnv {
+            env,
+            swarm,
+            seen: Default::default(),
+        }
+    }
+
+    /// Pier's own adapter of the manager, for reading the service as Pier does.
+    pub async fn engine(&self) -> pier::engine::Engine {
+        pier::engine::Engine::connect(Some(&self.swarm.manager.docker_host()))
+            .await
+            .expect("an engine client of the manager")
+    }
+
+    /// See [`TestEnv::next_final_deployment`].
+    pub async fn final_deployment(&self) -> serde_json::Value {
+        self.env
+            .next_final_deployment(&self.seen, SWARM_DEPLOY)
+            .await
+    }
+
+    /// The service as Swarm keeps it.
+    pub async fn service(&self) -> pier::engine::ServiceFacts {
+        self.engine()
+            .await
+            .service(self.env.app())
+            .await
+            .expect("inspect the service")
+            .expect("the service exists")
+    }
+
+    /// Waits until the service's tasks meant to run are `replicas`, all running; then
+    /// checks each with the engine of its node: its container's image carries exactly
+    /// `repo@digest`. The tasks, with the nodes they run on.
+    pub async fn assert_tasks_run(&self, digest: &str, replicas: usize) -> Vec<TaskOn> {
+        let engine = self.engine().await;
+        let app = self.env.app().to_owned();
+        let tasks = wait_until("every replica running", SWARM_DEPLOY, || async {
+            let tasks = engine.service_tasks(&app).await.ok()?;
+            let meant: Vec<_> = tasks
+                .into_iter()
+                .filter(|t| t.desired == pier::engine::TaskState::Running)
+                .collect();
+            (meant.len() == replicas && meant.iter().all(|t| t.is_up())).then_some(meant)
+        })
+        .await;
+        let (manager_id, worker_id) = self.swarm.node_ids();
+        let wanted = format!("{}@{digest}", self.env.image());
+        let mut out = Vec::new();
+        for t in tasks {
+            let node = match &t.node_id {
+                n if *n == manager_id => &self.swarm.manager,
+                n if *n == worker_id => &self.swarm.worker,
+                n => panic!("task {} on an unknown node {n}", t.id),
+            };
+            let image = must(
+                node,
+                &["inspect", "--format", "{{.Image}}", &t.container_id],
+            );
+            let digests = must(
+                node,
+                &[
+                    "image",
+                    "inspect",
+                    "--format",
+                    "{{json .RepoDigests}}",
+                    image.trim(),
+                ],
+            );
+            assert!(
+                digests.contains(&wanted),
+                "task {} on {} runs {image} whose digests {digests} lack {wanted}",
+                t.id,
+                node.netns()
+            );
+            out.push(TaskOn {
+                node: if t.node_id == manager_id {
+                    "manager"
+                } else {
+                    "worker"
+                },
+                task: t,
+            });
+        }
+        out
+    }
+
+    pub async fn cleanup(self) {
+        let _ = self.engine().await.remove_service(self.env.app()).await;
+        let SwarmEnv { env, mut swarm, .. } = self;
+        env.cleanup().await;
+        swarm.cleanup();
+    }
+}
+
+/// A task and the node (`manager` or `worker`) it runs on.
+pub struct TaskOn {
+    pub node: &'static str,
+    pub task: pier::engine::TaskFacts,
 }

@@ -84,29 +84,57 @@ pub struct TaskFacts {
     pub message: Option<String>,
     /// Empty until a node created its container.
     pub container_id: String,
+    /// The `pier.deployment` label of the task's own container spec: which deployment's
+    /// spec made this task, whatever the service's spec says now. What proves, after a
+    /// crash, that an update Swarm has since rolled back did happen.
+    pub deployment: Option<String>,
+    /// The `pier.digest` label of the task's container spec: the platform manifest digest
+    /// the deployment resolved.
+    pub digest: Option<String>,
+    /// Ports the task publishes in host mode, on its node.
+    pub host_ports: Vec<u16>,
 }
 
 impl TaskFacts {
     pub fn from_engine(t: Task) -> Self {
         let status = t.status.unwrap_or_default();
         let nonempty = |s: Option<String>| s.filter(|s| !s.is_empty());
+        let container = t.spec.and_then(|s| s.container_spec);
+        let label = |key: &str| {
+            container
+                .as_ref()
+                .and_then(|c| c.labels.as_ref())
+                .and_then(|l| l.get(key).cloned())
+        };
+        let (deployment, digest) = (
+            label(crate::engine::LABEL_DEPLOYMENT),
+            label(crate::engine::LABEL_DIGEST),
+        );
+        let host_ports = status
+            .port_status
+            .as_ref()
+            .and_then(|p| p.ports.as_ref())
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.published_port)
+            .filter_map(|p| u16::try_from(p).ok())
+            .collect();
         TaskFacts {
             id: t.id.unwrap_or_default(),
             node_id: t.node_id.unwrap_or_default(),
             slot: t.slot,
             desired: TaskState::from_engine(t.desired_state),
             state: TaskState::from_engine(status.state),
-            image: t
-                .spec
-                .and_then(|s| s.container_spec)
-                .and_then(|c| c.image)
-                .unwrap_or_default(),
+            image: container.and_then(|c| c.image).unwrap_or_default(),
             error: nonempty(status.err),
             message: nonempty(status.message),
             container_id: status
                 .container_status
                 .and_then(|c| c.container_id)
                 .unwrap_or_default(),
+            deployment,
+            digest,
+            host_ports,
         }
     }
 
