@@ -39,7 +39,7 @@ impl Actor {
     }
 }
 
-fn clip(s: &str, n: usize) -> String {
+pub(crate) fn clip(s: &str, n: usize) -> String {
     s.chars().filter(|c| !c.is_control()).take(n).collect()
 }
 
@@ -78,6 +78,23 @@ pub enum ActionError {
     /// 409
     #[error("deployment {id} has already ended: {state}")]
     AlreadyFinal { id: Uuid, state: DeploymentState },
+    /// 409 (issue 26): the deployment is not waiting for what the decision is about.
+    #[error("deployment {id} is {state}, not waiting for {what}")]
+    NotWaiting {
+        id: Uuid,
+        state: DeploymentState,
+        what: &'static str,
+    },
+    /// 403 (issue 26): this admin's approval does not count for this app.
+    #[error("admin `{admin}` may not approve deployments of `{app}` (approval.from: {from})")]
+    NotAnApprover {
+        admin: String,
+        app: String,
+        from: String,
+    },
+    /// 400 (issue 26): an override or a freeze needs its reason.
+    #[error("{0}")]
+    Invalid(String),
     /// 503 when the database is unavailable, else 500.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -103,7 +120,7 @@ pub enum Cancelled {
     StopRequested,
 }
 
-fn app<'c>(config: &'c Config, name: &str) -> Result<&'c AppConfig, ActionError> {
+pub(crate) fn app<'c>(config: &'c Config, name: &str) -> Result<&'c AppConfig, ActionError> {
     config
         .app(name)
         .ok_or_else(|| ActionError::UnknownApp(clip(name, 64)))

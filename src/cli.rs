@@ -85,6 +85,39 @@ pub enum Command {
     Unpin { app: String },
     /// Cancel a queued deployment, or stop a running one at its next step boundary.
     Cancel { deployment: uuid::Uuid },
+    /// Approve a deployment waiting for approval, as the named admin `--as` (issue 26); that
+    /// admin's own token is read from PIER_ADMIN_TOKEN.
+    Approve {
+        deployment: uuid::Uuid,
+        #[arg(long = "as")]
+        admin: String,
+    },
+    /// Reject a deployment waiting for approval: it ends cancelled, naming who.
+    Reject {
+        deployment: uuid::Uuid,
+        #[arg(long = "as")]
+        admin: String,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Let a deployment that waits for its window or a freeze run now, for a reason.
+    Override {
+        deployment: uuid::Uuid,
+        #[arg(long = "as")]
+        admin: String,
+        #[arg(long)]
+        reason: String,
+    },
+    /// Hold every new deployment of an app until `--until` (2h, or 2026-12-24T18:00:00Z).
+    Freeze {
+        app: String,
+        #[arg(long)]
+        until: String,
+        #[arg(long)]
+        reason: String,
+    },
+    /// Lift an app's freeze: what waited for it is judged again at once.
+    Unfreeze { app: String },
     /// Show what runs and the latest deployments.
     Status {
         #[arg(long)]
@@ -205,6 +238,68 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Status { json } => status(&config, json).await,
+        Command::Approve { deployment, admin } => {
+            let admin = named_admin(&config, &admin)?;
+            let d = crate::gates::approve(&store(&config)?, &config, deployment, &admin).await?;
+            println!("{}", serde_json::to_string(&d)?);
+            Ok(())
+        }
+        Command::Reject {
+            deployment,
+            admin,
+            reason,
+        } => {
+            let admin = named_admin(&config, &admin)?;
+            let s = store(&config)?;
+            crate::gates::reject(&s, &config, deployment, &admin, reason.as_deref()).await?;
+            println!("rejected deployment {deployment}");
+            Ok(())
+        }
+        Command::Override {
+            deployment,
+            admin,
+            reason,
+        } => {
+            let admin = named_admin(&config, &admin)?;
+            crate::gates::override_wait(&store(&config)?, deployment, &admin, Some(&reason))
+                .await?;
+            println!("overridden: deployment {deployment} runs now");
+            Ok(())
+        }
+        Command::Freeze { app, until, reason } => {
+            let until = crate::gates::parse_until(&until).map_err(anyhow::Error::msg)?;
+            let s = store(&config)?;
+            let f =
+                crate::gates::freeze(&s, &config, &app, until, Some(&reason), &Actor::Cli).await?;
+            println!(
+                "froze {} until {}: {}",
+                f.app,
+                f.until.to_rfc3339(),
+                f.reason
+            );
+            Ok(())
+        }
+        Command::Unfreeze { app } => {
+            match crate::gates::unfreeze(&store(&config)?, &config, &app, &Actor::Cli).await? {
+                Some(f) => println!(
+                    "unfroze {} (frozen by {}: {})",
+                    f.app, f.frozen_by, f.reason
+                ),
+                None => println!("{app} was not frozen"),
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The named admin `--as NAME`, proven by their own token in PIER_ADMIN_TOKEN: what an
+/// approval from the command line records is a person, as on the pages.
+fn named_admin(config: &Config, name: &str) -> anyhow::Result<String> {
+    let token = std::env::var("PIER_ADMIN_TOKEN")
+        .context("set PIER_ADMIN_TOKEN to your own [[admins]] token")?;
+    match crate::gates::admin_by_token(config, Some(&token)) {
+        Some(a) if a.name == name => Ok(a.name.clone()),
+        _ => bail!("PIER_ADMIN_TOKEN is not the token of admin `{name}`"),
     }
 }
 

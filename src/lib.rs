@@ -11,6 +11,7 @@ pub mod contain;
 pub mod engine;
 pub mod errors;
 pub mod faults;
+pub mod gates;
 pub mod image_name;
 pub mod intake;
 pub mod log_budget;
@@ -19,6 +20,7 @@ pub mod pipeline;
 pub mod poller;
 /// Issue 23: the HTTP health probe the pipeline and a remote target's `pier proxy` share.
 pub mod probe;
+pub mod promote;
 pub mod proxy;
 pub mod reconcile;
 pub mod registry;

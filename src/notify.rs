@@ -52,13 +52,14 @@ pub fn sign(key: &[u8], id: &str, timestamp: i64, body: &[u8]) -> String {
     )
 }
 
-/// The body an endpoint gets for a notification.
-pub fn body(format: NotifyFormat, n: &DueNotification) -> serde_json::Value {
+/// The body an endpoint gets for a notification; `url` is the deployment's page.
+pub fn body(format: NotifyFormat, n: &DueNotification, url: &str) -> serde_json::Value {
     match format {
         NotifyFormat::StandardWebhooks => serde_json::json!({
             "type": n.event,
             "timestamp": n.payload.get("finished_at"),
             "data": n.payload,
+            "url": url,
         }),
         NotifyFormat::Slack => {
             let p = &n.payload;
@@ -82,6 +83,10 @@ pub fn body(format: NotifyFormat, n: &DueNotification) -> serde_json::Value {
                     s("error").chars().take(300).collect::<String>()
                 ));
             }
+            if !s("waiting_for").is_empty() {
+                text.push_str(&format!(": waits for {}", s("waiting_for")));
+            }
+            text.push_str(&format!(" {url}"));
             serde_json::json!({ "text": text })
         }
     }
@@ -90,6 +95,8 @@ pub fn body(format: NotifyFormat, n: &DueNotification) -> serde_json::Value {
 pub struct Sender {
     pub store: Store,
     pub endpoints: Vec<NotificationConfig>,
+    /// Where Pier's pages are reached (`server.public_url`): each notification links there.
+    pub public_url: String,
 }
 
 impl Sender {
@@ -185,7 +192,8 @@ impl Sender {
         ep: &NotificationConfig,
         n: &DueNotification,
     ) -> Result<(), crate::store::StoreError> {
-        let body = serde_json::to_vec(&body(ep.format, n)).unwrap_or_default();
+        let url = format!("{}/deployments/{}", self.public_url, n.deployment_id);
+        let body = serde_json::to_vec(&body(ep.format, n, &url)).unwrap_or_default();
         let mut req = http
             .post(ep.url.expose())
             .timeout(ep.timeout)

@@ -233,6 +233,16 @@ pub async fn run_until_with(
         crate::notify::Sender {
             store: store.clone(),
             endpoints: config.notifications.clone(),
+            public_url: config.server.sign_in.public_url.clone(),
+        }
+        .run(shutdown.clone()),
+    );
+    // Promotions (issue 26): one task, one timer, woken by the source apps' queue changes.
+    tasks.spawn(
+        crate::promote::Promoter {
+            live: live.clone(),
+            store: store.clone(),
+            sweep: config.server.sweep_interval,
         }
         .run(shutdown.clone()),
     );

@@ -315,3 +315,91 @@ async fn an_operator_signs_in_redeploys_rolls_back_pins_and_unpins_in_a_real_bro
     c.close().await.unwrap();
     env.cleanup().await;
 }
+
+/// Issue 26: a named admin approves a waiting deployment from its page, and watches it run.
+#[tokio::test]
+async fn a_named_admin_approves_a_waiting_deployment_in_a_real_browser() {
+    let ops = random_hex(32);
+    let env = TestEnv::builder()
+        .sources_toml(&format!("[[admins]]\nname = \"ops\"\ntoken = \"{ops}\"\n"))
+        .app(|a| a.extra_toml = "approval = { required = 1, from = [\"ops\"] }".into())
+        .start()
+        .await;
+    let profile = tempfile::tempdir().unwrap();
+    let (_driver, c) = browser(profile.path()).await;
+    let base = env.pier_url("");
+    env.push(&TestImage::healthy("v1"), "main").await;
+    let app = env.app().to_owned();
+    let id = wait_until("the deployment waits for approval", DEPLOY, || async {
+        let (_, v) = env.api_get(&format!("/apps/{app}")).await;
+        let d = v.get("latest_deployment")?;
+        (d.get("state")?.as_str()? == "awaiting_approval")
+            .then(|| d["id"].as_str().unwrap().to_owned())
+    })
+    .await;
+
+    c.goto(&format!("{base}/login")).await.unwrap();
+    for (css, text) in [
+        ("input[name=user]", "ops"),
+        ("input[name=secret]", ops.as_str()),
+    ] {
+        c.find(Locator::Css(css))
+            .await
+            .unwrap()
+            .send_keys(text)
+            .await
+            .unwrap();
+    }
+    c.find(Locator::Css("form.stack button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    until_page(&c, "signed in as ops", Duration::from_secs(10), |h| {
+        h.contains("class=\"user\"") && h.contains("ops")
+    })
+    .await;
+    c.goto(&format!("{base}/deployments/{id}")).await.unwrap();
+    // The live part of the page may be drawn again at any moment: read it, never hold it.
+    until_page(
+        &c,
+        "the page says why it waits",
+        Duration::from_secs(10),
+        |h| h.contains("id=\"waiting\"") && h.contains("Waits for 1 approval(s) of ops"),
+    )
+    .await;
+    shot(&c, "20-awaiting-approval").await;
+    mark(&c).await;
+    c.execute("document.querySelector('#approve').click();", vec![])
+        .await
+        .expect("the approve button is there");
+    let page = format!("/deployments/{id}");
+    wait_until(
+        "the approval posted and the page came back",
+        Duration::from_secs(30),
+        || async {
+            let marked = c
+                .execute("return window.__pierMark === 'kept';", vec![])
+                .await
+                .ok()?
+                .as_bool()?;
+            let ready = c
+                .execute("return document.readyState;", vec![])
+                .await
+                .ok()?;
+            let url = c.current_url().await.ok()?.to_string();
+            (!marked && ready == "complete" && url.contains(&page)).then_some(())
+        },
+    )
+    .await;
+    watch_until_succeeded(&c, "21-approved-succeeded").await;
+    let html = source(&c).await;
+    assert!(
+        html.contains("<strong>approve</strong> by ops"),
+        "the decision is shown"
+    );
+    env.wait_app_version("v1", Duration::from_secs(10)).await;
+    c.close().await.unwrap();
+    env.cleanup().await;
+}

@@ -103,6 +103,8 @@ pub struct Config {
     pub targets: Vec<TargetConfig>,
     /// `[[trust]]`: the keys that sign which repositories' images (issue 25).
     pub trust: Vec<TrustEntry>,
+    /// `[[admins]]`: named admins, each with their own secret (issue 26).
+    pub admins: Vec<NamedAdmin>,
 }
 
 #[derive(Debug, Clone)]
@@ -283,6 +285,8 @@ pub struct AppConfig {
     /// The keys its image must be signed by (`require_signature`, or a `[[trust]]` entry
     /// that covers it); `None`: no signature is checked.
     pub signature: Option<std::sync::Arc<crate::signature::Policy>>,
+    /// Approvals and deploy windows (issue 26).
+    pub gates: Gates,
     /// On a `kind = "swarm"` target: the service's replicas, update and placement.
     pub swarm: Option<SwarmApp>,
 }
@@ -370,6 +374,10 @@ pub fn parse_bytes(text: &str) -> Result<i64, String> {
 }
 
 mod contained;
+mod gates;
+mod windows;
+pub use gates::{Approval, Gates, NamedAdmin, Promotion};
+pub use windows::{Window, next_opening};
 mod live;
 mod policy;
 mod subnets;

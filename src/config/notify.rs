@@ -14,6 +14,8 @@ pub const EVENTS: &[&str] = &[
     "deployment.succeeded",
     "deployment.failed",
     "deployment.rolled_back",
+    // Issue 26: it started waiting for approval (the payload says for whom, until when).
+    "deployment.awaiting_approval",
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -74,6 +74,9 @@ pub struct Config {
     /// Issue 25: which keys sign which repositories' images.
     #[serde(default)]
     trust: Vec<super::trust::RawTrust>,
+    /// Issue 26: named admins, who sign in and approve as themselves (see `gates.rs`).
+    #[serde(default)]
+    admins: Vec<super::gates::RawAdmin>,
 }
 
 #[derive(Deserialize)]
@@ -329,6 +332,12 @@ struct App {
     /// Issue 25: the image must be signed by a key of a `[[trust]]` entry covering it;
     /// default: as the covering entries say.
     require_signature: Option<bool>,
+    /// Issue 26: approvals and deploy windows (see `gates.rs`).
+    approval: Option<super::gates::RawApproval>,
+    #[serde(default)]
+    windows: Vec<String>,
+    promote_from: Option<String>,
+    after: Option<String>,
     /// Issue 24: the service of an app on a `kind = "swarm"` target, see `swarm.rs`.
     swarm: Option<super::swarm::RawSwarm>,
 }
@@ -509,6 +518,7 @@ impl Config {
 
         let targets = super::targets::resolve(self.targets, server.docker_host.as_deref(), base)?;
         let trust = super::trust::resolve(self.trust, base)?;
+        let admins = super::gates::resolve_admins(self.admins, base, s_allow_short)?;
         let mut apps: Vec<AppConfig> = Vec::new();
         for a in self.apps {
             if !valid_name(&a.name) {
@@ -615,7 +625,15 @@ impl Config {
                 .map(|r| r.resolve(&a.name))
                 .transpose()?
                 .unwrap_or_default();
+            let gates = super::gates::RawGates {
+                approval: a.approval,
+                windows: a.windows,
+                promote_from: a.promote_from,
+                after: a.after,
+            }
+            .resolve(&a.name, &admins)?;
             let mut app = AppConfig {
+                gates,
                 name: a.name,
                 image: a.image,
                 image_name,
@@ -649,6 +667,11 @@ impl Config {
                 signature: None,
                 swarm: None,
             };
+            if app.gates.promotion.is_some() {
+                // Issue 26: only promotions deploy it; no push, no poll.
+                app.poll = None;
+                app.poll_explicit = true;
+            }
             app.services = super::services::resolve(&app, a.services, base)?;
             app.signature = super::trust::for_app(&app, a.require_signature, &trust)?;
             app.swarm = super::swarm::resolve(&app, a.swarm, &targets)?;
@@ -705,6 +728,7 @@ impl Config {
             check_secret_strength(server.admin_token.as_ref(), &sources)?;
         }
         check_routes(&apps)?;
+        super::gates::check_promotions(&apps)?;
         let mut notifications: Vec<NotificationConfig> = Vec::new();
         for n in self.notifications {
             let n = n.resolve(base, &apps)?;
@@ -717,6 +741,7 @@ impl Config {
             notifications.push(n);
         }
         Ok(super::Config {
+            admins,
             targets,
             notifications,
             server,

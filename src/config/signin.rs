@@ -101,7 +101,7 @@ impl RawSignIn {
     }
 }
 
-fn is_password_hash(h: &str) -> bool {
+pub(super) fn is_password_hash(h: &str) -> bool {
     h.starts_with("$argon2") || ["$2a$", "$2b$", "$2y$"].iter().any(|p| h.starts_with(p))
 }
 

@@ -168,7 +168,12 @@ impl Store {
                 .await?;
         let out = match row {
             None => CancelOutcome::NotFound,
-            Some((DeploymentState::Queued, app)) => {
+            Some((
+                DeploymentState::Queued
+                | DeploymentState::AwaitingApproval
+                | DeploymentState::AwaitingWindow,
+                app,
+            )) => {
                 sqlx::query(
                     "UPDATE deployments
                      SET state = 'cancelled', outcome = 'cancelled by ' || $2 || ' before it started',

@@ -41,6 +41,14 @@ pub struct Deployment {
     /// Who asked to cancel or stop it, and when.
     pub cancel_requested_by: Option<String>,
     pub cancel_requested_at: Option<DateTime<Utc>>,
+    /// Issue 26: when it passed its gates (a resumed run is not held again).
+    pub gated_at: Option<DateTime<Utc>>,
+    /// Why it waits, while it is `awaiting_approval` or `awaiting_window`.
+    pub waiting_for: Option<String>,
+    /// Until when: an approval's expiry, a window's opening, a freeze's end.
+    pub waiting_until: Option<DateTime<Utc>>,
+    /// A promotion's source deployment (of the app it was promoted from).
+    pub promoted_from: Option<Uuid>,
 }
 
 impl Deployment {
@@ -266,6 +274,11 @@ impl Store {
                            OR (d.lease_key IS NOT NULL AND d.lease_key <> $2
                                AND pier_holder_gone(d.lease_key))))
                   OR (d.state = 'queued' AND NOT EXISTS (
+                        SELECT 1 FROM deployments r WHERE r.app = d.app AND r.state = 'running'))
+                  -- Issue 26: a wait whose time came (a window opens, a freeze or an
+                  -- approval request ends) is claimed to be judged again.
+                  OR (d.state IN ('awaiting_approval', 'awaiting_window')
+                      AND d.waiting_until <= now() AND NOT EXISTS (
                         SELECT 1 FROM deployments r WHERE r.app = d.app AND r.state = 'running'))
                ORDER BY (d.state = 'running') DESC, d.created_at
                LIMIT 1
@@ -516,15 +529,31 @@ impl Store {
     /// expires, or [`TAKEOVER_CHECK`] when a deployment runs under another process, whose
     /// death must be noticed within a second or two.
     pub async fn next_wakeup(&self, liveness_key: i64) -> Result<Option<Duration>> {
-        let row: (Option<f64>, Option<bool>) = sqlx::query_as(
-            "SELECT EXTRACT(EPOCH FROM (min(lease_expires_at) - now()))::float8,
-                    bool_or(lease_key IS DISTINCT FROM $1)
-             FROM deployments WHERE state = 'running'",
+        // One statement: the running ones' leases, and (issue 26) the earliest moment a
+        // waiting deployment may run or expire, which is the one timer a wait needs.
+        // A wait whose app has a deployment running is not claimable until that one ends,
+        // and its end wakes the workers (NOTIFY): counting it here would spin them.
+        let row: (Option<f64>, Option<bool>, Option<f64>) = sqlx::query_as(
+            "WITH r AS (SELECT app, lease_expires_at, lease_key FROM deployments
+                        WHERE state = 'running')
+             SELECT (SELECT EXTRACT(EPOCH FROM (min(lease_expires_at) - now()))::float8 FROM r),
+                    (SELECT bool_or(lease_key IS DISTINCT FROM $1) FROM r),
+                    (SELECT EXTRACT(EPOCH FROM (min(w.waiting_until) - now()))::float8
+                     FROM deployments w
+                     WHERE w.state IN ('awaiting_approval', 'awaiting_window')
+                       AND w.app NOT IN (SELECT app FROM r))",
         )
         .bind(liveness_key)
         .fetch_one(&self.pool)
         .await?;
-        Ok(wakeup_from(row.0, row.1.unwrap_or(false)))
+        let leases = wakeup_from(row.0, row.1.unwrap_or(false));
+        let waits = row
+            .2
+            .map(|s| Duration::from_secs_f64(s.clamp(0.0, 86_400.0)));
+        Ok(match (leases, waits) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        })
     }
 }
 

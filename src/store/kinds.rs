@@ -127,12 +127,24 @@ db_enum! {
         Cancelled = "cancelled",
         /// Switched to the new generation, then back: it failed its soak.
         RolledBack = "rolled_back",
+        /// Issue 26: held until enough named admins approve it (or it is rejected or expires).
+        AwaitingApproval = "awaiting_approval",
+        /// Issue 26: held until the app's next deploy window opens or its freeze ends.
+        AwaitingWindow = "awaiting_window",
     }
 }
 
 impl DeploymentState {
     pub fn is_final(self) -> bool {
-        !matches!(self, Self::Queued | Self::Running)
+        !matches!(
+            self,
+            Self::Queued | Self::Running | Self::AwaitingApproval | Self::AwaitingWindow
+        )
+    }
+
+    /// Held by a gate (issue 26): a row in Postgres, no task sleeps for it.
+    pub fn is_waiting(self) -> bool {
+        matches!(self, Self::AwaitingApproval | Self::AwaitingWindow)
     }
 }
 
@@ -143,6 +155,8 @@ db_enum! {
         Manual = "manual",
         Rollback = "rollback",
         Reconcile = "reconcile",
+        /// Issue 26: a digest another app (staging) proved, promoted to this one.
+        Promotion = "promotion",
     }
 }
 

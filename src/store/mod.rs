@@ -6,12 +6,15 @@ mod channels;
 pub mod cluster;
 mod deliveries;
 mod deployments;
+mod freezes;
+mod gates;
 mod holders;
 mod imports;
 pub mod kinds;
 mod lanes;
 mod notify;
 mod probes;
+mod promotions;
 mod proxy_reports;
 mod reconcile;
 mod retention;
@@ -38,11 +41,14 @@ pub use deliveries::{
 pub use deployments::{
     Deployment, DigestStatus, Enqueued, Generation, NewDeployment, TAKEOVER_CHECK,
 };
+pub use freezes::Freeze;
+pub use gates::{ApprovalGate, Decided, Decision};
 pub use holders::take_liveness;
 pub use imports::Import;
 pub use kinds::{DeploymentState, ReconcileKind, Step, StepState, Trigger, UnknownValue, Verdict};
 pub use notify::{AttemptRow, DueNotification, Endpoint, NotificationRow};
 pub use probes::{NewProbe, ProbeOutcome, ProbeRequest, ProbeState};
+pub use promotions::Proven;
 pub use proxy_reports::{ProxyReport, ReportConnection};
 pub use reconcile::ReconcileAction;
 pub use retention::Pruned;

@@ -14,6 +14,8 @@ use super::{Result, Store};
 pub enum SignInMethod {
     Token,
     Password,
+    /// A named admin (`[[admins]]`) with their own secret: the user name is proven.
+    Admin,
 }
 
 impl SignInMethod {
@@ -21,6 +23,7 @@ impl SignInMethod {
         match self {
             Self::Token => "token",
             Self::Password => "password",
+            Self::Admin => "admin",
         }
     }
 }

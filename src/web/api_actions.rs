@@ -10,13 +10,15 @@ impl From<ActionError> for WebError {
         match e {
             ActionError::UnknownApp(a) => WebError::NotFound(format!("app `{a}`")),
             ActionError::UnknownDeployment(id) => WebError::NotFound(format!("deployment {id}")),
-            e @ (ActionError::NotADigest(_) | ActionError::NothingToRedeploy(_)) => {
-                WebError::BadRequest(e.to_string())
-            }
+            e @ ActionError::NotAnApprover { .. } => WebError::Forbidden(e.to_string()),
+            e @ (ActionError::NotADigest(_)
+            | ActionError::NothingToRedeploy(_)
+            | ActionError::Invalid(_)) => WebError::BadRequest(e.to_string()),
             e @ (ActionError::NeverSucceeded { .. }
             | ActionError::Pinned { .. }
             | ActionError::NotPinned(_)
-            | ActionError::AlreadyFinal { .. }) => WebError::Conflict(e.to_string()),
+            | ActionError::AlreadyFinal { .. }
+            | ActionError::NotWaiting { .. }) => WebError::Conflict(e.to_string()),
             ActionError::Store(s) => s.into(),
         }
     }
@@ -40,7 +42,9 @@ use crate::actions::{self, Actor, Cancelled};
 use crate::store::{DeliveryFilter, MAX_PAGE, VerdictFilter};
 
 /// A JSON body of at most a few fields; nothing else is read.
-fn json_body<T: for<'de> Deserialize<'de> + Default>(body: &[u8]) -> Result<T, WebError> {
+pub(super) fn json_body<T: for<'de> Deserialize<'de> + Default>(
+    body: &[u8],
+) -> Result<T, WebError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
@@ -57,7 +61,7 @@ fn query<T: for<'de> Deserialize<'de> + Default>(raw: Option<String>) -> Result<
     }
 }
 
-fn deployment_id(id: &str) -> Result<Uuid, WebError> {
+pub(super) fn deployment_id(id: &str) -> Result<Uuid, WebError> {
     Uuid::parse_str(id).map_err(|_| {
         WebError::NotFound(format!(
             "deployment {}",

@@ -18,6 +18,7 @@ pub mod swarm_rows;
 mod views;
 // The browser side (issue 11): sign-in, live pages.
 mod forms;
+mod gates;
 mod live;
 mod session;
 mod streams;
@@ -103,6 +104,12 @@ pub fn router(state: AppState) -> Router {
             get(api_actions::rollback_choices),
         )
         .route("/api/apps/{app}/unpin", post(api_actions::unpin))
+        // Approvals, windows and freezes (issue 26): gates.rs.
+        .route("/api/deployments/{id}/approve", post(gates::approve))
+        .route("/api/deployments/{id}/reject", post(gates::reject))
+        .route("/api/deployments/{id}/override", post(gates::override_wait))
+        .route("/api/apps/{app}/freeze", post(gates::freeze))
+        .route("/api/apps/{app}/unfreeze", post(gates::unfreeze))
         .route("/api/deliveries", get(api_actions::deliveries))
         .route("/api/notifications", get(api_actions::notifications))
         .route("/api/openapi.json", get(api_actions::openapi))

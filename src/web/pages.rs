@@ -78,6 +78,8 @@ pub(super) struct AppPage {
     /// The pin in force, and the earlier digests a rollback may choose.
     pin: Option<crate::store::Pin>,
     choices: Vec<crate::store::SucceededDigest>,
+    /// The freeze in force (issue 26).
+    freeze: Option<crate::store::Freeze>,
 }
 impl Fmt for AppPage {}
 
@@ -171,10 +173,13 @@ pub(super) async fn app(
         .store
         .succeeded_digests(&app.name, ROLLBACK_CHOICES)
         .await?;
+    let freeze = s.store.freeze_of(&app.name).await?;
     Ok(AppPage {
         app,
         admin_enabled: s.config.server.admin_token.is_some()
-            || s.config.server.sign_in.password_hash.is_some(),
+            || s.config.server.sign_in.password_hash.is_some()
+            || !s.config.admins.is_empty(),
+        freeze,
         live,
         viewer,
         before,

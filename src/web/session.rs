@@ -31,6 +31,9 @@ pub struct Viewer {
     /// (which cannot read the cookie) cannot make it.
     pub form_token: String,
     session_id: Option<String>,
+    /// Issue 26: set when the session is a named admin's (signed in with their own
+    /// secret): only then may it approve, reject or override.
+    pub admin: Option<String>,
 }
 
 impl Viewer {
@@ -89,6 +92,7 @@ pub async fn load_session(State(s): State<AppState>, mut req: Request, next: Nex
         match s.store.session(&id).await {
             Ok(Some(session)) => {
                 viewer = Viewer {
+                    admin: (session.method == "admin").then(|| session.user_name.clone()),
                     user: Some(session.user_name),
                     form_token: form_token_of(&id),
                     session_id: Some(id),
@@ -200,8 +204,10 @@ fn login_page(
         user,
         error,
         enabled: s.config.server.admin_token.is_some()
-            || s.config.server.sign_in.password_hash.is_some(),
-        password: s.config.server.sign_in.password_hash.is_some(),
+            || s.config.server.sign_in.password_hash.is_some()
+            || !s.config.admins.is_empty(),
+        password: s.config.server.sign_in.password_hash.is_some()
+            || s.config.admins.iter().any(|a| a.password_hash.is_some()),
         viewer: Viewer::default(),
         live: false,
     }
@@ -248,7 +254,7 @@ pub(super) async fn login(
         user
     };
     let braked = s.pages.sign_in_brake.throttled(addr);
-    let method = match check_secret(&s, f.secret, braked).await {
+    let method = match check_secret(&s, &user, f.secret, braked).await {
         Some(m) => m,
         None => {
             s.pages.sign_in_brake.record_failure(addr);
@@ -284,9 +290,27 @@ pub(super) async fn login(
     Ok(resp)
 }
 
-async fn check_secret(s: &AppState, secret: String, braked: bool) -> Option<SignInMethod> {
+async fn check_secret(
+    s: &AppState,
+    user: &str,
+    secret: String,
+    braked: bool,
+) -> Option<SignInMethod> {
     if secret.is_empty() || secret.len() > 1024 {
         return None;
+    }
+    // A named admin's name signs in only with that admin's own secret: nobody else can
+    // call themselves `ops` and have their approvals counted as ops's.
+    if let Some(admin) = s.config.admins.iter().find(|a| a.name == user) {
+        if let Some(token) = &admin.token
+            && verify::token(Some(&secret), token.expose()).is_ok()
+        {
+            return Some(SignInMethod::Admin);
+        }
+        let hash = admin.password_hash.clone()?;
+        return hashed(s, secret, hash, braked)
+            .await
+            .then_some(SignInMethod::Admin);
     }
     if let Some(token) = &s.config.server.admin_token
         && verify::token(Some(&secret), token.expose()).is_ok()
@@ -294,16 +318,24 @@ async fn check_secret(s: &AppState, secret: String, braked: bool) -> Option<Sign
         return Some(SignInMethod::Token);
     }
     let hash = s.config.server.sign_in.password_hash.clone()?;
+    hashed(s, secret, hash, braked)
+        .await
+        .then_some(SignInMethod::Password)
+}
+
+/// A password checked against its hash on a blocking thread, in one of the slots.
+async fn hashed(s: &AppState, secret: String, hash: crate::config::Secret, braked: bool) -> bool {
     let slots = if braked {
         &s.pages.braked_password_slot
     } else {
         &s.pages.password_slots
     };
-    let _slot = slots.acquire().await.ok()?;
-    let ok = tokio::task::spawn_blocking(move || password_matches(&secret, hash.expose()))
+    let Ok(_slot) = slots.acquire().await else {
+        return false;
+    };
+    tokio::task::spawn_blocking(move || password_matches(&secret, hash.expose()))
         .await
-        .unwrap_or(false);
-    ok.then_some(SignInMethod::Password)
+        .unwrap_or(false)
 }
 
 /// Argon2 (`$argon2…`) or bcrypt (`$2…`), whichever the hash is.

@@ -483,6 +483,10 @@ mod tests {
             requested_by: None,
             cancel_requested_by: None,
             cancel_requested_at: None,
+            gated_at: None,
+            waiting_for: None,
+            waiting_until: None,
+            promoted_from: None,
         }
     }
 

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tower_http::csrf::CsrfLayer;
 
 use super::guard::Guard;
-use super::{AppState, forms, live, pages, session, streams};
+use super::{AppState, forms, gates, live, pages, session, streams};
 use crate::store::Store;
 
 /// What the browser side keeps in memory: all bounded, none of it written to the database.
@@ -57,6 +57,11 @@ pub fn routes(state: &AppState) -> Router<AppState> {
         .route("/apps/{app}/unpin", post(forms::unpin))
         .route("/deployments/{id}/cancel", post(forms::cancel))
         .route("/deliveries/{id}/redeliver", post(pages::redeliver))
+        .route("/deployments/{id}/approve", post(gates::approve_form))
+        .route("/deployments/{id}/reject", post(gates::reject_form))
+        .route("/deployments/{id}/override", post(gates::override_form))
+        .route("/apps/{app}/freeze", post(gates::freeze_form))
+        .route("/apps/{app}/unfreeze", post(gates::unfreeze_form))
         .layer(DefaultBodyLimit::max(session::MAX_LOGIN_FORM))
         .layer(csrf);
     Router::new()

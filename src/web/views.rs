@@ -220,6 +220,8 @@ pub struct DeploymentView {
     #[serde(flatten)]
     pub deployment: Deployment,
     pub steps: Vec<StepRecord>,
+    /// Approvals, rejections and overrides, oldest first (issue 26).
+    pub decisions: Vec<crate::store::Decision>,
 }
 
 /// Pier's containers on every engine some app runs on, each engine asked at once within
@@ -385,7 +387,12 @@ pub async fn deployment_view(s: &AppState, id: Uuid) -> Result<DeploymentView, W
         .await?
         .ok_or_else(|| WebError::NotFound(format!("deployment {id}")))?;
     let steps = s.store.steps(id).await?;
-    Ok(DeploymentView { deployment, steps })
+    let decisions = s.store.decisions(id).await?;
+    Ok(DeploymentView {
+        deployment,
+        steps,
+        decisions,
+    })
 }
 
 pub fn short_digest(d: &str) -> String {
@@ -466,6 +473,13 @@ pub fn trigger_html(d: &Deployment) -> String {
         Trigger::Webhook => format!("push{delivery}"),
         Trigger::Reconcile if d.delivery_id.is_some() => format!("registry poll{delivery}"),
         Trigger::Reconcile => "reconcile".into(),
+        Trigger::Promotion => match d.promoted_from {
+            Some(id) => format!(
+                "promotion of <a href=\"/deployments/{id}\">{}</a>",
+                &id.simple().to_string()[..8]
+            ),
+            None => "promotion".into(),
+        },
         Trigger::Manual | Trigger::Rollback => {
             let by = d
                 .requested_by

@@ -217,6 +217,17 @@ impl Worker {
             return;
         };
         tracing::info!(owner = %self.owner, "claimed");
+        // Issue 26: approvals, freezes and windows, judged before any step; a deployment
+        // that must wait goes back to Postgres as a waiting row, and this worker moves on.
+        match crate::gates::check(&self.ctx.store, &self.owner, &dep, app).await {
+            Ok(crate::gates::Gate::Pass) => {}
+            Ok(_) => return,
+            Err(e) => {
+                tracing::warn!(error = %error_chain(&e), "cannot judge the deployment's gates; releasing it");
+                let _ = self.ctx.store.release(dep.id, &self.owner).await;
+                return;
+            }
+        }
         let mut work = pin!(pipeline::run(&self.ctx, &self.owner, &dep, app));
         let lost = self.heartbeat(&dep);
         tokio::select! {

@@ -1,0 +1,253 @@
+//! Issue 26: whether a claimed deployment may run now. Approvals first (an admin may
+//! approve at any hour), then the app's freeze and its deploy windows, unless an admin
+//! overrode them for this deployment. A deployment that must wait is put back in Postgres
+//! in a waiting state with the moment it is looked at again; no task sleeps for it, so a
+//! restart, a crash or another Pier process changes nothing.
+
+use chrono::Utc;
+
+use crate::config::{AppConfig, next_opening};
+use crate::store::{ApprovalGate, Deployment, DeploymentState, Store, StoreError, Trigger};
+
+/// What the gates decided for a claimed deployment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Gate {
+    /// It runs now (recorded: a resumed run is not held again).
+    Pass,
+    /// It waits, in Postgres; this worker holds it no more.
+    Held,
+    /// It ended here (its approval request expired).
+    Ended,
+}
+
+/// Reconciliation restarting what already serves (a vanished container) is not a new
+/// version: no gate holds it. A registry poll's deployment is (it carries its delivery).
+fn exempt(dep: &Deployment) -> bool {
+    dep.gated_at.is_some() || (dep.trigger == Trigger::Reconcile && dep.delivery_id.is_none())
+}
+
+pub async fn check(
+    store: &Store,
+    owner: &str,
+    dep: &Deployment,
+    app: &AppConfig,
+) -> Result<Gate, StoreError> {
+    if exempt(dep) {
+        return Ok(Gate::Pass);
+    }
+    if let Some(a) = &app.gates.approval {
+        match store
+            .approval_gate(dep.id, owner, a.required, &a.from, a.expires)
+            .await?
+        {
+            ApprovalGate::Approved(_) => {}
+            ApprovalGate::Held(had) => {
+                tracing::info!(
+                    approvals = had.len(),
+                    required = a.required,
+                    "awaiting approval"
+                );
+                return Ok(Gate::Held);
+            }
+            ApprovalGate::Expired(had) => {
+                let outcome = format!(
+                    "cancelled: the approval request expired after {} with {} of {} approvals",
+                    humantime::format_duration(a.expires),
+                    had.len(),
+                    a.required
+                );
+                store
+                    .finish(
+                        dep.id,
+                        owner,
+                        DeploymentState::Cancelled,
+                        &outcome,
+                        None,
+                        None,
+                    )
+                    .await?;
+                return Ok(Gate::Ended);
+            }
+        }
+    }
+    if store.override_of(dep.id).await?.is_none() {
+        if let Some(f) = store.freeze_of(&app.name).await? {
+            let why = format!(
+                "app frozen by {} until {}: {}",
+                f.frozen_by,
+                f.until.format("%Y-%m-%d %H:%M:%S UTC"),
+                f.reason
+            );
+            store.hold_for_window(dep.id, owner, &why, f.until).await?;
+            tracing::info!(until = %f.until, "held by a freeze");
+            return Ok(Gate::Held);
+        }
+        if let Some(open) = next_opening(&app.gates.windows, Utc::now()) {
+            let windows: Vec<&str> = app.gates.windows.iter().map(|w| w.text.as_str()).collect();
+            let why = format!("the next deploy window ({})", windows.join("; "));
+            store.hold_for_window(dep.id, owner, &why, open).await?;
+            tracing::info!(opens = %open, "held until the next deploy window");
+            return Ok(Gate::Held);
+        }
+    }
+    store.pass_gates(dep.id, owner).await?;
+    Ok(Gate::Pass)
+}
+
+// Decisions of admins (the pages, the API and the CLI all call these) -------------------
+
+use chrono::{DateTime, Utc as UtcZone};
+use uuid::Uuid;
+
+use crate::actions::{ActionError, Actor, clip};
+use crate::config::{Config, NamedAdmin};
+use crate::store::{Decided, Freeze};
+
+/// The named admin whose own token this is (`Bearer <token>` or bare), compared in
+/// constant time against every admin's token.
+pub fn admin_by_token<'c>(config: &'c Config, given: Option<&str>) -> Option<&'c NamedAdmin> {
+    config.admins.iter().find(|a| {
+        a.token
+            .as_ref()
+            .is_some_and(|t| crate::intake::verify::token(given, t.expose()).is_ok())
+    })
+}
+
+async fn waiting(store: &Store, id: Uuid) -> Result<Deployment, ActionError> {
+    store
+        .deployment(id)
+        .await?
+        .ok_or(ActionError::UnknownDeployment(id))
+}
+
+fn not_waiting(id: Uuid, d: Decided, what: &'static str) -> Result<Decided, ActionError> {
+    match d {
+        Decided::NotFound => Err(ActionError::UnknownDeployment(id)),
+        Decided::NotWaiting(state) => Err(ActionError::NotWaiting { id, state, what }),
+        other => Ok(other),
+    }
+}
+
+/// `admin` approves deployment `id`; it runs once the app's `approval.required` distinct
+/// admins of `approval.from` have approved it.
+pub async fn approve(
+    store: &Store,
+    config: &Config,
+    id: Uuid,
+    admin: &str,
+) -> Result<Decided, ActionError> {
+    let dep = waiting(store, id).await?;
+    let app = crate::actions::app(config, &dep.app)?;
+    let Some(a) = &app.gates.approval else {
+        return Err(ActionError::NotWaiting {
+            id,
+            state: dep.state,
+            what: "approval (its app needs none)",
+        });
+    };
+    if !a.from.iter().any(|f| f == admin) {
+        return Err(ActionError::NotAnApprover {
+            admin: clip(admin, 64),
+            app: app.name.clone(),
+            from: a.from.join(", "),
+        });
+    }
+    let d = store.approve(id, admin, a.required, &a.from).await?;
+    not_waiting(id, d, "approval")
+}
+
+/// `admin` rejects deployment `id`: it ends `cancelled`, naming who and why.
+pub async fn reject(
+    store: &Store,
+    config: &Config,
+    id: Uuid,
+    admin: &str,
+    reason: Option<&str>,
+) -> Result<Decided, ActionError> {
+    let dep = waiting(store, id).await?;
+    let app = crate::actions::app(config, &dep.app)?;
+    if let Some(a) = &app.gates.approval
+        && !a.from.iter().any(|f| f == admin)
+    {
+        return Err(ActionError::NotAnApprover {
+            admin: clip(admin, 64),
+            app: app.name.clone(),
+            from: a.from.join(", "),
+        });
+    }
+    let reason = reason
+        .map(|r| clip(r.trim(), 500))
+        .filter(|r| !r.is_empty());
+    let d = store.reject(id, admin, reason.as_deref()).await?;
+    not_waiting(id, d, "approval")
+}
+
+fn reason_of(reason: Option<&str>, what: &str) -> Result<String, ActionError> {
+    reason
+        .map(|r| clip(r.trim(), 500))
+        .filter(|r| !r.is_empty())
+        .ok_or_else(|| ActionError::Invalid(format!("{what} needs a reason")))
+}
+
+/// `admin` lets deployment `id` run now, past its window or its app's freeze; the reason
+/// is recorded beside who.
+pub async fn override_wait(
+    store: &Store,
+    id: Uuid,
+    admin: &str,
+    reason: Option<&str>,
+) -> Result<Decided, ActionError> {
+    let reason = reason_of(reason, "an override")?;
+    waiting(store, id).await?;
+    let d = store.override_wait(id, admin, &reason).await?;
+    not_waiting(id, d, "a window or a freeze")
+}
+
+/// Freezes `app` until `until`: every new deployment waits until then (or an unfreeze).
+pub async fn freeze(
+    store: &Store,
+    config: &Config,
+    app: &str,
+    until: DateTime<UtcZone>,
+    reason: Option<&str>,
+    actor: &Actor,
+) -> Result<Freeze, ActionError> {
+    let app = crate::actions::app(config, app)?;
+    let reason = reason_of(reason, "a freeze")?;
+    if until <= UtcZone::now() {
+        return Err(ActionError::Invalid(
+            "a freeze must end in the future".into(),
+        ));
+    }
+    Ok(store
+        .freeze(&app.name, until, &reason, &actor.describe())
+        .await?)
+}
+
+/// Lifts `app`'s freeze; what waited for it is judged again at once.
+pub async fn unfreeze(
+    store: &Store,
+    config: &Config,
+    app: &str,
+    actor: &Actor,
+) -> Result<Option<Freeze>, ActionError> {
+    let app = crate::actions::app(config, app)?;
+    Ok(store.unfreeze(&app.name, &actor.describe()).await?)
+}
+
+/// `--until` as a user writes it: a duration from now (`2h`, `3d`) or an RFC 3339 time.
+pub fn parse_until(s: &str) -> Result<DateTime<UtcZone>, String> {
+    let s = s.trim();
+    if let Ok(d) = humantime::parse_duration(s) {
+        let d = chrono::Duration::from_std(d).map_err(|_| "that is too long".to_owned())?;
+        return Ok(UtcZone::now() + d);
+    }
+    DateTime::parse_from_rfc3339(s)
+        .map(|t| t.with_timezone(&UtcZone))
+        .map_err(|_| {
+            format!(
+                "`{}`: give a duration (2h) or a time (2026-12-24T18:00:00Z)",
+                clip(s, 64)
+            )
+        })
+}
