@@ -303,6 +303,31 @@ impl Store {
         }
     }
 
+    /// The deployment this worker's last claim took, when the claim's answer was lost (the
+    /// connection broke after the commit, as in a failover): the same claim taken up
+    /// again, not a new attempt, instead of leaving the row to wait out its lease as if
+    /// its worker had died. Asked only after a claim that failed.
+    pub async fn retake_unanswered_claim(
+        &self,
+        owner: &str,
+        liveness_key: i64,
+        lease: Duration,
+    ) -> Result<Option<Deployment>> {
+        let d = sqlx::query_as::<_, Deployment>(
+            "UPDATE deployments
+             SET lease_key = $2, lease_expires_at = now() + $3 * interval '1 millisecond',
+                 updated_at = now()
+             WHERE state = 'running' AND lease_owner = $1
+             RETURNING *",
+        )
+        .bind(owner)
+        .bind(liveness_key)
+        .bind(millis(lease))
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(d)
+    }
+
     /// Extends the lease; `LeaseLost` when another worker took the deployment over.
     pub async fn heartbeat(&self, id: Uuid, owner: &str, lease: Duration) -> Result<()> {
         let n = sqlx::query(

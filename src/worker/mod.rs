@@ -123,18 +123,25 @@ impl Worker {
         let lease = self.config.server.lease;
         let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
         tracing::debug!(owner = %self.owner, "worker started");
+        // The last claim failed: its commit may have happened with the answer lost.
+        let mut unanswered = false;
         while !self.shutdown.is_cancelled() {
             if !self.wait_alive().await {
                 break;
             }
             // A wake-up arriving while this worker looks is not lost: `notify_one` with no
             // worker waiting stores a permit that the next `notified()` takes at once.
-            match self
-                .ctx
-                .store
-                .claim(&self.owner, self.liveness_key, lease)
-                .await
-            {
+            let claimed = match unanswered {
+                true => self.retake_or_claim(lease).await,
+                false => {
+                    self.ctx
+                        .store
+                        .claim(&self.owner, self.liveness_key, lease)
+                        .await
+                }
+            };
+            unanswered = claimed.is_err();
+            match claimed {
                 Ok(Some(dep)) => {
                     backoff.reset();
                     // More may be claimable (one NOTIFY can stand for many deployments):
@@ -246,6 +253,25 @@ impl Worker {
                     }
                 }
             }
+        }
+    }
+
+    /// After a claim that failed: first the deployment it may have taken after all, then
+    /// a new claim.
+    async fn retake_or_claim(
+        &self,
+        lease: Duration,
+    ) -> Result<Option<Deployment>, crate::store::StoreError> {
+        let store = &self.ctx.store;
+        match store
+            .retake_unanswered_claim(&self.owner, self.liveness_key, lease)
+            .await?
+        {
+            Some(d) => {
+                tracing::info!(deployment = %d.id, "took up a claim whose answer was lost");
+                Ok(Some(d))
+            }
+            None => store.claim(&self.owner, self.liveness_key, lease).await,
         }
     }
 
