@@ -226,7 +226,19 @@ impl Worker {
         tracing::info!(owner = %self.owner, "claimed");
         // Issue 26: approvals, freezes and windows, judged before any step; a deployment
         // that must wait goes back to Postgres as a waiting row, and this worker moves on.
-        match crate::gates::check(&self.ctx.store, &self.owner, &dep, app).await {
+        // A database outage (a failover) is waited out as the journal's writes wait it
+        // out: released at once, the claim would keep its lease and be resumed by another
+        // run only when the lease ran out.
+        let backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2))
+            .within(self.ctx.store_patience);
+        let judged = crate::backoff::retry(
+            backoff,
+            crate::store::StoreError::is_unavailable,
+            |e, _| tracing::warn!(error = %error_chain(e), "database unavailable; judging the gates again"),
+            || crate::gates::check(&self.ctx.store, &self.owner, &dep, app),
+        )
+        .await;
+        match judged {
             Ok(crate::gates::Gate::Pass) => {}
             Ok(_) => return,
             Err(e) => {
