@@ -128,19 +128,23 @@ impl Run<'_> {
         Ok(note)
     }
 
+    /// The journal's `update` entry of this deployment, if the step began.
+    async fn update_record(&self) -> Result<Option<crate::store::StepRecord>, PipelineError> {
+        self.store_retry(|| {
+            self.ctx
+                .store
+                .step(self.dep.id, Step::Update, self.lane(Step::Update))
+        })
+        .await
+    }
+
     /// A push of the digest the service already runs, on every replica, sends no
     /// update. Once `update` is journaled the deployment is under way and is finished.
     async fn service_already_runs(
         &self,
         resolved: &Resolved,
     ) -> Result<Option<String>, PipelineError> {
-        let updated = self
-            .store_retry(|| {
-                self.ctx
-                    .store
-                    .step(self.dep.id, Step::Update, self.lane(Step::Update))
-            })
-            .await?;
+        let updated = self.update_record().await?;
         if updated.is_some() {
             return Ok(None);
         }
@@ -285,13 +289,7 @@ impl Run<'_> {
         })
         .await?;
         // The plan the journal holds (a replay's is the first run's observation).
-        let rec = self
-            .store_retry(|| {
-                self.ctx
-                    .store
-                    .step(self.dep.id, Step::Update, self.lane(Step::Update))
-            })
-            .await?;
+        let rec = self.update_record().await?;
         Ok(rec
             .and_then(|r| serde_json::from_value(r.intent).ok())
             .unwrap_or(recorded))

@@ -30,13 +30,7 @@ impl Run<'_> {
     }
 
     async fn undo_update(&self) -> Result<Undone, PipelineError> {
-        let rec = self
-            .store_retry(|| {
-                self.ctx
-                    .store
-                    .step(self.dep.id, Step::Update, self.lane(Step::Update))
-            })
-            .await?;
+        let rec = self.update_record().await?;
         let Some(rec) = rec else {
             return Ok(Undone::note("the service was not changed"));
         };
