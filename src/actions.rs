@@ -8,7 +8,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use crate::config::{AppConfig, Config};
-use crate::intake::is_digest;
+use crate::domain::is_digest;
 use crate::store::{
     CancelOutcome, Deployment, DeploymentState, Enqueued, NewDeployment, Pin, Store, StoreError,
     Trigger,

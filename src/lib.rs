@@ -8,11 +8,13 @@ pub mod cli;
 pub mod config;
 /// Issue 10: `pier volumes`, `pier reload`, `pier import`.
 pub mod contain;
+/// The vocabulary every layer shares (digests, app names, tag rules, platforms, engine
+/// addresses); it depends on nothing else in Pier.
+pub mod domain;
 pub mod engine;
-pub mod errors;
+pub mod error;
 pub mod faults;
 pub mod gates;
-pub mod image_name;
 pub mod intake;
 pub mod log_budget;
 pub mod notify;
@@ -27,7 +29,6 @@ pub mod registry;
 pub mod serve;
 pub mod signature;
 pub mod store;
-pub mod tags;
 pub mod target;
 pub mod web;
 pub mod worker;

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
 use crate::config::{Config, NotificationConfig, NotifyFormat, standard_webhooks_key};
-use crate::errors::error_chain;
+use crate::error::error_chain;
 use crate::store::{Channel, DueNotification, Endpoint, Store};
 
 /// Notifications claimed per query.

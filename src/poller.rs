@@ -18,11 +18,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
 use crate::config::{AppConfig, LiveConfig};
-use crate::errors::error_chain;
+use crate::domain::POLLER_SOURCE;
+use crate::domain::Platform;
+use crate::error::error_chain;
 use crate::intake::{self, IntakeSource, Parsed, PushEvent};
 use crate::registry::tags::{TagLister, TagsError};
-use crate::registry::{Platform, Registry, RegistryError, Wanted};
-use crate::store::{DigestStatus, POLLER_SOURCE, Store};
+use crate::registry::{Registry, RegistryError, Wanted};
+use crate::store::{DigestStatus, Store};
 
 /// Longest wait between two polls of a failing registry.
 const MAX_BACKOFF: Duration = Duration::from_secs(3600);

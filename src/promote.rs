@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::config::{AppConfig, LiveConfig};
-use crate::errors::error_chain;
+use crate::error::error_chain;
 use crate::store::{Channel, Enqueued, NewDeployment, Store, Trigger};
 
 pub struct Promoter {

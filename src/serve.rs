@@ -14,7 +14,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use crate::backoff::Backoff;
 use crate::config::Config;
 use crate::engine::{Engine, EngineView};
-use crate::errors::error_chain;
+use crate::error::error_chain;
 use crate::pipeline::Context;
 use crate::registry::Registry;
 use crate::store::Store;

@@ -15,9 +15,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use pier::config::RestartPolicy;
+use pier::domain::Endpoint;
 use pier::engine::{
-    ContainedSpec, ContainerSpec, Endpoint, Engine, EngineError, LABEL_APP, LABEL_DEPLOYMENT,
-    LABEL_DIGEST, LABEL_MANAGED, Removed,
+    ContainedSpec, ContainerSpec, Engine, EngineError, LABEL_APP, LABEL_DEPLOYMENT, LABEL_DIGEST,
+    LABEL_MANAGED, Removed,
 };
 use support::*;
 
@@ -344,7 +345,7 @@ async fn a_missing_key_or_known_hosts_file_fails_when_the_client_is_built_naming
     assert!(!message.contains("BEGIN"), "{message}");
 
     let missing = dir.path().join("no_known_hosts");
-    let ssh = Endpoint::Ssh(pier::engine::SshEndpoint {
+    let ssh = Endpoint::Ssh(pier::domain::SshEndpoint {
         user: None,
         host: "10.199.255.250".into(),
         port: 22,

@@ -179,7 +179,7 @@ async fn a_rate_limiting_registry_is_asked_again_only_after_its_retry_after() {
         store: pier::store::Store::connect_lazy_many(&config.server.database_urls()).unwrap(),
         registry: pier::registry::Registry::new(&config.registries, config.server.registry_limits),
         tags: pier::registry::tags::TagLister::new(&config.registries),
-        platform: pier::registry::Platform::from_engine("linux", "amd64"),
+        platform: pier::domain::Platform::from_engine("linux", "amd64"),
         live: pier::config::LiveConfig::new(config, None),
     };
     let shutdown = tokio_util::sync::CancellationToken::new();

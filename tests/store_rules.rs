@@ -408,7 +408,7 @@ async fn a_stored_value_the_code_does_not_know_is_an_error_that_names_it() {
     .await
     .unwrap();
     let err = store.steps(id).await.unwrap_err();
-    let text = pier::errors::error_chain(&err);
+    let text = pier::error::error_chain(&err);
     assert!(
         text.contains("unknown pipeline step `teleport`"),
         "the error names the value: {text}"

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use libfuzzer_sys::fuzz_target;
-use pier::image_name::ImageName;
+use pier::domain::image::ImageName;
 use pier::signature::{Envelope, Policy, PublicKey, Rule, Subject, verify};
 
 const KEY: &str = include_str!("../../tests/fixtures/cosign-vectors/containers-image/cosign.pub");

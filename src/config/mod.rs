@@ -185,7 +185,7 @@ impl Default for RegistryLimits {
     }
 }
 
-pub use crate::tags::{TagRule, glob_match, tag_version};
+pub use crate::domain::tags::{TagRule, glob_match, tag_version};
 pub use notify::{NotificationConfig, NotifyFormat, standard_webhooks_key};
 pub use proxy::{ProxyConfig, RouteConfig, TlsFiles};
 pub use signin::SignInConfig;
@@ -241,7 +241,7 @@ pub struct AppConfig {
     /// to the engine as it is; what it means is [`AppConfig::image_name`].
     pub image: String,
     /// `image` parsed by the distribution grammar: its registry and repository.
-    pub image_name: crate::image_name::ImageName,
+    pub image_name: crate::domain::image::ImageName,
     /// The rule's text (`main`, `v1.*`, `>=1.2, <2`), as the pages show it. Only an exact
     /// rule's text is a tag that can be resolved: see [`TagRule::fixed`].
     pub tag: String,

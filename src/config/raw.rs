@@ -530,7 +530,7 @@ impl Config {
             if apps.iter().any(|o| o.name == a.name) {
                 return Err(invalid(format!("app `{}` is defined twice", a.name)));
             }
-            let image_name = crate::image_name::ImageName::parse(&a.image)
+            let image_name = crate::domain::image::ImageName::parse(&a.image)
                 .map_err(|e| invalid(format!("app `{}`: image {e}", a.name)))?;
             let route = a.route.map(|r| r.resolve(&a.name, base)).transpose()?;
             match (a.strategy, &route, a.publish) {
@@ -717,7 +717,7 @@ impl Config {
         }
         if let Some(s) = sources
             .iter()
-            .find(|s| s.name == crate::store::POLLER_SOURCE)
+            .find(|s| s.name == crate::domain::POLLER_SOURCE)
         {
             return Err(invalid(format!(
                 "source name `{}` is reserved for the deliveries the poller records",

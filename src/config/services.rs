@@ -16,7 +16,7 @@ use serde::de::IgnoredAny;
 
 use super::contained::{RawContained, RawHostMount, RawVolume};
 use super::*;
-use crate::image_name::ImageName;
+use crate::domain::image::ImageName;
 
 /// How long a service without a health check must keep running before it counts as
 /// healthy: long enough for a process that dies at start-up to have died.

@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::ConfigError;
-use crate::engine::{Endpoint, EndpointOptions, TlsFiles};
+use crate::domain::{Endpoint, EndpointOptions, TlsFiles};
 
 /// The target an app runs on when it names none, and the name `server.docker_host` gets.
 pub const LOCAL: &str = "local";

@@ -5,7 +5,8 @@
 use bollard::Docker;
 
 use super::transport::{self, ssh::SshDialer, tls::TlsDialer};
-use super::{Endpoint, Engine, EngineError, Result, err};
+use super::{Engine, EngineError, Result, err};
+use crate::domain::Endpoint;
 
 /// Seconds every request to an engine may take (bollard's per-request timeout). Pulls
 /// stream and are bounded by this per read, not as a whole.
@@ -28,7 +29,7 @@ impl Engine {
             None => Endpoint::Default,
             Some(h) => Endpoint::parse(
                 h,
-                super::EndpointOptions {
+                crate::domain::EndpointOptions {
                     legacy_plain_tcp: true,
                     ..Default::default()
                 },

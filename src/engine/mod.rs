@@ -4,7 +4,6 @@
 mod archive;
 mod connect;
 mod containers;
-mod endpoint;
 mod resources;
 mod services;
 mod transport;
@@ -18,9 +17,8 @@ use bollard::errors::Error as DockerError;
 use bollard::query_parameters::CreateImageOptionsBuilder;
 use futures_util::StreamExt;
 
-use crate::registry::Platform;
+use crate::domain::Platform;
 pub use containers::{ContainedSpec, ContainerFacts, ContainerSpec, Health, Removed, Stopped};
-pub use endpoint::{Endpoint, EndpointError, EndpointOptions, SshEndpoint, TlsFiles};
 pub use resources::{
     LABEL_INCARNATION, LABEL_SERVICE, Labelled, ManagedNetwork, NetworkRemoved, VolumeRemoved,
 };
@@ -98,7 +96,7 @@ fn err(action: impl Into<String>, e: DockerError) -> EngineError {
         // Keep the causes (connection refused, timed out, ...), not just the outer words.
         other => EngineError::Unavailable {
             action,
-            message: crate::errors::error_chain(&other),
+            message: crate::error::error_chain(&other),
         },
     }
 }

@@ -461,7 +461,7 @@ pub async fn run_intake(
                     wanted.retain(|w| w.app != app.name);
                     wanted.push(NewDeployment {
                         app: app.name.clone(),
-                        trigger: if source.name == crate::store::POLLER_SOURCE {
+                        trigger: if source.name == crate::domain::POLLER_SOURCE {
                             Trigger::Reconcile
                         } else {
                             Trigger::Webhook

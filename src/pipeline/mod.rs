@@ -33,9 +33,10 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::config::AppConfig;
+use crate::domain::Platform;
 use crate::engine::{Engine, EngineError};
-use crate::errors::error_chain;
-use crate::registry::{Platform, Registry, RegistryError};
+use crate::error::error_chain;
+use crate::registry::{Registry, RegistryError};
 pub use crate::store::Lane;
 pub use crate::store::Step;
 use crate::store::{Deployment, DeploymentState, Store, StoreError};

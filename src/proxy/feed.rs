@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::Shared;
 use crate::backoff::Backoff;
 use crate::config::Config;
-use crate::errors::error_chain;
+use crate::error::error_chain;
 use crate::store::{Route, Store};
 
 pub fn load_state(path: &Path) -> Result<Option<Vec<Route>>, String> {

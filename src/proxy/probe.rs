@@ -13,7 +13,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
-use crate::errors::error_chain;
+use crate::error::error_chain;
 use crate::probe::{NotHealthy, until_healthy};
 use crate::store::{Channel, ProbeOutcome, ProbeRequest, Store};
 

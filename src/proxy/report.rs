@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Shared;
 use crate::backoff::Backoff;
-use crate::errors::error_chain;
+use crate::error::error_chain;
 use crate::store::{ProxyReport, Store};
 
 /// The least time between two reports: a bound on the writes of a busy proxy, and the

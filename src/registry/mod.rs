@@ -5,7 +5,6 @@
 mod body;
 mod client;
 mod headers;
-mod platform;
 mod signatures;
 pub mod tags;
 
@@ -16,8 +15,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{AppConfig, RegistryConfig, RegistryLimits};
+use crate::domain::Platform;
 use client::{Endpoint, Session};
-pub use platform::Platform;
 pub use signatures::Place;
 
 #[derive(Debug, thiserror::Error)]
@@ -207,7 +206,7 @@ impl Registry {
                 platform: platform.to_string(),
             });
         };
-        let chosen = platform::choose(
+        let chosen = crate::domain::platform::choose(
             entries
                 .iter()
                 .map(|e| (e.digest.as_str(), e.platform.as_ref())),

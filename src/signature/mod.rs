@@ -69,7 +69,7 @@ pub struct Subject<'a> {
     /// `sha256:…`: the image manifest, or for an index the index that was signed.
     pub digest: &'a str,
     /// The app's image (its registry and repository).
-    pub image: &'a crate::image_name::ImageName,
+    pub image: &'a crate::domain::image::ImageName,
 }
 
 /// Where cosign stored a signature.

@@ -14,7 +14,7 @@ use sha2::{Digest as _, Sha256};
 use super::bundle::{SIGN_PREDICATE, pae};
 use super::simple::SIGNATURE_ANNOTATION;
 use super::*;
-use crate::image_name::ImageName;
+use crate::domain::image::ImageName;
 
 const DIGEST: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
 const OTHER: &str = "sha256:2222222222222222222222222222222222222222222222222222222222222222";

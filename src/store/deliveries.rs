@@ -9,7 +9,7 @@ use super::deployments::{Enqueued, NewDeployment, enqueue_locked};
 use super::kinds::Verdict;
 use super::text::{pg_json, pg_opt, pg_text};
 use super::{Result, Store};
-use crate::tags::{TagRule, tag_version};
+use crate::domain::tags::{TagRule, tag_version};
 
 #[derive(Debug, Clone)]
 pub struct NewDelivery {
@@ -20,10 +20,6 @@ pub struct NewDelivery {
     /// Why nothing deploys, when nothing does.
     pub reason: String,
 }
-
-/// The source name of the deliveries the reconcile poller records (no configured source may
-/// take it).
-pub const POLLER_SOURCE: &str = "poller";
 
 /// A deployment a delivery asks for. With `never_older`, the requested tag is a version
 /// and it is queued only if no version of the same rule already running or queued for the

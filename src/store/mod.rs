@@ -36,7 +36,7 @@ pub use actions::{CancelOutcome, Pin, SucceededDigest};
 pub use channels::Channel;
 pub use deliveries::{
     Delivery, DeliveryFilter, DeliveryOutcome, DeploymentRequest, HeldBack, MAX_PAGE, NewDelivery,
-    POLLER_SOURCE, VerdictFilter, highest_above, pinned_reason,
+    VerdictFilter, highest_above, pinned_reason,
 };
 pub use deployments::{
     Deployment, DigestStatus, Enqueued, Generation, NewDeployment, TAKEOVER_CHECK,

@@ -9,7 +9,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::config::{LOCAL, SubnetPool, TargetConfig, TargetKind};
-use crate::engine::{Endpoint, Engine, EngineError};
+use crate::domain::Endpoint;
+use crate::engine::{Engine, EngineError};
 
 /// One place apps run.
 #[derive(Debug)]

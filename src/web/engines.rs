@@ -65,7 +65,7 @@ impl TargetViews {
     pub fn single(view: EngineView) -> Self {
         let v = TargetView {
             kind: TargetKind::Engine,
-            endpoint: crate::engine::Endpoint::Default.to_string(),
+            endpoint: crate::domain::Endpoint::Default.to_string(),
             view,
         };
         Self {

@@ -285,7 +285,7 @@ pub(super) async fn deliveries(
         })
         .collect();
     let mut sources: Vec<String> = s.current().sources.iter().map(|s| s.name.clone()).collect();
-    sources.push(crate::store::POLLER_SOURCE.to_owned());
+    sources.push(crate::domain::POLLER_SOURCE.to_owned());
     Ok(DeliveriesPage {
         deliveries,
         source: source.unwrap_or_default(),

@@ -21,7 +21,7 @@ use tracing::Instrument;
 
 use crate::backoff::Backoff;
 use crate::config::Config;
-use crate::errors::error_chain;
+use crate::error::error_chain;
 use crate::pipeline::{self, Context, Outcome};
 use crate::store::{Deployment, DeploymentState, StoreError};
 

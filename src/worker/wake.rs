@@ -9,7 +9,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
-use crate::errors::error_chain;
+use crate::error::error_chain;
 use crate::store::{Store, take_liveness};
 
 /// What the listener shares with the workers.

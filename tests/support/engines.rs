@@ -28,7 +28,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use bollard::Docker;
-use pier::engine::{Endpoint, SshEndpoint, TlsFiles};
+use pier::domain::{Endpoint, SshEndpoint, TlsFiles};
 use tempfile::TempDir;
 
 #[allow(unused_imports)] // not every test makes its own pairs or keys

@@ -20,7 +20,7 @@ use tokio::sync::{oneshot, watch};
 
 use super::pool::{Dialed, Dialer};
 use super::{TransportError, one_line};
-use crate::engine::SshEndpoint;
+use crate::domain::SshEndpoint;
 
 /// ssh's own limit on TCP connect and the SSH handshake (the pool bounds the whole dial).
 const SSH_CONNECT_TIMEOUT_SECS: u32 = 10;
@@ -173,7 +173,7 @@ impl Dialer for SshDialer {
         TransportError::transient(format!(
             "{}: the ssh connection failed: {}",
             self.target,
-            crate::errors::error_chain(e)
+            crate::error::error_chain(e)
         ))
     }
 }

@@ -19,7 +19,7 @@ use tokio_rustls::TlsConnector;
 
 use super::pool::{Dialed, Dialer};
 use super::{CONNECT_TIMEOUT, TransportError};
-use crate::engine::TlsFiles;
+use crate::domain::TlsFiles;
 
 pub(crate) struct TlsDialer {
     host: String,
@@ -96,7 +96,7 @@ impl Dialer for TlsDialer {
             None => TransportError::transient(format!(
                 "{}: {}",
                 self.target,
-                crate::errors::error_chain(e)
+                crate::error::error_chain(e)
             )),
         }
     }

@@ -19,8 +19,9 @@ use serde::{Deserialize, Serialize};
 
 use super::{PipelineError, Run, Step, StepError};
 use crate::config::SwarmApp;
+use crate::domain::Platform;
 use crate::engine::{EngineError, LABEL_DEPLOYMENT, LABEL_DIGEST, LABEL_MANAGED, ServiceFacts};
-use crate::registry::{Platform, Resolved};
+use crate::registry::Resolved;
 use crate::store::GenerationSwitch;
 
 /// `verify` of a swarm app: what the spec will name, as the registry serves it now.

@@ -34,7 +34,7 @@ pub struct SpecInput<'a> {
     pub digest: &'a str,
     /// The index's platforms (empty for a single manifest): Swarm places tasks only on
     /// nodes of these platforms.
-    pub platforms: &'a [crate::registry::Platform],
+    pub platforms: &'a [crate::domain::Platform],
     /// `KEY=value` (secret references already resolved: the spec is sent, never logged).
     pub env: Vec<String>,
     /// Swarm secrets by the file name they are mounted as, `/run/secrets/<file>`: (file,
@@ -239,7 +239,7 @@ mod tests {
     #[test]
     fn the_spec_pins_the_digest_and_names_the_deployment() {
         let app = app();
-        let platforms = [crate::registry::Platform::from_engine("linux", "x86_64")];
+        let platforms = [crate::domain::Platform::from_engine("linux", "x86_64")];
         let secrets = [(
             "token".to_owned(),
             "pier-web-token-0123".to_owned(),

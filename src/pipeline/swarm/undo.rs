@@ -23,7 +23,7 @@ impl Run<'_> {
         let logs = self.failed_task_logs(error).await;
         let undone = match self.undo_update().await {
             Ok(u) => u,
-            Err(PipelineError::Store(e)) => return Err(crate::errors::error_chain(&e)),
+            Err(PipelineError::Store(e)) => return Err(crate::error::error_chain(&e)),
             Err(e) => Undone::failed_rollback(&e),
         };
         Ok(Undone { logs, ..undone })

@@ -5,7 +5,7 @@
 use std::net::IpAddr;
 use std::path::Path;
 
-use pier::engine::TlsFiles;
+use pier::domain::TlsFiles;
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
