@@ -20,6 +20,11 @@
 //! its command runs, so it is shown twice, answered per second, and done per second (its
 //! answers over the time until the last of their commands had run). Runs alternate Pier,
 //! floor, webhook so machine load hits all three alike.
+//!
+//! Before and after in one run: `BENCH_BASELINE=/path/to/pier` (a build of an earlier
+//! commit, e.g. from `git worktree add`) starts a second Pier of that binary on a database
+//! of its own, and every ingest row runs it too, right after this build's: the table then
+//! shows `baseline /s` and `pier/baseline`.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -324,15 +329,21 @@ async fn main() {
         return;
     }
     let dur = secs("BENCH_SECS", 5);
-    let mut builder = TestEnv::builder().workers(2);
-    for i in 0..MANY_APPS {
-        builder = builder.add_app(AppSpec::new(&format!("many{i}")));
-    }
-    let env = builder.start().await;
+    let builder = || {
+        let mut builder = TestEnv::builder().workers(2);
+        for i in 0..MANY_APPS {
+            builder = builder.add_app(AppSpec::new(&format!("many{i}")));
+        }
+        builder
+    };
+    let env = builder().start().await;
+    let baseline = match std::env::var("BENCH_BASELINE") {
+        Ok(program) => Some(builder().program(program).start().await),
+        Err(_) => None,
+    };
     let pid = env.pier().pid().expect("pier pid");
     let floor_db = TestDb::create().await;
     floor_db.migrate().await;
-    let host = env.registry_host();
     let hook = env.hook_url("gen");
     let secret = env.generic_secret.clone();
     let nonce = uuid::Uuid::new_v4().as_u64_pair().0;
@@ -357,10 +368,7 @@ async fn main() {
         idle_rss
     );
 
-    let apps: Vec<String> = env.apps.iter().map(|a| a.repo.clone()).collect();
-    let one = format!("{host}/{}", apps[0]);
-    let many: Vec<String> = apps[1..].iter().map(|r| format!("{host}/{r}")).collect();
-    let nobody = format!("{host}/demo/nobody");
+    let (one, _, nobody) = repos(&env);
     let signed =
         |repo: String, salt: u64| -> Arc<dyn Fn(u64) -> (String, Vec<u8>, String) + Send + Sync> {
             let (hook, secret) = (hook.clone(), secret.clone());
@@ -372,9 +380,9 @@ async fn main() {
         };
 
     println!(
-        "| deliveries | concurrency | pier /s | floor /s | pier/floor | webhook /s answered (done) | pier/webhook answered (done) | pier CPU µs each |"
+        "| deliveries | concurrency | pier /s | floor /s | pier/floor | webhook /s answered (done) | pier/webhook answered (done) | pier CPU µs each | baseline /s | pier/baseline |"
     );
-    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     let mut salt = 1u64;
     let list = |var: &str, all: &str| -> Vec<String> {
         std::env::var(var)
@@ -405,25 +413,20 @@ async fn main() {
     for (conc, (what, floor_sql)) in runs {
         {
             salt += 1;
-            let make = match what {
-                "no app" => signed(nobody.clone(), salt),
-                "one app" => signed(one.clone(), salt),
-                _ => {
-                    let (hook, secret, many) = (hook.clone(), secret.clone(), many.clone());
-                    let s = salt;
-                    Arc::new(move |n: u64| {
-                        let b = body(&many[n as usize % many.len()], n, nonce ^ s);
-                        let sig = sign_hmac_sha256(&secret, &b);
-                        (hook.clone(), b, sig)
-                    })
-                        as Arc<dyn Fn(u64) -> (String, Vec<u8>, String) + Send + Sync>
-                }
-            };
             let expect: &'static [u16] = if what == "no app" { &[200] } else { &[202] };
             let ticks = cpu_ticks(pid);
+            let make = row_deliveries(&env, what, nonce ^ salt);
             let (pier, bad) = drive_table(conc, dur, expect, make).await;
             // Clock ticks are 10 ms: over a run of thousands of deliveries, within a few %.
             let cpu_us = (cpu_ticks(pid) - ticks) as f64 * 10_000.0 / (pier * dur.as_secs_f64());
+            let (base, ratio_base) = match &baseline {
+                Some(b) => {
+                    let make = row_deliveries(b, what, nonce ^ salt);
+                    let (r, _) = drive_table(conc, dur, expect, make).await;
+                    (format!("{r:.0}"), format!("{:.3}x", pier / r))
+                }
+                None => (String::new(), String::new()),
+            };
             let floor = pgbench(&floor_db.url, floor_sql, conc, dur);
             let (hooked, ratio_hooked) = match (&webhook, what) {
                 (Some((_, url)), "no app") => {
@@ -465,6 +468,8 @@ async fn main() {
                 hooked,
                 ratio_hooked,
                 format!("{cpu_us:.0}"),
+                base,
+                ratio_base,
             ]);
         }
     }
@@ -476,6 +481,9 @@ async fn main() {
         let mut floor_db = floor_db;
         floor_db.cleanup().await;
         env.cleanup().await;
+        if let Some(b) = baseline {
+            b.cleanup().await;
+        }
         return;
     }
     // Duplicates (retries of deliveries already stored) and forged signatures.
@@ -559,4 +567,37 @@ async fn main() {
     let mut floor_db = floor_db;
     floor_db.cleanup().await;
     env.cleanup().await;
+    if let Some(b) = baseline {
+        b.cleanup().await;
+    }
+}
+
+/// The ingest table's repositories of `env`: its first app's, its other apps', and one no
+/// app follows.
+fn repos(env: &TestEnv) -> (String, Vec<String>, String) {
+    let host = env.registry_host();
+    let apps: Vec<String> = env.apps.iter().map(|a| a.repo.clone()).collect();
+    let one = format!("{host}/{}", apps[0]);
+    let many: Vec<String> = apps[1..].iter().map(|r| format!("{host}/{r}")).collect();
+    (one, many, format!("{host}/demo/nobody"))
+}
+
+/// The signed deliveries of one ingest row (`what`) to `env`'s generic source.
+fn row_deliveries(
+    env: &TestEnv,
+    what: &str,
+    salt: u64,
+) -> Arc<dyn Fn(u64) -> (String, Vec<u8>, String) + Send + Sync> {
+    let (one, many, nobody) = repos(env);
+    let repos = match what {
+        "no app" => vec![nobody],
+        "one app" => vec![one],
+        _ => many,
+    };
+    let (hook, secret) = (env.hook_url("gen"), env.generic_secret.clone());
+    Arc::new(move |n: u64| {
+        let b = body(&repos[n as usize % repos.len()], n, salt);
+        let sig = sign_hmac_sha256(&secret, &b);
+        (hook.clone(), b, sig)
+    })
 }

@@ -385,7 +385,7 @@ async fn a_connection_plans_the_batch_statements_once_not_for_every_push() {
                ARRAY['deploys a'], ARRAY['[]'], ARRAY[sha256('event-{n}'::bytea)],
                ARRAY[NULL::uuid], ARRAY[1], ARRAY['a'], ARRAY['webhook'],
                ARRAY['127.0.0.1:5000/demo/a'], ARRAY['main'], ARRAY['sha256:{n:064x}'],
-               ARRAY[false]);\n"
+               ARRAY[false], ARRAY[NULL::text]);\n"
         )
     };
     const WARM: usize = 8;
@@ -432,7 +432,7 @@ async fn stored(store: &Store, outcome: &DeliveryOutcome) -> (String, String, Ve
 }
 
 #[tokio::test]
-async fn the_one_statement_keeps_the_rules_of_the_transaction_it_replaces() {
+async fn a_version_guarded_delivery_keeps_the_rules_of_one_without_a_guard() {
     let db = TestDb::create().await;
     db.migrate().await;
     let store = Store::from_pool(db.pool.clone());
@@ -441,7 +441,7 @@ async fn the_one_statement_keeps_the_rules_of_the_transaction_it_replaces() {
         .pin_and_enqueue(wanted("b", 900), "admin (password)")
         .await
         .unwrap();
-    // A version guard makes a delivery take the transaction (its comparison is Rust's);
+    // A version guard makes a delivery take a transaction (its versions are read first);
     // "main" is no version, so the guard itself holds nothing back.
     let rule = TagRule::from_versions(">=0.1.0").unwrap();
     let guarded = |w: Vec<NewDeployment>| -> Vec<DeploymentRequest> {

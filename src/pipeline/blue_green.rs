@@ -114,9 +114,9 @@ impl Run<'_> {
             .expect("config checks that a blue-green app has a route")
     }
 
-    pub(super) async fn steps_blue_green(&self) -> Result<String, PipelineError> {
+    pub(super) async fn steps_blue_green(&self) -> Result<super::Done, PipelineError> {
         let (resolved, image, candidate) = match self.prepare().await? {
-            super::Prepared::Skip(note) => return Ok(note),
+            super::Prepared::Skip(done) => return Ok(done),
             super::Prepared::Candidate {
                 resolved,
                 image,
@@ -130,7 +130,7 @@ impl Run<'_> {
         if !warnings.is_empty() {
             note.push_str(&format!("; retire warnings: {}", warnings.join("; ")));
         }
-        Ok(note)
+        Ok(super::Done::Succeeded(note))
     }
 
     /// Everything from the candidate's start to the end of its soak: afterwards the new

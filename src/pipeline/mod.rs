@@ -212,14 +212,9 @@ pub async fn run(ctx: &Context, owner: &str, dep: &Deployment, app: &AppConfig) 
         plan::Plan::Swarm(_) => run.steps_swarm().await,
     };
     match done {
-        // A quarantined digest is not deployed by a push or the poller: not a failure.
-        Ok(outcome) if outcome.starts_with("skipped:") => {
-            run.finish(DeploymentState::Cancelled, &outcome, None, None)
-                .await
-        }
-        Ok(outcome) => {
-            run.finish(DeploymentState::Succeeded, &outcome, None, None)
-                .await
+        Ok(done) => {
+            let (state, outcome) = done.ended();
+            run.finish(state, &outcome, None, None).await
         }
         Err(PipelineError::Store(e)) => Outcome::Abandoned(error_chain(&e)),
         Err(e) => run.fail(e).await,
@@ -262,10 +257,29 @@ impl Run<'_> {
     }
 }
 
+/// How a run's steps ended without failing. Typed, so that no caller reads the state from
+/// the outcome's words.
+pub(super) enum Done {
+    /// The generation serves the digest (newly, or it already did); the outcome says how.
+    Succeeded(String),
+    /// A quarantined digest that a push or the poller asked for: not deployed, and not a
+    /// failure either (the deployment is cancelled, and says why).
+    Skipped(String),
+}
+
+impl Done {
+    fn ended(self) -> (DeploymentState, String) {
+        match self {
+            Done::Succeeded(outcome) => (DeploymentState::Succeeded, outcome),
+            Done::Skipped(outcome) => (DeploymentState::Cancelled, outcome),
+        }
+    }
+}
+
 /// What both strategies do before a candidate runs, or why there is nothing to do.
 enum Prepared {
     /// A quarantined digest, or the one that already serves: the deployment ends here.
-    Skip(String),
+    Skip(Done),
     Candidate {
         resolved: crate::registry::Resolved,
         image: image::VerifiedImage,
@@ -295,7 +309,7 @@ impl Run<'_> {
         }
         let resolved = self.resolve().await?;
         if let Some(note) = self.skip_quarantined(&resolved.digest).await? {
-            return Ok(Prepared::Skip(note));
+            return Ok(Prepared::Skip(Done::Skipped(note)));
         }
         // Every image of the generation is named before anything is pulled: the no-op
         // check compares each service's digest with what serves.
@@ -303,7 +317,7 @@ impl Run<'_> {
         if !self.dep.trigger.is_operator()
             && let Some(note) = self.already_running(&resolved.digest, &others).await?
         {
-            return Ok(Prepared::Skip(note));
+            return Ok(Prepared::Skip(Done::Succeeded(note)));
         }
         // Before anything is pulled: an app that must be signed runs only a digest a
         // trusted key signed (a no-op for one that need not be).
@@ -334,9 +348,9 @@ impl Run<'_> {
         })
     }
 
-    async fn steps(&self) -> Result<String, PipelineError> {
+    async fn steps(&self) -> Result<Done, PipelineError> {
         let (resolved, image, candidate, images) = match self.prepare().await? {
-            Prepared::Skip(note) => return Ok(note),
+            Prepared::Skip(done) => return Ok(done),
             Prepared::Candidate {
                 resolved,
                 image,
@@ -368,7 +382,7 @@ impl Run<'_> {
                 retired.warnings.join("; ")
             ));
         }
-        Ok(note)
+        Ok(Done::Succeeded(note))
     }
 
     /// A webhook for the digest that already serves, healthy, is a no-op: it succeeds at

@@ -2,7 +2,6 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use sqlx::{Postgres, Transaction};
 use uuid::Uuid;
 
 use super::deployments::{Enqueued, NewDeployment, enqueue_as, lock_app};
@@ -45,14 +44,6 @@ pub enum CancelOutcome {
     /// It had already ended in this state.
     AlreadyFinal(DeploymentState),
     NotFound,
-}
-
-/// The pin of `app` in force, read inside the caller's transaction (under the app's lock).
-pub(super) async fn pin_in(tx: &mut Transaction<'_, Postgres>, app: &str) -> Result<Option<Pin>> {
-    Ok(sqlx::query_as(PIN_SELECT)
-        .bind(app)
-        .fetch_optional(&mut **tx)
-        .await?)
 }
 
 const PIN_SELECT: &str = "SELECT app, digest, pinned_by AS by, pinned_at AS at, deployment_id

@@ -1,11 +1,9 @@
-use std::borrow::Cow;
-
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use uuid::Uuid;
 
-use super::actions::{Pin, pin_in};
-use super::deployments::{Enqueued, NewDeployment, enqueue_locked};
+use super::actions::Pin;
+use super::deployments::{Enqueued, NewDeployment};
 use super::kinds::Verdict;
 use super::text::{pg_json, pg_opt, pg_text};
 use super::{Result, Store};
@@ -41,7 +39,7 @@ impl From<NewDeployment> for DeploymentRequest {
 }
 
 /// A requested version that was not queued because a higher one runs or waits.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct HeldBack {
     pub app: String,
     pub tag: String,
@@ -191,134 +189,32 @@ impl DeliveryRequest {
     }
 }
 
-/// Records one delivery inside `tx`, which must already hold the enqueue lock of every
-/// app in [`DeliveryRequest::apps`] (taken up front, in key order: see `lock_apps`).
-pub(super) async fn record_in(
+/// Whether this delivery carries a version guard: then the versions in play decide
+/// ([`newer_per_wanted`]), read under its apps' locks in the batch's transaction.
+pub(super) fn has_guard(req: &DeliveryRequest) -> bool {
+    req.wanted.iter().any(|w| w.never_older.is_some())
+}
+
+/// Per requested deployment of `req`, in order, the higher version in play that holds it
+/// back (`None`: none, or no guard). `tx` must hold the enqueue lock of every app of `req`.
+/// Exact because intake folds a delivery to one request per app (`intake::record`): no
+/// request of `req` can change what another of it finds in play.
+pub(super) async fn newer_per_wanted(
     tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     req: &DeliveryRequest,
-) -> Result<DeliveryOutcome> {
-    let delivery = &req.delivery;
-    let body_sha256 = req.body_sha256.as_deref();
-    let verdict = if req.wanted.is_empty() {
-        Verdict::Ignored
-    } else {
-        Verdict::Queued
-    };
-    let inserted: Option<Uuid> = sqlx::query_scalar(
-        "INSERT INTO deliveries
-           (id, source, event_key, verdict, reason, events, body_sha256, redelivery_of)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-         ON CONFLICT DO NOTHING
-         RETURNING id",
-    )
-    .bind(Uuid::new_v4())
-    .bind(pg_text(&delivery.source))
-    .bind(pg_opt(delivery.event_key.as_deref()))
-    .bind(verdict)
-    .bind(pg_text(&delivery.reason))
-    .bind(pg_json(&delivery.events).as_ref())
-    .bind(body_sha256)
-    .bind(req.redelivery_of)
-    .fetch_optional(&mut **tx)
-    .await?;
-    let Some(delivery_id) = inserted else {
-        // A repeat is counted on the first row, never stored as a row of its own.
-        let (delivery_id, duplicate): (Uuid, bool) = sqlx::query_as(
-            "WITH hit AS (
-               SELECT id, ($2::text IS NOT NULL AND event_key IS NOT DISTINCT FROM $2) AS dup
-               FROM deliveries
-               WHERE source = $1 AND (event_key = $2 OR body_sha256 = $3)
-               ORDER BY (event_key IS NOT DISTINCT FROM $2) DESC
-               LIMIT 1)
-             UPDATE deliveries d
-             SET seen_count = seen_count + 1, last_seen_at = now(),
-                 duplicates = duplicates + hit.dup::int,
-                 replays = replays + (NOT hit.dup)::int
-             FROM hit WHERE d.id = hit.id
-             RETURNING d.id, hit.dup",
-        )
-        .bind(pg_text(&delivery.source))
-        .bind(pg_opt(delivery.event_key.as_deref()))
-        .bind(body_sha256)
-        .fetch_one(&mut **tx)
-        .await?;
-        return Ok(if duplicate {
-            DeliveryOutcome::Duplicate { delivery_id }
-        } else {
-            DeliveryOutcome::Replay { delivery_id }
+) -> Result<Vec<Option<String>>> {
+    let mut newer = Vec::with_capacity(req.wanted.len());
+    for w in &req.wanted {
+        let d = &w.deployment;
+        newer.push(match (&w.never_older, &d.requested_tag) {
+            (Some(rule), Some(tag)) => newer_in_play(tx, &d.app, rule, tag).await?,
+            _ => None,
         });
-    };
-    let mut deployments = Vec::with_capacity(req.wanted.len());
-    let mut held_back = Vec::new();
-    let mut pinned = Vec::new();
-    for DeploymentRequest {
-        deployment,
-        never_older,
-    } in &req.wanted
-    {
-        let mut d = deployment.clone();
-        // Under the app's enqueue lock (taken for the whole batch), as the rollback that
-        // pins: a push racing a rollback either sees the pin or is superseded by it.
-        if let Some(pin) = pin_in(tx, &d.app).await? {
-            pinned.push(pin);
-            continue;
-        }
-        if let (Some(rule), Some(tag)) = (never_older, d.requested_tag.clone())
-            && let Some(newer) = newer_in_play(tx, &d.app, rule, &tag).await?
-        {
-            held_back.push(HeldBack {
-                app: d.app.clone(),
-                tag,
-                newer,
-            });
-            continue;
-        }
-        d.delivery_id = Some(delivery_id);
-        deployments.push(enqueue_locked(tx, d, None).await?);
     }
-    if !held_back.is_empty() || !pinned.is_empty() {
-        let mut reasons: Vec<String> = held_back.iter().map(HeldBack::reason).collect();
-        reasons.extend(pinned.iter().map(pinned_reason));
-        if !deployments.is_empty() {
-            let apps: Vec<&str> = deployments
-                .iter()
-                .map(|e| match e {
-                    Enqueued::Queued { app, .. } | Enqueued::AlreadyPending { app, .. } => {
-                        app.as_str()
-                    }
-                })
-                .collect();
-            reasons.insert(0, format!("deploys {}", apps.join(", ")));
-        }
-        let verdict = if !deployments.is_empty() {
-            Verdict::Queued
-        } else if !pinned.is_empty() {
-            Verdict::Pinned
-        } else {
-            Verdict::Ignored
-        };
-        sqlx::query("UPDATE deliveries SET verdict = $2, reason = $3 WHERE id = $1")
-            .bind(delivery_id)
-            .bind(verdict)
-            .bind(pg_text(&reasons.join("; ")))
-            .execute(&mut **tx)
-            .await?;
-    }
-    Ok(DeliveryOutcome::Recorded {
-        delivery_id,
-        deployments,
-        held_back,
-        pinned,
-    })
+    Ok(newer)
 }
 
-/// Whether [`record_all`] can record this delivery: a version guard (`never_older`)
-/// compares versions in Rust, so a delivery that carries one goes through [`record_in`].
-pub(super) fn one_statement_can_record(req: &DeliveryRequest) -> bool {
-    req.wanted.iter().all(|w| w.never_older.is_none())
-}
-
-/// One delivery's outcome as `pier_record_deliveries` (migration 0015) returns it.
+/// One delivery's outcome as `pier_record_deliveries` (migration 0026) returns it.
 #[derive(serde::Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 enum Answer {
@@ -326,6 +222,7 @@ enum Answer {
         delivery_id: Uuid,
         deployments: Vec<Enqueued>,
         pinned: Vec<Pin>,
+        held_back: Vec<HeldBack>,
     },
     Duplicate {
         delivery_id: Uuid,
@@ -335,71 +232,71 @@ enum Answer {
     },
 }
 
-/// A batch's deliveries as the column arrays that both batch statements bind (the
-/// function's and the plain `INSERT`'s), in arrival order.
-pub(super) struct DeliveryColumns<'a> {
-    pub sources: Vec<Cow<'a, str>>,
-    pub keys: Vec<Option<Cow<'a, str>>>,
-    pub reasons: Vec<Cow<'a, str>>,
-    pub events: Vec<String>,
-    pub bodies: Vec<Option<&'a [u8]>>,
-    pub redeliveries: Vec<Option<Uuid>>,
-}
-
-impl<'a> DeliveryColumns<'a> {
-    pub fn of(reqs: &[&'a DeliveryRequest]) -> Self {
-        Self {
-            sources: reqs.iter().map(|r| pg_text(&r.delivery.source)).collect(),
-            keys: reqs
-                .iter()
-                .map(|r| pg_opt(r.delivery.event_key.as_deref()))
-                .collect(),
-            reasons: reqs.iter().map(|r| pg_text(&r.delivery.reason)).collect(),
-            events: reqs
-                .iter()
-                .map(|r| pg_json(&r.delivery.events).to_string())
-                .collect(),
-            bodies: reqs.iter().map(|r| r.body_sha256.as_deref()).collect(),
-            redeliveries: reqs.iter().map(|r| r.redelivery_of).collect(),
-        }
-    }
-}
-
-/// Records deliveries in arrival order with ONE statement, outside any explicit
-/// transaction: one round trip and one commit for the whole batch, and the sender is still
-/// answered only after that commit. The server-side function keeps [`record_in`]'s rules
-/// (app locks in key order, repeats counted on the first row, pins, the same digest not
-/// queued twice, supersede); none of `reqs` may carry a version guard
-/// ([`one_statement_can_record`]).
+/// Records deliveries in arrival order with ONE statement, `pier_record_deliveries`
+/// (migration 0026), the one writer of a delivery's rules: one round trip for the whole
+/// batch. Outside a transaction it commits on its own and the sender is still answered only
+/// after that commit. `newer` is [`newer_per_wanted`] of each of `reqs`, or empty when none
+/// of them carries a version guard (then `conn` needs no transaction or lock of its own).
 pub(super) async fn record_all(
     conn: &mut sqlx::PgConnection,
     reqs: &[&DeliveryRequest],
+    newer: &[Vec<Option<String>>],
 ) -> Result<Vec<DeliveryOutcome>> {
-    debug_assert!(reqs.iter().all(|r| one_statement_can_record(r)));
+    debug_assert!(newer.is_empty() || newer.len() == reqs.len());
     let n = reqs.len();
-    let c = DeliveryColumns::of(reqs);
     let wanted = || {
-        reqs.iter()
-            .enumerate()
-            .flat_map(|(i, r)| r.wanted.iter().map(move |w| (i, &w.deployment)))
+        reqs.iter().enumerate().flat_map(|(i, r)| {
+            r.wanted
+                .iter()
+                .enumerate()
+                .map(move |(k, w)| (i, k, &w.deployment))
+        })
     };
     // 1-based, ascending: the function walks deliveries and their deployments together.
-    let w_delivery: Vec<i32> = wanted().map(|(i, _)| i as i32 + 1).collect();
-    let w_app: Vec<&str> = wanted().map(|(_, d)| d.app.as_str()).collect();
-    let w_trigger: Vec<&str> = wanted().map(|(_, d)| d.trigger.as_str()).collect();
-    let w_image: Vec<&str> = wanted().map(|(_, d)| d.image.as_str()).collect();
-    let w_tag: Vec<Option<&str>> = wanted().map(|(_, d)| d.requested_tag.as_deref()).collect();
-    let w_digest: Vec<Option<&str>> = wanted().map(|(_, d)| d.claimed_digest.as_deref()).collect();
-    let w_pinned: Vec<bool> = wanted().map(|(_, d)| d.pinned).collect();
+    let w_delivery: Vec<i32> = wanted().map(|(i, _, _)| i as i32 + 1).collect();
+    let w_app: Vec<&str> = wanted().map(|(_, _, d)| d.app.as_str()).collect();
+    let w_trigger: Vec<&str> = wanted().map(|(_, _, d)| d.trigger.as_str()).collect();
+    let w_image: Vec<&str> = wanted().map(|(_, _, d)| d.image.as_str()).collect();
+    let w_tag: Vec<Option<&str>> = wanted()
+        .map(|(_, _, d)| d.requested_tag.as_deref())
+        .collect();
+    let w_digest: Vec<Option<&str>> = wanted()
+        .map(|(_, _, d)| d.claimed_digest.as_deref())
+        .collect();
+    let w_pinned: Vec<bool> = wanted().map(|(_, _, d)| d.pinned).collect();
+    let w_newer: Vec<Option<&str>> = wanted()
+        .map(|(i, k, _)| newer.get(i).and_then(|n| n[k].as_deref()))
+        .collect();
     let sqlx::types::Json(answers): sqlx::types::Json<Vec<Answer>> = sqlx::query_scalar(
-        "SELECT pier_record_deliveries($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+        "SELECT pier_record_deliveries($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
+                                       $14)",
     )
-    .bind(&c.sources)
-    .bind(&c.keys)
-    .bind(&c.reasons)
-    .bind(&c.events)
-    .bind(&c.bodies)
-    .bind(&c.redeliveries)
+    .bind(
+        reqs.iter()
+            .map(|r| pg_text(&r.delivery.source))
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        reqs.iter()
+            .map(|r| pg_opt(r.delivery.event_key.as_deref()))
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        reqs.iter()
+            .map(|r| pg_text(&r.delivery.reason))
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        reqs.iter()
+            .map(|r| pg_json(&r.delivery.events).to_string())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        reqs.iter()
+            .map(|r| r.body_sha256.as_deref())
+            .collect::<Vec<_>>(),
+    )
+    .bind(reqs.iter().map(|r| r.redelivery_of).collect::<Vec<_>>())
     .bind(&w_delivery)
     .bind(&w_app)
     .bind(&w_trigger)
@@ -407,6 +304,7 @@ pub(super) async fn record_all(
     .bind(&w_tag)
     .bind(&w_digest)
     .bind(&w_pinned)
+    .bind(&w_newer)
     .fetch_one(conn)
     .await?;
     if answers.len() != n {
@@ -415,23 +313,27 @@ pub(super) async fn record_all(
             answers.len()
         ))));
     }
-    Ok(answers
-        .into_iter()
-        .map(|a| match a {
+    Ok(answers.into_iter().map(DeliveryOutcome::from).collect())
+}
+
+impl From<Answer> for DeliveryOutcome {
+    fn from(answer: Answer) -> Self {
+        match answer {
             Answer::Recorded {
                 delivery_id,
                 deployments,
                 pinned,
+                held_back,
             } => DeliveryOutcome::Recorded {
                 delivery_id,
                 deployments,
-                held_back: Vec::new(),
+                held_back,
                 pinned,
             },
             Answer::Duplicate { delivery_id } => DeliveryOutcome::Duplicate { delivery_id },
             Answer::Replay { delivery_id } => DeliveryOutcome::Replay { delivery_id },
-        })
-        .collect())
+        }
+    }
 }
 
 impl Store {

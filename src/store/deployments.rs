@@ -157,85 +157,27 @@ pub(super) async fn enqueue_as(
 }
 
 /// [`enqueue_in`] for a transaction that already holds the app's lock ([`lock_apps`]).
+/// The rule (the same digest is not queued twice, a newer deployment supersedes the queued
+/// one) is `pier_enqueue` (migration 0026), the one writer of new deployments, which a
+/// delivery's deployments take too.
 pub(super) async fn enqueue_locked(
     tx: &mut Transaction<'_, Postgres>,
     d: NewDeployment,
     requested_by: Option<&str>,
 ) -> Result<Enqueued> {
-    // Per app at most one queued and one running row exist: one probe of each partial
-    // unique index. Planned with each use (unnamed), with the table as it is then: a plan
-    // cached on a pooled connection while the table was empty took the app's
-    // whole-history index instead, and every enqueue then read every earlier deployment of
-    // the app (migrations 0016 and 0017 say more).
-    let pending: Vec<(String, Uuid, Option<String>, Option<String>)> = sqlx::query_as(
-        "SELECT state, id, claimed_digest, resolved_digest FROM deployments
-          WHERE app = $1 AND state = 'queued'
-         UNION ALL
-         SELECT state, id, claimed_digest, resolved_digest FROM deployments
-          WHERE app = $1 AND state = 'running'",
-    )
-    .bind(&d.app)
-    .persistent(false)
-    .fetch_all(&mut **tx)
-    .await?;
-    let queued = pending.iter().find(|p| p.0 == "queued").map(|p| p.1);
-    if let Some(digest) = &d.claimed_digest {
-        // The queued one is the newer: it is the one named.
-        let same = |p: &&(String, Uuid, Option<String>, Option<String>)| {
-            p.2.as_ref() == Some(digest) || p.3.as_ref() == Some(digest)
-        };
-        let hit = ["queued", "running"]
-            .iter()
-            .find_map(|state| pending.iter().filter(|p| p.0 == *state).find(same));
-        if let Some(p) = hit {
-            return Ok(Enqueued::AlreadyPending {
-                id: p.1,
-                app: d.app,
-            });
-        }
-    }
-    let id = Uuid::new_v4();
-    let superseded: Vec<Uuid> = match queued {
-        // By key; under the app's lock only a worker's claim can change it meanwhile, and
-        // a claimed deployment runs: it is not superseded.
-        Some(q) => {
-            sqlx::query_scalar(
-                "UPDATE deployments
-                 SET state = 'superseded', superseded_by = $2, finished_at = now(),
-                     updated_at = now(),
-                     outcome = 'superseded by a newer deployment before it started'
-                 WHERE id = $1 AND state = 'queued'
-                 RETURNING id",
-            )
-            .bind(q)
-            .bind(id)
-            .fetch_all(&mut **tx)
-            .await?
-        }
-        None => Vec::new(),
-    };
-    sqlx::query(
-        "INSERT INTO deployments
-           (id, app, trigger, delivery_id, image, requested_tag, claimed_digest, pinned,
-            requested_by)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-    )
-    .bind(id)
-    .bind(&d.app)
-    .bind(d.trigger)
-    .bind(d.delivery_id)
-    .bind(&d.image)
-    .bind(&d.requested_tag)
-    .bind(&d.claimed_digest)
-    .bind(d.pinned)
-    .bind(pg_opt(requested_by))
-    .execute(&mut **tx)
-    .await?;
-    Ok(Enqueued::Queued {
-        id,
-        app: d.app,
-        superseded,
-    })
+    let sqlx::types::Json(enqueued) =
+        sqlx::query_scalar("SELECT pier_enqueue($1, $2, $3, $4, $5, $6, $7, $8)")
+            .bind(&d.app)
+            .bind(d.trigger.as_str())
+            .bind(d.delivery_id)
+            .bind(&d.image)
+            .bind(&d.requested_tag)
+            .bind(&d.claimed_digest)
+            .bind(d.pinned)
+            .bind(pg_opt(requested_by))
+            .fetch_one(&mut **tx)
+            .await?;
+    Ok(enqueued)
 }
 
 impl Store {
@@ -298,7 +240,7 @@ impl Store {
         .await;
         match res {
             Ok(d) => Ok(d),
-            Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("23505") => Ok(None),
+            Err(sqlx::Error::Database(db)) if db.is_unique_violation() => Ok(None),
             Err(e) => Err(e.into()),
         }
     }

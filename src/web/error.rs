@@ -129,12 +129,13 @@ impl IntoResponse for WebError {
     }
 }
 
-pub fn html_escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-        .replace('\'', "&#39;")
+/// `s` escaped for HTML text and attributes by askama's own escaper, the one every template
+/// uses: markup built in Rust (an error page, a digest's button) escapes exactly as pages do.
+pub(crate) fn html_escape(s: &str) -> String {
+    match askama::filters::escape(s, askama::filters::Html) {
+        Ok(safe) => safe.to_string(),
+        Err(never) => match never {},
+    }
 }
 
 /// A browser route's error, rendered as HTML.

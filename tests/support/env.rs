@@ -131,6 +131,8 @@ pub struct TestEnvBuilder {
     database: Option<(String, String)>,
     /// The test registry's port; `None`: a free one.
     registry_port: Option<u16>,
+    /// Another `pier` binary than this build's (a bench's baseline).
+    program: Option<PathBuf>,
 }
 
 impl TestEnvBuilder {
@@ -215,6 +217,13 @@ impl TestEnvBuilder {
         self
     }
 
+    /// Runs `program` as Pier instead of this build's binary: a bench compares a baseline
+    /// build (an earlier commit's) with this one in the same run.
+    pub fn program(mut self, program: impl Into<PathBuf>) -> Self {
+        self.program = Some(program.into());
+        self
+    }
+
     /// Environment for the pier process (e.g. `PIER_CRASH_AT`).
     pub fn pier_env(mut self, key: &str, value: &str) -> Self {
         self.pier_env.push((key.to_owned(), value.to_owned()));
@@ -271,6 +280,7 @@ impl TestEnvBuilder {
             lease: self.lease,
             extra_server_toml: self.extra_server_toml,
             pier_env: self.pier_env,
+            program: self.program,
             registry_user: self.registry_auth.as_ref().map(|(u, _)| u.clone()),
             extra_sources_toml: self.extra_sources_toml,
         };
@@ -318,6 +328,7 @@ pub struct TestEnv {
     lease: String,
     extra_server_toml: String,
     pier_env: Vec<(String, String)>,
+    program: Option<PathBuf>,
     registry_user: Option<String>,
     extra_sources_toml: String,
 }
@@ -336,6 +347,7 @@ impl TestEnv {
             extra_sources_toml: String::new(),
             database: None,
             registry_port: None,
+            program: None,
         }
     }
 
@@ -457,6 +469,9 @@ impl TestEnv {
     /// The command that starts the main Pier process (config, env from the builder).
     pub fn pier_command(&self) -> PierCommand {
         let mut cmd = PierCommand::new(&self.config_toml());
+        if let Some(program) = &self.program {
+            cmd = cmd.program(program);
+        }
         for (k, v) in &self.pier_env {
             cmd = cmd.env(k, v);
         }

@@ -99,16 +99,16 @@ impl Run<'_> {
         }
     }
 
-    pub(super) async fn steps_swarm(&self) -> Result<String, PipelineError> {
+    pub(super) async fn steps_swarm(&self) -> Result<super::Done, PipelineError> {
         let swarm = self.swarm()?;
         let resolved = self.resolve().await?;
         if let Some(note) = self.skip_quarantined(&resolved.digest).await? {
-            return Ok(note);
+            return Ok(super::Done::Skipped(note));
         }
         if !self.dep.trigger.is_operator()
             && let Some(note) = self.service_already_runs(&resolved).await?
         {
-            return Ok(note);
+            return Ok(super::Done::Succeeded(note));
         }
         self.signature(&resolved).await?;
         let checked = self.verify_manifest(&resolved).await?;
@@ -126,7 +126,7 @@ impl Run<'_> {
             note.push_str(&format!(" (updated from {})", p.image));
         }
         note.push_str(&self.prune_secrets().await);
-        Ok(note)
+        Ok(super::Done::Succeeded(note))
     }
 
     /// The journal's `update` entry of this deployment, if the step began.

@@ -23,14 +23,13 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use super::deliveries::{
-    DeliveryOutcome, DeliveryRequest, one_statement_can_record, record_all, record_in,
+    DeliveryOutcome, DeliveryRequest, has_guard, newer_per_wanted, record_all,
 };
 use super::deployments::lock_apps;
 use super::lanes::Lanes;
 use super::{Result, Store, StoreError};
 use queue::Pending;
 
-mod plain;
 mod queue;
 mod reply;
 
@@ -164,18 +163,11 @@ impl Store {
     }
 
     async fn record_together(&self, reqs: &[&DeliveryRequest]) -> Result<Vec<DeliveryOutcome>> {
-        // One statement, one round trip, one commit for the batch (migration 0015); a
-        // batch with a version guard takes the transaction below, with the same rules.
-        if reqs.iter().all(|r| one_statement_can_record(r)) {
+        // One statement, one round trip, one commit for the batch (migration 0026).
+        if !reqs.iter().any(|r| has_guard(r)) {
             let lanes = &self.batch.lanes;
             let mut lane = self.noticed(lanes.take(&self.cluster).await)?;
-            let recorded = async {
-                if plain::queues_nothing(reqs) {
-                    plain::record_plain(&mut lane.conn, reqs).await
-                } else {
-                    record_all(&mut lane.conn, reqs).await
-                }
-            };
+            let recorded = record_all(&mut lane.conn, reqs, &[]);
             let res = match tokio::time::timeout(STATEMENT_DEADLINE, recorded).await {
                 Ok(Ok(outcomes)) => {
                     lanes.give_back(lane);
@@ -187,12 +179,16 @@ impl Store {
             };
             return self.noticed(res);
         }
+        // A version guard reads the versions in play under the apps' locks, so the batch
+        // takes them in a transaction and records its deliveries one statement each: each
+        // delivery's guard sees what the ones before it queued.
         let mut tx = self.begin().await?;
         let apps: Vec<&str> = reqs.iter().flat_map(|r| r.apps()).collect();
         lock_apps(&mut tx, &apps).await?;
         let mut outcomes = Vec::with_capacity(reqs.len());
         for req in reqs {
-            outcomes.push(record_in(&mut tx, req).await?);
+            let newer = newer_per_wanted(&mut tx, req).await?;
+            outcomes.extend(record_all(&mut tx, &[req], &[newer]).await?);
         }
         tx.commit().await?;
         Ok(outcomes)
