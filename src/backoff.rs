@@ -25,6 +25,26 @@ impl Backoff {
         }
     }
 
+    /// A database that went away (a restart, a failover) or a remote peer that failed
+    /// transiently: 200 ms doubling to 5 s, so a short blip is retried at once and a long
+    /// outage costs one attempt every 5 s, not a busy loop.
+    pub fn outage() -> Self {
+        Self::new(Duration::from_millis(200), Duration::from_secs(5))
+    }
+
+    /// A journal or queue write waiting out a database outage inside a run's patience:
+    /// 100 ms doubling to 2 s, shorter than [`Backoff::outage`], since a lease is ticking.
+    pub fn store_write() -> Self {
+        Self::new(Duration::from_millis(100), Duration::from_secs(2))
+    }
+
+    /// Something local that answers within milliseconds once ready (a proxy applying a
+    /// route, a loopback health probe): 5 ms doubling to 250 ms, so readiness is seen
+    /// almost at once and a slow start is not polled hot.
+    pub fn local_probe() -> Self {
+        Self::new(Duration::from_millis(5), Duration::from_millis(250))
+    }
+
     /// Gives up once waiting would pass `budget` from now.
     pub fn within(mut self, budget: Duration) -> Self {
         self.deadline = Some(Instant::now() + budget);

@@ -367,8 +367,7 @@ impl Run<'_> {
                 return self.remote_drained(old, timeout).await;
             }
             let started = Instant::now();
-            let mut backoff =
-                Backoff::new(Duration::from_millis(5), Duration::from_millis(250)).within(timeout);
+            let mut backoff = Backoff::local_probe().within(timeout);
             let mut first: Option<u64> = None;
             loop {
                 let in_flight = match self.proxy_view().await {
@@ -624,8 +623,7 @@ impl Run<'_> {
             return self.remote_applied(version).await;
         }
         let started = Instant::now();
-        let mut backoff = Backoff::new(Duration::from_millis(5), Duration::from_millis(200))
-            .within(APPLY_DEADLINE);
+        let mut backoff = Backoff::local_probe().within(APPLY_DEADLINE);
         loop {
             let last = match self.proxy_view().await {
                 Ok(v) => {

@@ -8,7 +8,6 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use super::{PipelineError, Run, Step, StepError, error_chain};
-use std::time::Duration;
 
 use crate::backoff::{Backoff, retry, retry_hinted};
 use crate::store::{GenerationSwitch, Lane, StepRecord, StepState, StoreError};
@@ -343,8 +342,7 @@ impl Run<'_> {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, StoreError>>,
     {
-        let backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2))
-            .within(self.ctx.store_patience);
+        let backoff = Backoff::store_write().within(self.ctx.store_patience);
         retry(
             backoff,
             StoreError::is_unavailable,
@@ -363,8 +361,7 @@ impl Run<'_> {
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, StepError>>,
     {
-        let backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5))
-            .within(self.ctx.retry_budget);
+        let backoff = Backoff::outage().within(self.ctx.retry_budget);
         retry_hinted(
             backoff,
             StepError::is_transient,

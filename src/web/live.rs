@@ -94,11 +94,11 @@ impl Hub {
     }
 
     async fn listen(self: Arc<Self>) {
-        let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+        let mut backoff = Backoff::outage();
         loop {
             match self.store.own_listener(crate::store::Channel::Live).await {
                 Ok(mut listener) => {
-                    backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+                    backoff = Backoff::outage();
                     self.ready.send_replace(true);
                     // Whatever happened while not listening, pages read it again.
                     let _ = self.changes.send(Uuid::nil());

@@ -121,7 +121,7 @@ async fn relay_one_by_one(
 impl Worker {
     async fn run(mut self) {
         let lease = self.config.server.lease;
-        let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+        let mut backoff = Backoff::outage();
         tracing::debug!(owner = %self.owner, "worker started");
         // The last claim failed: its commit may have happened with the answer lost.
         let mut unanswered = false;
@@ -229,8 +229,7 @@ impl Worker {
         // A database outage (a failover) is waited out as the journal's writes wait it
         // out: released at once, the claim would keep its lease and be resumed by another
         // run only when the lease ran out.
-        let backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2))
-            .within(self.ctx.store_patience);
+        let backoff = Backoff::store_write().within(self.ctx.store_patience);
         let judged = crate::backoff::retry(
             backoff,
             crate::store::StoreError::is_unavailable,
