@@ -1,11 +1,13 @@
 //! Every enumerated value the database stores, each mapped to its text in exactly one
-//! place. Decoding a value the code does not know is an error that names it: a row written
-//! by a newer Pier, or by hand, is never silently read as something else.
+//! place: strum derives the text (`snake_case` of the variant) and the strict parse, serde
+//! the same text. Decoding a value the code does not know is an error that names it: a row
+//! written by a newer Pier, or by hand, is never silently read as something else.
 
 use sqlx::Postgres;
 use sqlx::encode::IsNull;
 use sqlx::error::BoxDynError;
 use sqlx::postgres::{PgArgumentBuffer, PgTypeInfo, PgValueRef};
+use strum::{Display, EnumString, IntoStaticStr, VariantArray};
 
 /// A stored text that names no variant of the enum it is read as.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -15,123 +17,95 @@ pub struct UnknownValue {
     pub value: String,
 }
 
-/// Declares an enum stored as `text`: `as_str`, `FromStr` (strict), `Display`, serde as
-/// the same text, and sqlx encode/decode through those two functions only.
-macro_rules! db_enum {
-    (
-        $(#[$meta:meta])*
-        pub enum $name:ident ($what:literal) {
-            $( $(#[$vmeta:meta])* $variant:ident = $text:literal ),+ $(,)?
+impl UnknownValue {
+    fn new(kind: &'static str, value: &str) -> Self {
+        Self {
+            kind,
+            value: value.chars().take(64).collect(),
         }
-    ) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        pub enum $name {
-            $( $(#[$vmeta])* $variant ),+
-        }
+    }
+}
 
+/// Stores an enum that strum names as Postgres `text`, and gives it `as_str` and `ALL`.
+/// By hand rather than `#[derive(sqlx::Type)]`: the derive declares the column's type by
+/// name, which costs every new connection a lookup of that name before its first bind
+/// (tests/idle.rs and tests/group_commit.rs count the statements a connection sends).
+macro_rules! stored_as_text {
+    ($($name:ident),+ $(,)?) => {$(
         impl $name {
-            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+            pub const ALL: &'static [$name] = <$name as strum::VariantArray>::VARIANTS;
 
             pub fn as_str(self) -> &'static str {
-                match self {
-                    $($name::$variant => $text),+
-                }
+                self.into()
             }
         }
 
-        impl std::str::FromStr for $name {
-            type Err = $crate::store::kinds::UnknownValue;
-            fn from_str(s: &str) -> Result<Self, Self::Err> {
-                match s {
-                    $($text => Ok($name::$variant),)+
-                    other => Err($crate::store::kinds::UnknownValue {
-                        kind: $what,
-                        value: other.chars().take(64).collect(),
-                    }),
-                }
+        impl sqlx::Type<Postgres> for $name {
+            fn type_info() -> PgTypeInfo {
+                <&str as sqlx::Type<Postgres>>::type_info()
+            }
+            fn compatible(ty: &PgTypeInfo) -> bool {
+                <&str as sqlx::Type<Postgres>>::compatible(ty)
             }
         }
 
-        impl std::fmt::Display for $name {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(self.as_str())
+        impl<'r> sqlx::Decode<'r, Postgres> for $name {
+            fn decode(value: PgValueRef<'r>) -> Result<Self, BoxDynError> {
+                Ok(<&str as sqlx::Decode<Postgres>>::decode(value)?.parse::<$name>()?)
             }
         }
 
-        impl serde::Serialize for $name {
-            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.serialize_str(self.as_str())
+        impl sqlx::Encode<'_, Postgres> for $name {
+            fn encode_by_ref(&self, buf: &mut PgArgumentBuffer) -> Result<IsNull, BoxDynError> {
+                <&str as sqlx::Encode<Postgres>>::encode_by_ref(&self.as_str(), buf)
             }
         }
-
-        impl<'de> serde::Deserialize<'de> for $name {
-            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-                s.parse().map_err(serde::de::Error::custom)
-            }
-        }
-
-        impl sqlx::Type<sqlx::Postgres> for $name {
-            fn type_info() -> sqlx::postgres::PgTypeInfo {
-                $crate::store::kinds::text_type()
-            }
-            fn compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
-                $crate::store::kinds::text_compatible(ty)
-            }
-        }
-
-        impl<'r> sqlx::Decode<'r, sqlx::Postgres> for $name {
-            fn decode(
-                value: sqlx::postgres::PgValueRef<'r>,
-            ) -> Result<Self, sqlx::error::BoxDynError> {
-                Ok($crate::store::kinds::decode_text(value)?.parse::<$name>()?)
-            }
-        }
-
-        impl sqlx::Encode<'_, sqlx::Postgres> for $name {
-            fn encode_by_ref(
-                &self,
-                buf: &mut sqlx::postgres::PgArgumentBuffer,
-            ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
-                $crate::store::kinds::encode_text(self.as_str(), buf)
-            }
-        }
-    };
+    )+};
 }
 
-pub fn text_type() -> PgTypeInfo {
-    <&str as sqlx::Type<Postgres>>::type_info()
+stored_as_text!(
+    DeploymentState,
+    Trigger,
+    Step,
+    StepState,
+    Verdict,
+    ReconcileKind
+);
+
+/// `deployments.state`. `queued` and `running` are the queue; the rest are final.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Display,
+    EnumString,
+    IntoStaticStr,
+    VariantArray,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[strum(serialize_all = "snake_case", parse_err_ty = UnknownValue, parse_err_fn = unknown_deployment_state)]
+#[serde(rename_all = "snake_case")]
+pub enum DeploymentState {
+    Queued,
+    Running,
+    Succeeded,
+    Failed,
+    Superseded,
+    Cancelled,
+    /// Switched to the new generation, then back: it failed its soak.
+    RolledBack,
+    /// Issue 26: held until enough named admins approve it (or it is rejected or expires).
+    AwaitingApproval,
+    /// Issue 26: held until the app's next deploy window opens or its freeze ends.
+    AwaitingWindow,
 }
 
-pub fn text_compatible(ty: &PgTypeInfo) -> bool {
-    <&str as sqlx::Type<Postgres>>::compatible(ty)
-}
-
-pub fn decode_text(value: PgValueRef<'_>) -> Result<&str, BoxDynError> {
-    <&str as sqlx::Decode<Postgres>>::decode(value)
-}
-
-pub fn encode_text(s: &str, buf: &mut PgArgumentBuffer) -> Result<IsNull, BoxDynError> {
-    <&str as sqlx::Encode<Postgres>>::encode_by_ref(&s, buf)
-}
-
-db_enum! {
-    /// `deployments.state`. `queued` and `running` are the queue; the rest are final.
-    pub enum DeploymentState ("deployment state") {
-        Queued = "queued",
-        Running = "running",
-        Succeeded = "succeeded",
-        Failed = "failed",
-        Superseded = "superseded",
-        Cancelled = "cancelled",
-        /// Switched to the new generation, then back: it failed its soak.
-        RolledBack = "rolled_back",
-        /// Issue 26: held until enough named admins approve it (or it is rejected or expires).
-        AwaitingApproval = "awaiting_approval",
-        /// Issue 26: held until the app's next deploy window opens or its freeze ends.
-        AwaitingWindow = "awaiting_window",
-    }
+fn unknown_deployment_state(value: &str) -> UnknownValue {
+    UnknownValue::new("deployment state", value)
 }
 
 impl DeploymentState {
@@ -148,16 +122,34 @@ impl DeploymentState {
     }
 }
 
-db_enum! {
-    /// `deployments.trigger`: what asked for the deployment.
-    pub enum Trigger ("deployment trigger") {
-        Webhook = "webhook",
-        Manual = "manual",
-        Rollback = "rollback",
-        Reconcile = "reconcile",
-        /// Issue 26: a digest another app (staging) proved, promoted to this one.
-        Promotion = "promotion",
-    }
+/// `deployments.trigger`: what asked for the deployment.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Display,
+    EnumString,
+    IntoStaticStr,
+    VariantArray,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[strum(serialize_all = "snake_case", parse_err_ty = UnknownValue, parse_err_fn = unknown_trigger)]
+#[serde(rename_all = "snake_case")]
+pub enum Trigger {
+    Webhook,
+    Manual,
+    Rollback,
+    Reconcile,
+    /// Issue 26: a digest another app (staging) proved, promoted to this one.
+    Promotion,
+}
+
+fn unknown_trigger(value: &str) -> UnknownValue {
+    UnknownValue::new("deployment trigger", value)
 }
 
 impl Trigger {
@@ -167,44 +159,62 @@ impl Trigger {
     }
 }
 
-db_enum! {
-    /// `deployment_steps.step`: the pipeline's steps, in the order they run.
-    pub enum Step ("pipeline step") {
-        Resolve = "resolve",
-        /// Issue 25: the resolved digest carries a trusted key's cosign signature.
-        Signature = "signature",
-        /// Issue 23: a rollout across engines first asks every engine whether it answers,
-        /// so that one that is down fails the deployment before any engine changed.
-        Reach = "reach",
-        Pull = "pull",
-        Verify = "verify",
-        /// The app's private network exists (issue 10).
-        Network = "network",
-        /// The app's named volumes are owned (recorded) and exist.
-        Volumes = "volumes",
-        Create = "create",
-        /// The journaled candidate joins the app's shared networks.
-        Connect = "connect",
-        StopOld = "stop_old",
-        Start = "start",
-        Health = "health",
-        Switch = "switch",
-        /// Blue-green: wait until the proxy serves the new route.
-        Applied = "applied",
-        /// Blue-green: in-flight requests finish on the old generation.
-        Drain = "drain",
-        /// Blue-green: the new generation is watched before the old one is retired.
-        Soak = "soak",
-        /// Blue-green: traffic switched back to the previous generation.
-        Revert = "revert",
-        Retire = "retire",
-        Rollback = "rollback",
-        /// Issue 24: the swarm service's spec names the deployment's digest (created or
-        /// updated once; a replay proves from the spec and its tasks that it happened).
-        Update = "update",
-        /// Issue 24: Swarm's rollout of that spec, watched to a verdict.
-        Converge = "converge",
-    }
+/// `deployment_steps.step`: the pipeline's steps, in the order they run.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Display,
+    EnumString,
+    IntoStaticStr,
+    VariantArray,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[strum(serialize_all = "snake_case", parse_err_ty = UnknownValue, parse_err_fn = unknown_step)]
+#[serde(rename_all = "snake_case")]
+pub enum Step {
+    Resolve,
+    /// Issue 25: the resolved digest carries a trusted key's cosign signature.
+    Signature,
+    /// Issue 23: a rollout across engines first asks every engine whether it answers,
+    /// so that one that is down fails the deployment before any engine changed.
+    Reach,
+    Pull,
+    Verify,
+    /// The app's private network exists (issue 10).
+    Network,
+    /// The app's named volumes are owned (recorded) and exist.
+    Volumes,
+    Create,
+    /// The journaled candidate joins the app's shared networks.
+    Connect,
+    StopOld,
+    Start,
+    Health,
+    Switch,
+    /// Blue-green: wait until the proxy serves the new route.
+    Applied,
+    /// Blue-green: in-flight requests finish on the old generation.
+    Drain,
+    /// Blue-green: the new generation is watched before the old one is retired.
+    Soak,
+    /// Blue-green: traffic switched back to the previous generation.
+    Revert,
+    Retire,
+    Rollback,
+    /// Issue 24: the swarm service's spec names the deployment's digest (created or
+    /// updated once; a replay proves from the spec and its tasks that it happened).
+    Update,
+    /// Issue 24: Swarm's rollout of that spec, watched to a verdict.
+    Converge,
+}
+
+fn unknown_step(value: &str) -> UnknownValue {
+    UnknownValue::new("pipeline step", value)
 }
 
 impl Step {
@@ -237,36 +247,90 @@ impl Step {
     }
 }
 
-db_enum! {
-    /// `deployment_steps.state`: the intent is committed as `started` before the side
-    /// effect; the result moves it to `succeeded` or `failed`.
-    pub enum StepState ("step state") {
-        Started = "started",
-        Succeeded = "succeeded",
-        Failed = "failed",
-    }
+/// `deployment_steps.state`: the intent is committed as `started` before the side
+/// effect; the result moves it to `succeeded` or `failed`.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Display,
+    EnumString,
+    IntoStaticStr,
+    VariantArray,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[strum(serialize_all = "snake_case", parse_err_ty = UnknownValue, parse_err_fn = unknown_step_state)]
+#[serde(rename_all = "snake_case")]
+pub enum StepState {
+    Started,
+    Succeeded,
+    Failed,
 }
 
-db_enum! {
-    /// `deliveries.verdict`: what an authentic delivery led to.
-    pub enum Verdict ("delivery verdict") {
-        Queued = "queued",
-        Ignored = "ignored",
-        /// Every app it matched is pinned by an operator: recorded, not deployed.
-        Pinned = "pinned",
-    }
+fn unknown_step_state(value: &str) -> UnknownValue {
+    UnknownValue::new("step state", value)
 }
 
-db_enum! {
-    /// `reconcile_actions.action`: what reconciliation changed on the engine or the queue.
-    pub enum ReconcileKind ("reconcile action") {
-        RemovedOrphan = "removed_orphan",
-        RequeuedMissing = "requeued_missing",
-        /// A proxy route pointed at a container that is gone.
-        RemovedRoute = "removed_route",
-        /// The private network of an app that left the config, with nothing attached.
-        RemovedNetwork = "removed_network",
-    }
+/// `deliveries.verdict`: what an authentic delivery led to.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Display,
+    EnumString,
+    IntoStaticStr,
+    VariantArray,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[strum(serialize_all = "snake_case", parse_err_ty = UnknownValue, parse_err_fn = unknown_verdict)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Queued,
+    Ignored,
+    /// Every app it matched is pinned by an operator: recorded, not deployed.
+    Pinned,
+}
+
+fn unknown_verdict(value: &str) -> UnknownValue {
+    UnknownValue::new("delivery verdict", value)
+}
+
+/// `reconcile_actions.action`: what reconciliation changed on the engine or the queue.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Display,
+    EnumString,
+    IntoStaticStr,
+    VariantArray,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[strum(serialize_all = "snake_case", parse_err_ty = UnknownValue, parse_err_fn = unknown_reconcile_kind)]
+#[serde(rename_all = "snake_case")]
+pub enum ReconcileKind {
+    RemovedOrphan,
+    RequeuedMissing,
+    /// A proxy route pointed at a container that is gone.
+    RemovedRoute,
+    /// The private network of an app that left the config, with nothing attached.
+    RemovedNetwork,
+}
+
+fn unknown_reconcile_kind(value: &str) -> UnknownValue {
+    UnknownValue::new("reconcile action", value)
 }
 
 #[cfg(test)]
@@ -275,12 +339,18 @@ mod tests {
 
     fn round_trips<T>(all: &[T])
     where
-        T: Copy + std::fmt::Debug + PartialEq + std::str::FromStr + std::fmt::Display,
+        T: Copy
+            + std::fmt::Debug
+            + PartialEq
+            + std::str::FromStr
+            + std::fmt::Display
+            + serde::Serialize,
         <T as std::str::FromStr>::Err: std::fmt::Debug,
     {
         for v in all {
             assert_eq!(v.to_string().parse::<T>().unwrap(), *v);
-            let json = serde_json::to_string(&v.to_string()).unwrap();
+            // serde's name and strum's are one text: a page's JSON and the column agree.
+            let json = serde_json::to_string(v).unwrap();
             assert_eq!(json, format!("\"{v}\""));
         }
     }
