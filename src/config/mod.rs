@@ -248,7 +248,7 @@ pub struct AppConfig {
     pub rule: TagRule,
     /// How often the reconcile poller asks the registry what the app follows; `None` is
     /// off. Default: off when some webhook source covers the app's registry, else
-    /// [`raw::DEFAULT_POLL`].
+    /// [`app::DEFAULT_POLL`].
     pub poll: Option<Duration>,
     /// `poll` was written in the file (then no default applies).
     pub poll_explicit: bool,
@@ -373,6 +373,7 @@ pub fn parse_bytes(text: &str) -> Result<i64, String> {
         .ok_or_else(|| format!("`{text}` is not a size such as 512m or 1g"))
 }
 
+mod app;
 mod contained;
 mod gates;
 mod windows;
@@ -393,6 +394,7 @@ pub use policy::{Policy, Refused};
 mod proxy;
 mod raw;
 mod retention;
+mod server;
 mod services;
 pub use retention::RetentionConfig;
 mod signin;
@@ -400,7 +402,7 @@ mod source;
 mod targets;
 mod trust;
 mod trusted;
-pub use raw::DEFAULT_POLL;
+pub use app::DEFAULT_POLL;
 pub use targets::{Batch, LOCAL, Rollout, TargetConfig, TargetKind};
 pub use trust::TrustEntry;
 
