@@ -575,6 +575,8 @@ mod tests {
 mod example {
     use super::*;
 
+    // Long by design: one assertion per documented feature of examples/pier.toml, so that
+    // the example and this list are read side by side.
     /// The documented example must stay loadable as the code changes.
     #[test]
     fn the_example_config_loads() {

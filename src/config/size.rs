@@ -16,7 +16,9 @@ pub struct SizeError(String);
 pub fn parse_bytes(text: &str) -> Result<i64, SizeError> {
     let err = || SizeError(text.to_owned());
     let lower = text.trim().to_ascii_lowercase();
-    let t = lower.strip_suffix('b').unwrap_or(&lower);
+    // As the hand-written parser read them: a leading `+`, and a space before `b`.
+    let t = lower.strip_prefix('+').unwrap_or(&lower);
+    let t = t.strip_suffix('b').unwrap_or(t).trim_end();
     let binary = match t.chars().last() {
         Some('k' | 'm' | 'g' | 't') => format!("{t}i"),
         _ => t.to_owned(),
@@ -41,6 +43,8 @@ mod tests {
         assert_eq!(parse_bytes("100"), Ok(100));
         assert_eq!(parse_bytes("100b"), Ok(100));
         assert_eq!(parse_bytes("2 MiB"), Ok(2 << 20));
+        assert_eq!(parse_bytes("5 b"), Ok(5));
+        assert_eq!(parse_bytes("+5 m"), Ok(5 << 20));
         for bad in ["lots", "0", "0m", "-5", "", "m", "99999999999999g"] {
             let e = parse_bytes(bad).unwrap_err();
             assert_eq!(
