@@ -1,9 +1,9 @@
 //! Sizes in the file (`512m`, `1g`, `64k`, `1048576`), read by the `bytesize` crate.
 //!
-//! Pier's `k`, `m`, `g` and `t` have always been powers of 1024 (`512m` is 512 MiB, as
-//! Docker reads a memory limit); `bytesize` reads those letters as powers of 1000, so they
-//! are handed to it as its binary units (`512mi`). Anything else it accepts (`1.5g`,
-//! `64 KiB`) is accepted too; zero and sizes beyond `i64` are refused.
+//! Pier's `k`, `m` and `g` have always been powers of 1024 (`512m` is 512 MiB, as Docker
+//! reads a memory limit); `bytesize` reads those letters as powers of 1000, so they (and
+//! `t`, `p`, `e`, new here) are handed to it as its binary units (`512mi`). Anything else
+//! it accepts (`1.5g`, `64 KiB`) is accepted too; zero and sizes beyond `i64` are refused.
 
 use bytesize::ByteSize;
 
@@ -20,7 +20,7 @@ pub fn parse_bytes(text: &str) -> Result<i64, SizeError> {
     let t = lower.strip_prefix('+').unwrap_or(&lower);
     let t = t.strip_suffix('b').unwrap_or(t).trim_end();
     let binary = match t.chars().last() {
-        Some('k' | 'm' | 'g' | 't') => format!("{t}i"),
+        Some('k' | 'm' | 'g' | 't' | 'p' | 'e') => format!("{t}i"),
         _ => t.to_owned(),
     };
     let n: ByteSize = binary.parse().map_err(|_| err())?;
@@ -45,6 +45,7 @@ mod tests {
         assert_eq!(parse_bytes("2 MiB"), Ok(2 << 20));
         assert_eq!(parse_bytes("5 b"), Ok(5));
         assert_eq!(parse_bytes("+5 m"), Ok(5 << 20));
+        assert_eq!(parse_bytes("1t"), Ok(1 << 40));
         for bad in ["lots", "0", "0m", "-5", "", "m", "99999999999999g"] {
             let e = parse_bytes(bad).unwrap_err();
             assert_eq!(
