@@ -182,31 +182,41 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         } => crate::contain::import(&config, &app, &archive, digest, platform).await,
         Command::Reload { pid } => crate::contain::reload(pid, cli.pid_file.as_deref()),
         Command::Volumes { action } => crate::contain::volumes(&config, action).await,
-        Command::Proxy { target } => {
-            let mut config = config;
-            if let Some(t) = target {
-                anyhow::ensure!(
-                    config.targets.iter().any(|c| c.name == t),
-                    "--target {t}: no such target in the config"
-                );
-                config.proxy.target = t;
-            }
-            crate::proxy::run(config).await
-        }
+        Command::Proxy { target } => proxy(config, target).await,
         Command::Migrate => {
             let store = store(&config)?;
             store.migrate().await.context("migrate")?;
             println!("migrations applied");
             Ok(())
         }
+        Command::Status { json } => status(&config, json).await,
+        command => operator_action(&config, command).await,
+    }
+}
+
+/// `pier proxy`, maybe for another target than the config's.
+async fn proxy(mut config: Config, target: Option<String>) -> anyhow::Result<()> {
+    if let Some(t) = target {
+        anyhow::ensure!(
+            config.targets.iter().any(|c| c.name == t),
+            "--target {t}: no such target in the config"
+        );
+        config.proxy.target = t;
+    }
+    crate::proxy::run(config).await
+}
+
+/// What an operator does to one app's deployments from the command line.
+async fn operator_action(config: &Config, command: Command) -> anyhow::Result<()> {
+    match command {
         Command::Deploy {
             app,
             digest,
             wait,
             timeout,
         } => {
-            let store = store(&config)?;
-            let e = crate::actions::deploy(&store, &config, &app, digest, &Actor::Cli).await?;
+            let store = store(config)?;
+            let e = crate::actions::deploy(&store, config, &app, digest, &Actor::Cli).await?;
             queued(&store, e, wait.then_some(timeout)).await
         }
         Command::Rollback {
@@ -215,13 +225,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             wait,
             timeout,
         } => {
-            let store = store(&config)?;
-            let e = crate::actions::rollback(&store, &config, &app, &digest, &Actor::Cli).await?;
+            let store = store(config)?;
+            let e = crate::actions::rollback(&store, config, &app, &digest, &Actor::Cli).await?;
             println!("pinned {app} to {digest}");
             queued(&store, e, wait.then_some(timeout)).await
         }
         Command::Unpin { app } => {
-            let u = crate::actions::unpin(&store(&config)?, &app, &Actor::Cli).await?;
+            let u = crate::actions::unpin(&store(config)?, &app, &Actor::Cli).await?;
             println!(
                 "unpinned {} (was pinned to {} by {})",
                 u.app, u.was.digest, u.was.by
@@ -229,7 +239,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Cancel { deployment } => {
-            match crate::actions::cancel(&store(&config)?, deployment, &Actor::Cli).await? {
+            match crate::actions::cancel(&store(config)?, deployment, &Actor::Cli).await? {
                 Cancelled::Cancelled => println!("cancelled deployment {deployment}"),
                 Cancelled::StopRequested => println!(
                     "stop requested: deployment {deployment} stops at its next step boundary"
@@ -237,10 +247,16 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Status { json } => status(&config, json).await,
+        command => gate_action(config, command).await,
+    }
+}
+
+/// Approvals, overrides and freezes (issue 26), from the command line.
+async fn gate_action(config: &Config, command: Command) -> anyhow::Result<()> {
+    match command {
         Command::Approve { deployment, admin } => {
-            let admin = named_admin(&config, &admin)?;
-            let d = crate::gates::approve(&store(&config)?, &config, deployment, &admin).await?;
+            let admin = named_admin(config, &admin)?;
+            let d = crate::gates::approve(&store(config)?, config, deployment, &admin).await?;
             println!("{}", serde_json::to_string(&d)?);
             Ok(())
         }
@@ -249,9 +265,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             admin,
             reason,
         } => {
-            let admin = named_admin(&config, &admin)?;
-            let s = store(&config)?;
-            crate::gates::reject(&s, &config, deployment, &admin, reason.as_deref()).await?;
+            let admin = named_admin(config, &admin)?;
+            let s = store(config)?;
+            crate::gates::reject(&s, config, deployment, &admin, reason.as_deref()).await?;
             println!("rejected deployment {deployment}");
             Ok(())
         }
@@ -260,17 +276,16 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             admin,
             reason,
         } => {
-            let admin = named_admin(&config, &admin)?;
-            crate::gates::override_wait(&store(&config)?, deployment, &admin, Some(&reason))
-                .await?;
+            let admin = named_admin(config, &admin)?;
+            crate::gates::override_wait(&store(config)?, deployment, &admin, Some(&reason)).await?;
             println!("overridden: deployment {deployment} runs now");
             Ok(())
         }
         Command::Freeze { app, until, reason } => {
             let until = crate::gates::parse_until(&until).map_err(anyhow::Error::msg)?;
-            let s = store(&config)?;
+            let s = store(config)?;
             let f =
-                crate::gates::freeze(&s, &config, &app, until, Some(&reason), &Actor::Cli).await?;
+                crate::gates::freeze(&s, config, &app, until, Some(&reason), &Actor::Cli).await?;
             println!(
                 "froze {} until {}: {}",
                 f.app,
@@ -280,7 +295,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Unfreeze { app } => {
-            match crate::gates::unfreeze(&store(&config)?, &config, &app, &Actor::Cli).await? {
+            match crate::gates::unfreeze(&store(config)?, config, &app, &Actor::Cli).await? {
                 Some(f) => println!(
                     "unfroze {} (frozen by {}: {})",
                     f.app, f.frozen_by, f.reason
@@ -289,6 +304,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        // `run` and `operator_action` take every other command before this.
+        other => unreachable!("not a gate command: {other:?}"),
     }
 }
 

@@ -201,21 +201,20 @@ impl Poller {
         {
             return Ok(Polled::Idle(crate::store::pinned_reason(&pin)));
         }
-        match self.store.digest_status(&app.name, &digest).await? {
-            DigestStatus::Serving => return Ok(Polled::Idle(format!("{tag} ({digest}) serves"))),
-            DigestStatus::Pending => {
-                return Ok(Polled::Idle(format!(
-                    "a deployment is queued or running ({tag} is {digest})"
-                )));
-            }
-            // Re-queueing a digest that failed would fail again at every interval.
-            DigestStatus::Failed => {
-                return Ok(Polled::Idle(format!(
-                    "{tag} ({digest}) failed to deploy before; waiting for a new push or a redeploy"
-                )));
-            }
-            DigestStatus::New => {}
+        let status = self.store.digest_status(&app.name, &digest).await?;
+        if let Some(idle) = not_new(status, &tag, &digest) {
+            return Ok(idle);
         }
+        self.deliver(app, tag, digest).await
+    }
+
+    /// Queues `digest` of `tag`, through intake, as a delivery of source `poller`.
+    async fn deliver(
+        &self,
+        app: &AppConfig,
+        tag: String,
+        digest: String,
+    ) -> Result<Polled, PollError> {
         // Through intake, as a delivery of source `poller`: the page lists it with its
         // verdict, and the same rules hold (one queued per app, a range never rolls back).
         let mut only = (*self.live.load()).clone();
@@ -244,4 +243,19 @@ impl Poller {
             )
         })
     }
+}
+
+/// Why a digest that is not new is left alone, or `None` when it is new.
+fn not_new(status: DigestStatus, tag: &str, digest: &str) -> Option<Polled> {
+    Some(Polled::Idle(match status {
+        DigestStatus::Serving => format!("{tag} ({digest}) serves"),
+        DigestStatus::Pending => {
+            format!("a deployment is queued or running ({tag} is {digest})")
+        }
+        // Re-queueing a digest that failed would fail again at every interval.
+        DigestStatus::Failed => format!(
+            "{tag} ({digest}) failed to deploy before; waiting for a new push or a redeploy"
+        ),
+        DigestStatus::New => return None,
+    }))
 }

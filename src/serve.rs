@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use tokio::sync::watch;
+use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -154,35 +155,22 @@ pub async fn run_until_with(
         targets,
         engine,
     } = connect(config, true).await?;
-    let platform = engine
-        .platform()
-        .await
-        .context("ask the engine its platform")?;
-    let env_key = store
-        .installation_key()
-        .await
-        .context("read the installation key")?;
+    let (platform, env_key) = platform_and_key(&engine, &store).await?;
     let poll_platform = platform.clone();
     let live = crate::config::LiveConfig::new(config.clone(), path.clone());
     if path.is_some() {
         tokio::spawn(reload_on_sighup(live.clone(), shutdown.clone()));
     }
-    let ctx = Arc::new(Context {
-        store: store.clone(),
-        targets,
-        registry: Registry::new(&config.registries, config.server.registry_limits),
+    let ctx = Arc::new(pipeline_context(
+        &config,
+        (store.clone(), targets),
         platform,
-        http: crate::pipeline::probe_client(),
-        store_patience: Duration::from_secs(120),
-        retry_budget: config.server.retry_budget,
         env_key,
-        proxy_admin: config.proxy.admin,
-        live: live.clone(),
-    });
-    let (wake_tx, wake_rx) = watch::channel(0u64);
-    let (alive_tx, alive_rx) = watch::channel(false);
+        live.clone(),
+    ));
+    let (signals, wake_rx, alive_rx) = worker_signals();
+    let deploying = signals.deploying.clone();
     let liveness_key = worker::liveness_key();
-    let deploying = worker::Deploying::default();
 
     // Before any claim: remove what crashed runs left behind and that nothing will resume.
     run_reconcile(&config, &store, &ctx.targets).await;
@@ -193,71 +181,20 @@ pub async fn run_until_with(
     let listening = tokio::spawn(worker::listen(
         store.clone(),
         liveness_key,
-        Signals {
-            wake: wake_tx,
-            alive: alive_tx,
-            deploying: deploying.clone(),
-        },
+        signals,
         listener_stop.clone(),
     ));
 
     let mut tasks = tokio::task::JoinSet::new();
-    let (c, s, e, stop) = (
-        live.clone(),
-        store.clone(),
-        ctx.targets.clone(),
-        shutdown.clone(),
-    );
-    let sweep = config.server.sweep_interval;
-    tasks.spawn(async move {
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep(sweep) => {
-                    // The apps as reloaded: reconciliation repairs what the config says now.
-                    let config = c.load();
-                    run_reconcile(&config, &s, &e).await;
-                    run_retention(&config, &s).await;
-                }
-                _ = stop.cancelled() => return,
-            }
-        }
-    });
-    // Outgoing notifications: the endpoints the outbox trigger reads, then one sender.
-    if let Err(e) = store
-        .sync_endpoints(&crate::notify::endpoints(&config))
-        .await
-    {
-        tracing::warn!(error = %error_chain(&e), "cannot record the notification endpoints; the previous ones stay in force until the next start");
-    }
-    tasks.spawn(
-        crate::notify::Sender {
-            store: store.clone(),
-            endpoints: config.notifications.clone(),
-            public_url: config.server.sign_in.public_url.clone(),
-        }
-        .run(shutdown.clone()),
-    );
-    // Promotions (issue 26): one task, one timer, woken by the source apps' queue changes.
-    tasks.spawn(
-        crate::promote::Promoter {
-            live: live.clone(),
-            store: store.clone(),
-            sweep: config.server.sweep_interval,
-        }
-        .run(shutdown.clone()),
-    );
-    // The reconcile poller: one timer per app with `poll` on, none otherwise.
-    crate::poller::spawn(
-        &mut tasks,
-        crate::poller::Poller {
-            live: live.clone(),
-            store: store.clone(),
-            registry: Registry::new(&config.registries, config.server.registry_limits),
-            tags: crate::registry::tags::TagLister::new(&config.registries),
-            platform: poll_platform,
-        },
-        &shutdown,
-    );
+    let side = SideTasks {
+        config: &config,
+        live: &live,
+        store: &store,
+        shutdown: &shutdown,
+    };
+    side.spawn_sweeper(&mut tasks, &ctx.targets);
+    side.spawn_outbox_and_timers(&mut tasks, poll_platform)
+        .await;
     // The pages' read-only view of every target's engine, before the workers take `ctx`.
     let page_targets = web::engines::TargetViews::of(&ctx.targets);
     tasks.spawn(
@@ -274,21 +211,7 @@ pub async fn run_until_with(
     );
     if let Some(listener) = http {
         tracing::info!(addr = %listener.local_addr()?, "listening");
-        let app = web::router(AppState {
-            config: config.clone(),
-            store: store.clone(),
-            engine: EngineView::new(engine),
-            targets: page_targets,
-            metrics,
-            guard: Arc::new(web::guard::Guard::new(config.server.webhook_buffer_bytes)),
-            live: Some(live.clone()),
-            pages: web::ui::PageState::new(store.clone(), shutdown.clone()),
-        });
-        let limits = web::server::Limits {
-            header_timeout: config.server.header_timeout,
-            max_connections: config.server.max_connections,
-        };
-        tasks.spawn(web::server::serve(listener, app, limits, shutdown.clone()));
+        side.spawn_http(&mut tasks, listener, (engine, page_targets, metrics));
     }
     tracing::info!(workers = config.server.workers, "pier running");
     shutdown.cancelled().await;
@@ -296,6 +219,167 @@ pub async fn run_until_with(
     listener_stop.cancel();
     let _ = listening.await;
     Ok(())
+}
+
+/// The engine's platform (what images are pulled for) and the installation's env key.
+async fn platform_and_key(
+    engine: &Engine,
+    store: &Store,
+) -> anyhow::Result<(crate::domain::Platform, Vec<u8>)> {
+    let platform = engine
+        .platform()
+        .await
+        .context("ask the engine its platform")?;
+    let env_key = store
+        .installation_key()
+        .await
+        .context("read the installation key")?;
+    Ok((platform, env_key))
+}
+
+/// The listener's ends of the workers' wake-up and liveness channels, and the workers'.
+fn worker_signals() -> (Signals, watch::Receiver<u64>, watch::Receiver<bool>) {
+    let (wake, wake_rx) = watch::channel(0u64);
+    let (alive, alive_rx) = watch::channel(false);
+    let signals = Signals {
+        wake,
+        alive,
+        deploying: worker::Deploying::default(),
+    };
+    (signals, wake_rx, alive_rx)
+}
+
+/// The workers' context: the registry client, deadlines and proxy admin from `config`.
+fn pipeline_context(
+    config: &Config,
+    (store, targets): (Store, crate::target::Targets),
+    platform: crate::domain::Platform,
+    env_key: Vec<u8>,
+    live: crate::config::LiveConfig,
+) -> Context {
+    Context {
+        store,
+        targets,
+        registry: Registry::new(&config.registries, config.server.registry_limits),
+        platform,
+        http: crate::pipeline::probe_client(),
+        store_patience: Duration::from_secs(120),
+        retry_budget: config.server.retry_budget,
+        env_key,
+        proxy_admin: config.proxy.admin,
+        live,
+    }
+}
+
+/// What the tasks beside the workers share; each `spawn_*` starts its tasks in `tasks`,
+/// which `run_until_with` drains on shutdown before it releases the liveness lock.
+struct SideTasks<'a> {
+    config: &'a Arc<Config>,
+    live: &'a crate::config::LiveConfig,
+    store: &'a Store,
+    shutdown: &'a CancellationToken,
+}
+
+impl SideTasks<'_> {
+    /// Every sweep: reconciliation and retention, with the config as reloaded, so that
+    /// reconciliation repairs what the config says now.
+    fn spawn_sweeper(&self, tasks: &mut JoinSet<()>, targets: &crate::target::Targets) {
+        let (c, s, e, stop) = (
+            self.live.clone(),
+            self.store.clone(),
+            targets.clone(),
+            self.shutdown.clone(),
+        );
+        let sweep = self.config.server.sweep_interval;
+        tasks.spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(sweep) => {
+                        let config = c.load();
+                        run_reconcile(&config, &s, &e).await;
+                        run_retention(&config, &s).await;
+                    }
+                    _ = stop.cancelled() => return,
+                }
+            }
+        });
+    }
+
+    /// Outgoing notifications (the endpoints the outbox trigger reads, then one sender),
+    /// promotions, and the reconcile poller.
+    async fn spawn_outbox_and_timers(
+        &self,
+        tasks: &mut JoinSet<()>,
+        poll_platform: crate::domain::Platform,
+    ) {
+        let (config, store, shutdown) = (self.config, self.store, self.shutdown);
+        if let Err(e) = store
+            .sync_endpoints(&crate::notify::endpoints(config))
+            .await
+        {
+            tracing::warn!(error = %error_chain(&e), "cannot record the notification endpoints; the previous ones stay in force until the next start");
+        }
+        tasks.spawn(
+            crate::notify::Sender {
+                store: store.clone(),
+                endpoints: config.notifications.clone(),
+                public_url: config.server.sign_in.public_url.clone(),
+            }
+            .run(shutdown.clone()),
+        );
+        // Promotions (issue 26): one task, one timer, woken by the source apps' queue changes.
+        tasks.spawn(
+            crate::promote::Promoter {
+                live: self.live.clone(),
+                store: store.clone(),
+                sweep: config.server.sweep_interval,
+            }
+            .run(shutdown.clone()),
+        );
+        // The reconcile poller: one timer per app with `poll` on, none otherwise.
+        crate::poller::spawn(
+            tasks,
+            crate::poller::Poller {
+                live: self.live.clone(),
+                store: store.clone(),
+                registry: Registry::new(&config.registries, config.server.registry_limits),
+                tags: crate::registry::tags::TagLister::new(&config.registries),
+                platform: poll_platform,
+            },
+            shutdown,
+        );
+    }
+
+    /// The HTTP app on `listener`, with the server's header timeout and connection cap.
+    fn spawn_http(
+        &self,
+        tasks: &mut JoinSet<()>,
+        listener: tokio::net::TcpListener,
+        (engine, targets, metrics): (Engine, web::engines::TargetViews, Option<PrometheusHandle>),
+    ) {
+        let (config, store, shutdown) = (self.config, self.store, self.shutdown);
+        let state = AppState {
+            config: config.clone(),
+            store: store.clone(),
+            engine: EngineView::new(engine),
+            targets,
+            metrics,
+            guard: Arc::new(web::guard::Guard::new(config.server.webhook_buffer_bytes)),
+            live: Some(self.live.clone()),
+            pages: web::ui::PageState::new(store.clone(), shutdown.clone()),
+        };
+        let limits = web::server::Limits {
+            header_timeout: self.config.server.header_timeout,
+            max_connections: self.config.server.max_connections,
+        };
+        let app = web::router(state);
+        tasks.spawn(web::server::serve(
+            listener,
+            app,
+            limits,
+            self.shutdown.clone(),
+        ));
+    }
 }
 
 /// The process's metrics recorder, installed once however many times Pier starts in it.

@@ -110,7 +110,10 @@ pub(super) struct RawHostMount {
     read_only: bool,
 }
 
-/// The app's fields this module reads, gathered by `raw.rs`.
+/// The app's fields this module reads: flattened into `[[apps]]` (see `app.rs`), so each
+/// is written once, as the file names it. A service builds its own (`services.rs`).
+#[derive(Deserialize, Default)]
+#[serde(default)]
 pub(super) struct RawContained {
     pub service: Option<String>,
     pub networks: Vec<String>,
@@ -200,6 +203,8 @@ fn network_name(n: &str) -> bool {
 }
 
 impl RawContained {
+    /// Checked in the order errors have always been reported: the service name, networks,
+    /// mounts (volumes, files, binds, devices, tmpfs), secrets, capabilities, user, port_env.
     pub(super) fn resolve(
         self,
         app: &str,
@@ -213,115 +218,27 @@ impl RawContained {
                 "service: use lower-case letters, digits, - and _",
             ));
         }
-        for n in &self.networks {
-            // `pier-*` are apps' private networks: joining one would share another app's.
-            if !network_name(n) || n.starts_with("pier-") {
-                return Err(invalid(
-                    app,
-                    format!("network `{n}`: a shared network's name, not `pier-…`"),
-                ));
-            }
-        }
-        let mut volumes = Vec::new();
-        let mut targets: Vec<String> = Vec::new();
-        let mut target = |t: &str, what: &str| -> Result<String, ConfigError> {
-            let t = container_path(app, what, t)?;
-            if targets.contains(&t) {
-                return Err(invalid(app, format!("two mounts at {t}")));
-            }
-            targets.push(t.clone());
-            Ok(t)
+        check_networks(app, &self.networks)?;
+        let mut targets = Targets {
+            app,
+            seen: Vec::new(),
         };
-        for v in self.volumes {
-            if !super::raw::valid_name(&v.name) {
-                return Err(invalid(
-                    app,
-                    format!(
-                        "volume `{}`: use lower-case letters, digits, - and _",
-                        v.name
-                    ),
-                ));
-            }
-            if volumes.iter().any(|o: &VolumeMount| o.name == v.name) {
-                return Err(invalid(app, format!("volume `{}` is listed twice", v.name)));
-            }
-            volumes.push(VolumeMount {
-                target: target(&v.target, "volume target")?,
-                name: v.name,
-                read_only: v.read_only,
-            });
-        }
-        let mut files = Vec::new();
-        for f in self.files {
-            files.push(HostMount {
-                source: absolute(&format!("app `{app}`: files"), &f.source)?,
-                target: target(&f.target, "file target")?,
-                read_only: true,
-            });
-        }
-        let mut binds = Vec::new();
-        for b in self.binds {
-            binds.push(HostMount {
-                source: absolute(&format!("app `{app}`: binds"), &b.source)?,
-                target: target(&b.target, "bind target")?,
-                read_only: b.read_only,
-            });
-        }
-        let mut devices = Vec::new();
-        for d in self.devices {
-            devices.push(absolute(&format!("app `{app}`: devices"), &d)?);
-        }
-        let mut tmpfs = Vec::new();
-        for t in self.tmpfs {
-            let mode = t.mode().map_err(|e| invalid(app, e))?;
-            tmpfs.push(super::TmpfsMount {
-                target: target(&t.target, "tmpfs")?,
-                mode,
-            });
-        }
-        let mut secrets = BTreeMap::new();
-        for (k, spec) in self.secrets {
-            if !env_name(&k) {
-                return Err(invalid(app, format!("secret `{k}` is not an env name")));
-            }
-            // A key in both would let a plain value silently stand for the secret (or the
-            // reverse): which one the app gets must never depend on merge order.
-            if env.contains_key(&k) {
-                return Err(invalid(
-                    app,
-                    format!("`{k}` is both a plain env value and a secret; keep one"),
-                ));
-            }
-            if !(spec.starts_with("env:") || spec.starts_with("file:")) {
-                return Err(invalid(
-                    app,
-                    format!("secret `{k}` must be an env: or file: reference, never a value"),
-                ));
-            }
-            let what = format!("apps.{app}.secrets.{k}");
-            secrets.insert(k, Secret::resolve(&what, &spec, base)?);
-        }
-        let cap_keep = match self.cap_keep {
-            None => DEFAULT_CAP_KEEP.iter().map(|c| (*c).to_owned()).collect(),
-            Some(list) => {
-                let mut out = Vec::new();
-                for c in list {
-                    let c = c.to_ascii_uppercase();
-                    let c = c.strip_prefix("CAP_").unwrap_or(&c).to_owned();
-                    if c.is_empty() || !c.bytes().all(|b| b.is_ascii_uppercase() || b == b'_') {
-                        return Err(invalid(app, format!("cap_keep: `{c}` is no capability")));
-                    }
-                    if c == "ALL" || c == "SYS_ADMIN" {
-                        return Err(invalid(
-                            app,
-                            format!("cap_keep: `{c}` would undo the hardening"),
-                        ));
-                    }
-                    out.push(c);
-                }
-                out
-            }
-        };
+        let volumes = volumes(&mut targets, self.volumes)?;
+        let files = host_mounts(
+            &mut targets,
+            ("files", "file target"),
+            self.files,
+            Some(true),
+        )?;
+        let binds = host_mounts(&mut targets, ("binds", "bind target"), self.binds, None)?;
+        let devices = self
+            .devices
+            .iter()
+            .map(|d| absolute(&format!("app `{app}`: devices"), d))
+            .collect::<Result<Vec<_>, _>>()?;
+        let tmpfs = tmpfs(&mut targets, self.tmpfs)?;
+        let secrets = secrets(app, self.secrets, env, base)?;
+        let cap_keep = cap_keep(app, self.cap_keep)?;
         if let Some(u) = &self.user
             && (u.is_empty() || u.contains(char::is_whitespace))
         {
@@ -352,25 +269,158 @@ impl RawContained {
     }
 }
 
+fn check_networks(app: &str, networks: &[String]) -> Result<(), ConfigError> {
+    for n in networks {
+        // `pier-*` are apps' private networks: joining one would share another app's.
+        if !network_name(n) || n.starts_with("pier-") {
+            return Err(invalid(
+                app,
+                format!("network `{n}`: a shared network's name, not `pier-…`"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The container paths mounted so far: two mounts at one path would leave the engine to
+/// pick which one the app sees.
+struct Targets<'a> {
+    app: &'a str,
+    seen: Vec<String>,
+}
+
+impl Targets<'_> {
+    fn take(&mut self, t: &str, what: &str) -> Result<String, ConfigError> {
+        let t = container_path(self.app, what, t)?;
+        if self.seen.contains(&t) {
+            return Err(invalid(self.app, format!("two mounts at {t}")));
+        }
+        self.seen.push(t.clone());
+        Ok(t)
+    }
+}
+
+fn volumes(targets: &mut Targets, raw: Vec<RawVolume>) -> Result<Vec<VolumeMount>, ConfigError> {
+    let app = targets.app;
+    let mut volumes: Vec<VolumeMount> = Vec::new();
+    for v in raw {
+        if !super::raw::valid_name(&v.name) {
+            return Err(invalid(
+                app,
+                format!(
+                    "volume `{}`: use lower-case letters, digits, - and _",
+                    v.name
+                ),
+            ));
+        }
+        if volumes.iter().any(|o| o.name == v.name) {
+            return Err(invalid(app, format!("volume `{}` is listed twice", v.name)));
+        }
+        volumes.push(VolumeMount {
+            target: targets.take(&v.target, "volume target")?,
+            name: v.name,
+            read_only: v.read_only,
+        });
+    }
+    Ok(volumes)
+}
+
+/// `files` (always read-only: `read_only = Some(true)`) or `binds` (as each entry says);
+/// `(field, what)` name the list and its targets in errors.
+fn host_mounts(
+    targets: &mut Targets,
+    (field, what): (&str, &str),
+    raw: Vec<RawHostMount>,
+    read_only: Option<bool>,
+) -> Result<Vec<HostMount>, ConfigError> {
+    raw.into_iter()
+        .map(|m| {
+            Ok(HostMount {
+                source: absolute(&format!("app `{}`: {field}", targets.app), &m.source)?,
+                target: targets.take(&m.target, what)?,
+                read_only: read_only.unwrap_or(m.read_only),
+            })
+        })
+        .collect()
+}
+
+fn tmpfs(
+    targets: &mut Targets,
+    raw: Vec<super::tmpfs::RawTmpfs>,
+) -> Result<Vec<super::TmpfsMount>, ConfigError> {
+    raw.into_iter()
+        .map(|t| {
+            let mode = t.mode().map_err(|e| invalid(targets.app, e))?;
+            Ok(super::TmpfsMount {
+                target: targets.take(&t.target, "tmpfs")?,
+                mode,
+            })
+        })
+        .collect()
+}
+
+/// Secrets are references only, never values in the file, and never a key `env` has too.
+fn secrets(
+    app: &str,
+    raw: BTreeMap<String, String>,
+    env: &BTreeMap<String, Secret>,
+    base: &Path,
+) -> Result<BTreeMap<String, Secret>, ConfigError> {
+    let mut secrets = BTreeMap::new();
+    for (k, spec) in raw {
+        if !env_name(&k) {
+            return Err(invalid(app, format!("secret `{k}` is not an env name")));
+        }
+        // A key in both would let a plain value silently stand for the secret (or the
+        // reverse): which one the app gets must never depend on merge order.
+        if env.contains_key(&k) {
+            return Err(invalid(
+                app,
+                format!("`{k}` is both a plain env value and a secret; keep one"),
+            ));
+        }
+        if !(spec.starts_with("env:") || spec.starts_with("file:")) {
+            return Err(invalid(
+                app,
+                format!("secret `{k}` must be an env: or file: reference, never a value"),
+            ));
+        }
+        let what = format!("apps.{app}.secrets.{k}");
+        secrets.insert(k, Secret::resolve(&what, &spec, base)?);
+    }
+    Ok(secrets)
+}
+
+/// The capabilities kept, upper-case without `CAP_`; `ALL` and `SYS_ADMIN` are refused
+/// since either would undo the rest of the hardening.
+fn cap_keep(app: &str, raw: Option<Vec<String>>) -> Result<Vec<String>, ConfigError> {
+    let Some(list) = raw else {
+        return Ok(DEFAULT_CAP_KEEP.iter().map(|c| (*c).to_owned()).collect());
+    };
+    let mut out = Vec::new();
+    for c in list {
+        let c = c.to_ascii_uppercase();
+        let c = c.strip_prefix("CAP_").unwrap_or(&c).to_owned();
+        if c.is_empty() || !c.bytes().all(|b| b.is_ascii_uppercase() || b == b'_') {
+            return Err(invalid(app, format!("cap_keep: `{c}` is no capability")));
+        }
+        if c == "ALL" || c == "SYS_ADMIN" {
+            return Err(invalid(
+                app,
+                format!("cap_keep: `{c}` would undo the hardening"),
+            ));
+        }
+        out.push(c);
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn raw() -> RawContained {
-        RawContained {
-            service: None,
-            networks: vec![],
-            volumes: vec![],
-            secrets: BTreeMap::new(),
-            files: vec![],
-            binds: vec![],
-            devices: vec![],
-            cap_keep: None,
-            read_only: false,
-            tmpfs: vec![],
-            user: None,
-            port_env: None,
-        }
+        RawContained::default()
     }
 
     #[test]
@@ -470,6 +520,15 @@ mod tests {
             let e = app_with(lines).unwrap_err();
             assert!(e.contains(want), "{lines}: {e}");
         }
+    }
+
+    #[test]
+    fn an_unknown_app_field_is_still_refused_by_name_beside_the_flattened_ones() {
+        let e = app_with("netwroks = [\"shared\"]").unwrap_err();
+        assert!(e.contains("unknown field `netwroks`"), "{e}");
+        let c = app_with("networks = [\"shared\"]\nread_only = true").unwrap();
+        assert_eq!(c.apps[0].contained.networks, ["shared"]);
+        assert!(c.apps[0].contained.read_only_root);
     }
 
     #[test]

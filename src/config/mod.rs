@@ -186,11 +186,11 @@ impl Default for RegistryLimits {
 }
 
 pub use crate::domain::tags::{TagRule, glob_match, tag_version};
-pub use notify::{NotificationConfig, NotifyFormat, standard_webhooks_key};
+pub use notify::{NotificationConfig, NotifyFormat, WebhookKeyError, standard_webhooks_key};
 pub use proxy::{ProxyConfig, RouteConfig, TlsFiles};
 pub use signin::SignInConfig;
 pub use source::{ArtifactoryAccess, HmacKey, SourceConfig, SourceKind, SourceMode};
-pub use trusted::{ClientIpHeader, TrustedProxies};
+pub use trusted::{ClientIpHeader, TrustedProxies, TrustedProxyError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
@@ -248,7 +248,7 @@ pub struct AppConfig {
     pub rule: TagRule,
     /// How often the reconcile poller asks the registry what the app follows; `None` is
     /// off. Default: off when some webhook source covers the app's registry, else
-    /// [`raw::DEFAULT_POLL`].
+    /// [`app::DEFAULT_POLL`].
     pub poll: Option<Duration>,
     /// `poll` was written in the file (then no default applies).
     pub poll_explicit: bool,
@@ -355,29 +355,12 @@ impl Config {
     }
 }
 
-/// Parses sizes such as `512m`, `1g`, `1048576`.
-pub fn parse_bytes(text: &str) -> Result<i64, String> {
-    let t = text.trim().to_ascii_lowercase();
-    let t = t.strip_suffix('b').unwrap_or(&t);
-    let (num, mult) = match t.chars().last() {
-        Some('k') => (&t[..t.len() - 1], 1i64 << 10),
-        Some('m') => (&t[..t.len() - 1], 1 << 20),
-        Some('g') => (&t[..t.len() - 1], 1 << 30),
-        _ => (t, 1),
-    };
-    num.trim()
-        .parse::<i64>()
-        .ok()
-        .and_then(|n| n.checked_mul(mult))
-        .filter(|n| *n > 0)
-        .ok_or_else(|| format!("`{text}` is not a size such as 512m or 1g"))
-}
-
+mod app;
 mod contained;
 mod gates;
 mod windows;
 pub use gates::{Approval, Gates, NamedAdmin, Promotion};
-pub use windows::{Window, next_opening};
+pub use windows::{Window, WindowError, next_opening};
 mod live;
 mod policy;
 mod subnets;
@@ -386,21 +369,24 @@ pub use swarm::{FailureAction, Placement, SwarmApp, SwarmMode, UpdateOrder, Upda
 mod tmpfs;
 pub use contained::{Contained, DEFAULT_CAP_KEEP, HostMount, VolumeMount};
 pub use live::LiveConfig;
-pub use subnets::{APP_SUBNET_PREFIX, SubnetPool};
-pub use tmpfs::{DEFAULT_TMPFS_MODE, TmpfsMode, TmpfsMount, TmpfsOwner};
+pub use subnets::{APP_SUBNET_PREFIX, SubnetError, SubnetPool};
+pub use tmpfs::{DEFAULT_TMPFS_MODE, TmpfsMode, TmpfsModeError, TmpfsMount, TmpfsOwner};
 mod notify;
 pub use policy::{Policy, Refused};
 mod proxy;
 mod raw;
 mod retention;
+mod server;
 mod services;
 pub use retention::RetentionConfig;
 mod signin;
+mod size;
+pub use size::{SizeError, parse_bytes};
 mod source;
 mod targets;
 mod trust;
 mod trusted;
-pub use raw::DEFAULT_POLL;
+pub use app::DEFAULT_POLL;
 pub use targets::{Batch, LOCAL, Rollout, TargetConfig, TargetKind};
 pub use trust::TrustEntry;
 
@@ -583,21 +569,14 @@ mod tests {
         let c = Config::parse(&no_sources, Path::new(".")).unwrap();
         assert_eq!(c.apps[0].poll, Some(DEFAULT_POLL));
     }
-
-    #[test]
-    fn sizes_parse() {
-        assert_eq!(parse_bytes("1g"), Ok(1 << 30));
-        assert_eq!(parse_bytes("512M"), Ok(512 << 20));
-        assert_eq!(parse_bytes("100"), Ok(100));
-        assert!(parse_bytes("lots").is_err());
-        assert!(parse_bytes("0").is_err());
-    }
 }
 
 #[cfg(test)]
 mod example {
     use super::*;
 
+    // Long by design: one assertion per documented feature of examples/pier.toml, so that
+    // the example and this list are read side by side.
     /// The documented example must stay loadable as the code changes.
     #[test]
     fn the_example_config_loads() {

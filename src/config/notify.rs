@@ -73,16 +73,28 @@ pub struct NotificationConfig {
     pub backoff: Duration,
 }
 
+/// Why a secret is not a Standard Webhooks `whsec_<base64>` key; the config error names
+/// the field before it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WebhookKeyError {
+    #[error("must start with whsec_")]
+    Prefix,
+    #[error("is not base64 after whsec_")]
+    Base64,
+    #[error("is {0} bytes; use at least 24")]
+    Short(usize),
+}
+
 /// The HMAC key of a `whsec_<base64>` secret, or why it is not one.
-pub fn standard_webhooks_key(secret: &str) -> Result<Vec<u8>, String> {
+pub fn standard_webhooks_key(secret: &str) -> Result<Vec<u8>, WebhookKeyError> {
     let b64 = secret
         .strip_prefix("whsec_")
-        .ok_or("must start with whsec_")?;
+        .ok_or(WebhookKeyError::Prefix)?;
     let key = base64::engine::general_purpose::STANDARD
         .decode(b64)
-        .map_err(|_| "is not base64 after whsec_".to_owned())?;
+        .map_err(|_| WebhookKeyError::Base64)?;
     if key.len() < 24 {
-        return Err(format!("is {} bytes; use at least 24", key.len()));
+        return Err(WebhookKeyError::Short(key.len()));
     }
     Ok(key)
 }

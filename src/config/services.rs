@@ -87,123 +87,152 @@ pub(super) fn command(
     }
 }
 
+fn bad(app: &str, name: &str, msg: impl fmt::Display) -> ConfigError {
+    ConfigError::Invalid(format!("app `{app}`: services.{name}: {msg}"))
+}
+
 /// The app's further services, each as the primary's settings for that container.
 pub(super) fn resolve(
     primary: &AppConfig,
     raw: BTreeMap<String, RawService>,
     base: &Path,
 ) -> Result<Vec<AppConfig>, ConfigError> {
-    let app = &primary.name;
-    let bad = |name: &str, msg: String| {
-        ConfigError::Invalid(format!("app `{app}`: services.{name}: {msg}"))
-    };
     if !raw.is_empty() && primary.strategy == Strategy::BlueGreen {
         return Err(ConfigError::Invalid(format!(
-            "app `{app}`: several services are supported with strategy = \"recreate\" only; \
-             a blue-green app has one service"
+            "app `{}`: several services are supported with strategy = \"recreate\" only; \
+             a blue-green app has one service",
+            primary.name
         )));
     }
-    let mut out = Vec::new();
-    for (name, s) in raw {
-        if !valid_service_name(&name) {
-            return Err(bad(
-                &name,
-                "a service name is a DNS label: lower-case letters, digits and -".into(),
-            ));
-        }
-        if name == primary.contained.service {
-            return Err(bad(
-                &name,
-                format!(
-                    "`{name}` is the app's primary service (its own settings); name this one \
-                     differently or set the app's `service`"
-                ),
-            ));
-        }
-        let image_name = match &s.image {
+    raw.into_iter()
+        .map(|(name, s)| s.resolve(primary, name, base))
+        .collect()
+}
+
+impl RawService {
+    /// One service, checked in the order errors have always been reported: its name, its
+    /// image, the fields only the primary may have, its limits, env and containment.
+    fn resolve(
+        self,
+        primary: &AppConfig,
+        name: String,
+        base: &Path,
+    ) -> Result<AppConfig, ConfigError> {
+        let app = &primary.name;
+        check_name(primary, &name)?;
+        let image_name = match &self.image {
             Some(i) => ImageName::parse(i).map_err(|e| {
                 bad(
+                    app,
                     &name,
                     format!("image {e}; it is deployed at the tag the push named for the app"),
                 )
             })?,
             None => primary.image_name.clone(),
         };
-        let refused = [
-            (s.port.is_some(), "port"),
-            (s.publish.is_some(), "publish"),
-            (s.health.is_some(), "health"),
-            (s.port_env.is_some(), "port_env"),
-            (s.files.is_some(), "files"),
-            (s.binds.is_some(), "binds"),
-            (s.devices.is_some(), "devices"),
-            (s.service.is_some(), "service"),
-        ];
-        if let Some((_, field)) = refused.iter().find(|(set, _)| *set) {
-            return Err(bad(
-                &name,
-                format!(
-                    "`{field}` is for the app's primary service only: a further service is not \
-                     published, has no HTTP health check and mounts no host paths \
-                     (its name is the table's)"
-                ),
-            ));
-        }
-        if let Some(c) = s.cpus
+        self.check_primary_only(app, &name)?;
+        if let Some(c) = self.cpus
             && !(c > 0.0 && c <= 1024.0)
         {
-            return Err(bad(&name, "cpus must be > 0".into()));
+            return Err(bad(app, &name, "cpus must be > 0"));
         }
         let mut own_env = BTreeMap::new();
-        for (k, v) in s.env {
+        for (k, v) in self.env {
             let what = format!("apps.{app}.services.{name}.env.{k}");
             own_env.insert(k, Secret::resolve(&what, &v, base)?);
         }
-        let own_secrets: Vec<String> = s.secrets.keys().cloned().collect();
+        let own_secrets: Vec<String> = self.secrets.keys().cloned().collect();
         let contained = RawContained {
             service: Some(name.clone()),
-            networks: s.networks,
-            volumes: s.volumes,
-            secrets: s.secrets,
-            files: vec![],
-            binds: vec![],
-            devices: vec![],
-            cap_keep: s.cap_keep,
-            read_only: s.read_only,
-            tmpfs: s.tmpfs,
-            user: s.user,
-            port_env: None,
+            networks: self.networks,
+            volumes: self.volumes,
+            secrets: self.secrets,
+            cap_keep: self.cap_keep,
+            read_only: self.read_only,
+            tmpfs: self.tmpfs,
+            user: self.user,
+            // Host paths and port_env are the primary's only (refused above).
+            ..RawContained::default()
         }
         .resolve(app, &own_env, base)?;
         let env = inherited_env(&primary.env, own_env, &own_secrets);
-        let memory_bytes = s
+        let memory_bytes = self
             .memory
             .map(|m| parse_bytes(&m))
             .transpose()
-            .map_err(|e| bad(&name, format!("memory: {e}")))?;
-        let pids_limit = s.pids_limit.unwrap_or(super::raw::DEFAULT_PIDS_LIMIT);
-        out.push(AppConfig {
+            .map_err(|e| bad(app, &name, format!("memory: {e}")))?;
+        let pids_limit = self.pids_limit.unwrap_or(super::app::DEFAULT_PIDS_LIMIT);
+        Ok(AppConfig {
             publish: None,
             publish_public: false,
             health: None,
             route: None,
             env,
             memory_bytes,
-            cpus: s.cpus,
-            restart: s.restart.unwrap_or_default(),
-            stop_timeout: s.stop_timeout.unwrap_or(primary.stop_timeout),
-            no_new_privileges: s.no_new_privileges.unwrap_or(true),
+            cpus: self.cpus,
+            restart: self.restart.unwrap_or_default(),
+            stop_timeout: self.stop_timeout.unwrap_or(primary.stop_timeout),
+            no_new_privileges: self.no_new_privileges.unwrap_or(true),
             pids_limit: (pids_limit > 0).then_some(pids_limit),
             contained,
-            command: command(app, &format!("services.{name}."), s.command)?,
-            settle: s.settle.unwrap_or(DEFAULT_SETTLE),
+            command: command(app, &format!("services.{name}."), self.command)?,
+            settle: self.settle.unwrap_or(DEFAULT_SETTLE),
             services: vec![],
-            image: s.image.unwrap_or_else(|| primary.image.clone()),
+            image: self.image.unwrap_or_else(|| primary.image.clone()),
             image_name,
             ..primary.clone()
-        });
+        })
     }
-    Ok(out)
+
+    /// A further service is not published, has no HTTP health check and mounts no host
+    /// paths: each such field is refused by name rather than silently ignored.
+    fn check_primary_only(&self, app: &str, name: &str) -> Result<(), ConfigError> {
+        let refused = [
+            (self.port.is_some(), "port"),
+            (self.publish.is_some(), "publish"),
+            (self.health.is_some(), "health"),
+            (self.port_env.is_some(), "port_env"),
+            (self.files.is_some(), "files"),
+            (self.binds.is_some(), "binds"),
+            (self.devices.is_some(), "devices"),
+            (self.service.is_some(), "service"),
+        ];
+        match refused.iter().find(|(set, _)| *set) {
+            Some((_, field)) => Err(bad(
+                app,
+                name,
+                format!(
+                    "`{field}` is for the app's primary service only: a further service is not \
+                     published, has no HTTP health check and mounts no host paths \
+                     (its name is the table's)"
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A DNS label, and not the primary's own service name (its settings are the app's).
+fn check_name(primary: &AppConfig, name: &str) -> Result<(), ConfigError> {
+    let app = &primary.name;
+    if !valid_service_name(name) {
+        return Err(bad(
+            app,
+            name,
+            "a service name is a DNS label: lower-case letters, digits and -",
+        ));
+    }
+    if name == primary.contained.service {
+        return Err(bad(
+            app,
+            name,
+            format!(
+                "`{name}` is the app's primary service (its own settings); name this one \
+                 differently or set the app's `service`"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The app-wide `env` as a further service sees it: every key of the app's, unless the

@@ -4,56 +4,69 @@
 
 use std::net::Ipv4Addr;
 
+use ipnet::{IpAdd, Ipv4Net};
+
 /// The prefix length of each app's network: 30 addresses, room for a serving generation,
 /// a candidate and the services of a contained app.
 pub const APP_SUBNET_PREFIX: u8 = 27;
 
+/// Why `app_subnets` is refused; the config error names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubnetError {
+    #[error("`{0}` is not an IPv4 range like 10.213.0.0/16")]
+    NotARange(String),
+    #[error("`{0}` is not an IPv4 address")]
+    NotAnAddress(String),
+    #[error("the prefix length must be between 8 and {APP_SUBNET_PREFIX}")]
+    Prefix,
+    #[error("`{0}` has host bits set")]
+    HostBits(String),
+}
+
 /// An IPv4 range cut into `/27` subnets, one per app network.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SubnetPool {
-    base: u32,
-    prefix: u8,
+    net: Ipv4Net,
 }
 
 impl SubnetPool {
     /// Parses `a.b.c.d/n` with `n` at most 27; the host bits of `a.b.c.d` must be zero.
-    pub fn parse(s: &str) -> Result<SubnetPool, String> {
+    pub fn parse(s: &str) -> Result<SubnetPool, SubnetError> {
         let (ip, prefix) = s
             .split_once('/')
-            .ok_or_else(|| format!("`{s}` is not an IPv4 range like 10.213.0.0/16"))?;
+            .ok_or_else(|| SubnetError::NotARange(s.to_owned()))?;
         let ip: Ipv4Addr = ip
             .parse()
-            .map_err(|_| format!("`{ip}` is not an IPv4 address"))?;
-        let prefix: u8 = prefix
+            .map_err(|_| SubnetError::NotAnAddress(ip.to_owned()))?;
+        let net = prefix
             .parse()
             .ok()
             .filter(|p| (8..=APP_SUBNET_PREFIX).contains(p))
-            .ok_or_else(|| {
-                format!("the prefix length must be between 8 and {APP_SUBNET_PREFIX}")
-            })?;
-        let base = u32::from(ip);
-        if base & !(u32::MAX << (32 - prefix)) != 0 {
-            return Err(format!("`{s}` has host bits set"));
+            .and_then(|p| Ipv4Net::new(ip, p).ok())
+            .ok_or(SubnetError::Prefix)?;
+        if net.trunc() != net {
+            return Err(SubnetError::HostBits(s.to_owned()));
         }
-        Ok(SubnetPool { base, prefix })
+        Ok(SubnetPool { net })
     }
 
     /// How many app networks fit.
     pub fn len(&self) -> u32 {
-        1 << (APP_SUBNET_PREFIX - self.prefix)
+        1 << (APP_SUBNET_PREFIX - self.net.prefix_len())
     }
 
     pub fn is_empty(&self) -> bool {
         false
     }
 
-    /// The `i`-th subnet (modulo the pool's size) and its gateway, as the engine wants them.
+    /// The `i`-th subnet (modulo the pool's size) and its gateway (its first host), as the
+    /// engine wants them.
     pub fn subnet(&self, i: u32) -> (String, String) {
-        let start = self.base + (i % self.len()) * (1 << (32 - APP_SUBNET_PREFIX));
-        (
-            format!("{}/{APP_SUBNET_PREFIX}", Ipv4Addr::from(start)),
-            Ipv4Addr::from(start + 1).to_string(),
-        )
+        let size = 1u32 << (32 - APP_SUBNET_PREFIX);
+        let start = self.net.network().saturating_add((i % self.len()) * size);
+        let subnet = Ipv4Net::new(start, APP_SUBNET_PREFIX).expect("27 is a valid prefix");
+        let gateway = subnet.hosts().next().expect("a /27 has hosts");
+        (subnet.to_string(), gateway.to_string())
     }
 
     /// Where `name`'s search for a free subnet starts: a stable hash of the name, so that
@@ -80,14 +93,15 @@ mod tests {
         assert_eq!(p.subnet(2048).0, "10.213.0.0/27");
         assert!(p.first_for("web") < p.len());
         assert_ne!(p.first_for("web"), p.first_for("api"));
-        for bad in [
-            "10.213.0.0",
-            "10.213.0.1/16",
-            "10.213.0.0/28",
-            "x/16",
-            "10.0.0.0/4",
+        for (bad, why) in [
+            ("10.213.0.0", "not an IPv4 range"),
+            ("10.213.0.1/16", "host bits set"),
+            ("10.213.0.0/28", "between 8 and 27"),
+            ("x/16", "`x` is not an IPv4 address"),
+            ("10.0.0.0/4", "between 8 and 27"),
         ] {
-            assert!(SubnetPool::parse(bad).is_err(), "{bad}");
+            let e = SubnetPool::parse(bad).unwrap_err().to_string();
+            assert!(e.contains(why), "{bad}: {e}");
         }
     }
 }

@@ -83,6 +83,14 @@ impl TmpfsOwner {
     }
 }
 
+/// A tmpfs entry's `mode` that is not an octal mode.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("tmpfs `{target}`: mode `{mode}` is not an octal mode such as \"1777\" or \"0700\"")]
+pub struct TmpfsModeError {
+    target: String,
+    mode: String,
+}
+
 /// A tmpfs entry as written: a container path, or a table with `target` and `mode`.
 pub(super) struct RawTmpfs {
     pub target: String,
@@ -91,14 +99,12 @@ pub(super) struct RawTmpfs {
 
 impl RawTmpfs {
     /// The mount, its mode checked; the target is checked by the caller with the others.
-    pub(super) fn mode(&self) -> Result<TmpfsMode, String> {
+    pub(super) fn mode(&self) -> Result<TmpfsMode, TmpfsModeError> {
         match &self.mode {
             None => Ok(DEFAULT_TMPFS_MODE),
-            Some(m) => TmpfsMode::parse(m).ok_or_else(|| {
-                format!(
-                    "tmpfs `{}`: mode `{m}` is not an octal mode such as \"1777\" or \"0700\"",
-                    self.target
-                )
+            Some(m) => TmpfsMode::parse(m).ok_or_else(|| TmpfsModeError {
+                target: self.target.clone(),
+                mode: m.clone(),
             }),
         }
     }

@@ -147,23 +147,32 @@ fn read_key(field: &str, spec: &str, base: &Path) -> Result<PublicKey, ConfigErr
     PublicKey::from_pem(&text).map_err(|e| invalid(format!("{field}: {e}")))
 }
 
+/// Why a repository glob of a `[[trust]]` entry is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum PatternError {
+    #[error(
+        "`{0}` must start with its registry host, written out (e.g. `docker.io/acme/*`, \
+         `127.0.0.1:5000/demo/web`)"
+    )]
+    NoHost(String),
+    #[error("`{0}` has characters no repository name has")]
+    Characters(String),
+}
+
 /// A repository glob must name its registry (`docker.io/acme/*`, not `acme/*`): trust is
 /// given per registry, and a short Docker Hub form would read as another registry's path.
-fn check_pattern(p: &str) -> Result<(), String> {
+fn check_pattern(p: &str) -> Result<(), PatternError> {
     let host = p.split('/').next().unwrap_or_default();
     let names_host = host.contains('.') || host.contains(':') || host == "localhost";
     if !names_host || !p.contains('/') || host.contains(['*', '?']) {
-        return Err(format!(
-            "`{p}` must start with its registry host, written out (e.g. `docker.io/acme/*`, \
-             `127.0.0.1:5000/demo/web`)"
-        ));
+        return Err(PatternError::NoHost(p.to_owned()));
     }
     if !p.bytes().all(|b| {
         b.is_ascii_lowercase()
             || b.is_ascii_digit()
             || matches!(b, b'.' | b'_' | b'-' | b'/' | b':' | b'*' | b'?')
     }) {
-        return Err(format!("`{p}` has characters no repository name has"));
+        return Err(PatternError::Characters(p.to_owned()));
     }
     Ok(())
 }

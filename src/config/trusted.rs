@@ -19,6 +19,11 @@ pub enum ClientIpHeader {
     Forwarded,
 }
 
+/// An entry of `trusted_proxies` that is neither a CIDR nor an address.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{0}` is neither a CIDR (10.0.0.0/8) nor an address")]
+pub struct TrustedProxyError(String);
+
 /// The proxies (as CIDRs) whose forwarding header Pier believes, and which header.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TrustedProxies {
@@ -32,14 +37,14 @@ const MAX_HOPS: usize = 32;
 
 impl TrustedProxies {
     /// `["10.0.0.0/8", "127.0.0.1"]`: CIDRs, or single addresses (a /32 or /128).
-    pub fn parse(entries: &[String], header: ClientIpHeader) -> Result<Self, String> {
+    pub fn parse(entries: &[String], header: ClientIpHeader) -> Result<Self, TrustedProxyError> {
         let nets = entries
             .iter()
             .map(|e| {
                 let e = e.trim();
                 e.parse::<IpNet>()
                     .or_else(|_| e.parse::<IpAddr>().map(IpNet::from))
-                    .map_err(|_| format!("`{e}` is neither a CIDR (10.0.0.0/8) nor an address"))
+                    .map_err(|_| TrustedProxyError(e.to_owned()))
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self { nets, header })
@@ -210,7 +215,8 @@ mod tests {
     #[test]
     fn entries_that_are_not_cidrs_are_refused_by_name() {
         let err = TrustedProxies::parse(&["10.0.0.0/33".into()], ClientIpHeader::XForwardedFor)
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("10.0.0.0/33"), "{err}");
         assert!(TrustedProxies::parse(&["::1".into()], ClientIpHeader::XForwardedFor).is_ok());
         for bad in ["x", "10.0.0.0/", "::/129"] {

@@ -16,16 +16,33 @@ pub struct Window {
     pub text: String,
 }
 
+/// Why a deploy window is refused; the config error names the app and the window.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WindowError {
+    #[error("write it as `Mon-Fri 09:00-17:00 Europe/Berlin`")]
+    Shape,
+    #[error("`{0}` is not a weekday (Mon … Sun)")]
+    Weekday(String),
+    #[error("`{0}` is not a time (HH:MM or HH:MM:SS)")]
+    Time(String),
+    #[error("`{0}` is not a range HH:MM-HH:MM")]
+    Range(String),
+    #[error("`{0}` is not an IANA time zone")]
+    Zone(String),
+    #[error("the window is empty: its start and end are the same")]
+    Empty,
+}
+
 const DAYS: [&str; 7] = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"];
 
-fn day(s: &str) -> Result<usize, String> {
+fn day(s: &str) -> Result<usize, WindowError> {
     let l = s.to_ascii_lowercase();
     DAYS.iter()
         .position(|d| l.starts_with(d) && d.len() <= l.len() && l.len() <= 9)
-        .ok_or_else(|| format!("`{s}` is not a weekday (Mon … Sun)"))
+        .ok_or_else(|| WindowError::Weekday(s.to_owned()))
 }
 
-fn days(spec: &str) -> Result<u8, String> {
+fn days(spec: &str) -> Result<u8, WindowError> {
     if matches!(spec, "*" | "daily") {
         return Ok(0x7f);
     }
@@ -49,29 +66,29 @@ fn days(spec: &str) -> Result<u8, String> {
     Ok(mask)
 }
 
-fn time(s: &str) -> Result<NaiveTime, String> {
+fn time(s: &str) -> Result<NaiveTime, WindowError> {
     NaiveTime::parse_from_str(s, "%H:%M:%S")
         .or_else(|_| NaiveTime::parse_from_str(s, "%H:%M"))
-        .map_err(|_| format!("`{s}` is not a time (HH:MM or HH:MM:SS)"))
+        .map_err(|_| WindowError::Time(s.to_owned()))
 }
 
 impl Window {
     /// `DAYS HH:MM-HH:MM ZONE`: days as `Mon-Fri`, `Sat,Sun`, `Mon,Wed-Fri` or `daily`;
     /// seconds may be given (`09:00:30`); the zone is an IANA name (`Europe/Berlin`, `UTC`).
-    pub fn parse(text: &str) -> Result<Window, String> {
+    pub fn parse(text: &str) -> Result<Window, WindowError> {
         let parts: Vec<&str> = text.split_whitespace().collect();
         let [d, range, zone] = parts[..] else {
-            return Err("write it as `Mon-Fri 09:00-17:00 Europe/Berlin`".into());
+            return Err(WindowError::Shape);
         };
         let (start, end) = range
             .split_once('-')
-            .ok_or_else(|| format!("`{range}` is not a range HH:MM-HH:MM"))?;
+            .ok_or_else(|| WindowError::Range(range.to_owned()))?;
         let tz: Tz = zone
             .parse()
-            .map_err(|_| format!("`{zone}` is not an IANA time zone"))?;
+            .map_err(|_| WindowError::Zone(zone.to_owned()))?;
         let (start, end) = (time(start)?, time(end)?);
         if start == end {
-            return Err("the window is empty: its start and end are the same".into());
+            return Err(WindowError::Empty);
         }
         Ok(Window {
             days: days(d)?,
@@ -195,7 +212,7 @@ mod tests {
             ("Mon 09:00-17:00 Mars/Olympus", "IANA"),
             ("Mon 09:00-09:00 UTC", "empty"),
         ] {
-            let e = Window::parse(text).unwrap_err();
+            let e = Window::parse(text).unwrap_err().to_string();
             assert!(e.contains(why), "{text}: {e}");
         }
         assert_eq!(days("Fri-Mon").unwrap(), 0b111_0001);

@@ -116,100 +116,127 @@ fn tmpfs_options(t: &TmpfsMount, owner: Option<TmpfsOwner>) -> String {
     o
 }
 
-impl Engine {
-    pub async fn create_container(&self, spec: &ContainerSpec) -> Result<String> {
-        let port_key = format!("{}/tcp", spec.port);
-        let port_bindings = spec.publish.map(|addr| {
-            HashMap::from([(
-                port_key.clone(),
-                Some(vec![PortBinding {
-                    host_ip: Some(addr.ip().to_string()),
-                    host_port: Some(addr.port().to_string()),
-                }]),
-            )])
-        });
-        let restart = match spec.restart {
-            RestartPolicy::No => RestartPolicyNameEnum::NO,
-            RestartPolicy::Always => RestartPolicyNameEnum::ALWAYS,
-            RestartPolicy::OnFailure => RestartPolicyNameEnum::ON_FAILURE,
-            RestartPolicy::UnlessStopped => RestartPolicyNameEnum::UNLESS_STOPPED,
-        };
-        let c = &spec.contained;
-        let mut mounts: Vec<Mount> = c
-            .volumes
-            .iter()
-            .map(|(name, target, ro)| Mount {
-                target: Some(target.clone()),
-                source: Some(name.clone()),
-                typ: Some(MountType::VOLUME),
-                read_only: Some(*ro),
-                ..Default::default()
-            })
-            .collect();
-        mounts.extend(c.host_mounts.iter().map(|(source, target, ro)| Mount {
+/// The engine's request for `spec`: ports, restart policy, limits, hardening, mounts.
+fn create_body(spec: &ContainerSpec) -> ContainerCreateBody {
+    let port_key = format!("{}/tcp", spec.port);
+    let c = &spec.contained;
+    ContainerCreateBody {
+        image: Some(spec.image.clone()),
+        entrypoint: spec.command.clone(),
+        user: c.user.clone(),
+        networking_config: networking(c),
+        env: Some(spec.env.clone()),
+        labels: Some(spec.labels.clone()),
+        exposed_ports: Some(vec![port_key.clone()]),
+        host_config: Some(host_config(spec, port_key)),
+        ..Default::default()
+    }
+}
+
+fn host_config(spec: &ContainerSpec, port_key: String) -> HostConfig {
+    let port_bindings = spec.publish.map(|addr| {
+        HashMap::from([(
+            port_key,
+            Some(vec![PortBinding {
+                host_ip: Some(addr.ip().to_string()),
+                host_port: Some(addr.port().to_string()),
+            }]),
+        )])
+    });
+    let c = &spec.contained;
+    let mounts = mounts(c);
+    let devices = devices(c);
+    HostConfig {
+        port_bindings,
+        restart_policy: Some(EngineRestartPolicy {
+            name: Some(restart_policy(spec.restart)),
+            maximum_retry_count: None,
+        }),
+        memory: spec.memory_bytes,
+        nano_cpus: spec.nano_cpus,
+        pids_limit: spec.pids_limit,
+        security_opt: spec
+            .no_new_privileges
+            .then(|| vec!["no-new-privileges:true".to_owned()]),
+        network_mode: c.network.as_ref().map(|(n, _)| n.clone()),
+        mounts: (!mounts.is_empty()).then_some(mounts),
+        devices: (!devices.is_empty()).then_some(devices),
+        cap_drop: c.cap_keep.as_ref().map(|_| vec!["ALL".to_owned()]),
+        cap_add: c.cap_keep.clone().filter(|k| !k.is_empty()),
+        readonly_rootfs: c.read_only_root.then_some(true),
+        tmpfs: (!c.tmpfs.is_empty()).then(|| {
+            c.tmpfs
+                .iter()
+                .map(|t| (t.target.clone(), tmpfs_options(t, c.tmpfs_owner)))
+                .collect()
+        }),
+        ..Default::default()
+    }
+}
+
+fn restart_policy(r: RestartPolicy) -> RestartPolicyNameEnum {
+    match r {
+        RestartPolicy::No => RestartPolicyNameEnum::NO,
+        RestartPolicy::Always => RestartPolicyNameEnum::ALWAYS,
+        RestartPolicy::OnFailure => RestartPolicyNameEnum::ON_FAILURE,
+        RestartPolicy::UnlessStopped => RestartPolicyNameEnum::UNLESS_STOPPED,
+    }
+}
+
+/// Named volumes first, then host files and binds.
+fn mounts(c: &ContainedSpec) -> Vec<Mount> {
+    let mut mounts: Vec<Mount> = c
+        .volumes
+        .iter()
+        .map(|(name, target, ro)| Mount {
             target: Some(target.clone()),
-            source: Some(source.to_string_lossy().into_owned()),
-            typ: Some(MountType::BIND),
+            source: Some(name.clone()),
+            typ: Some(MountType::VOLUME),
             read_only: Some(*ro),
             ..Default::default()
-        }));
-        let devices: Vec<DeviceMapping> = c
-            .devices
-            .iter()
-            .map(|d| DeviceMapping {
-                path_on_host: Some(d.to_string_lossy().into_owned()),
-                path_in_container: Some(d.to_string_lossy().into_owned()),
-                cgroup_permissions: Some("rwm".into()),
-            })
-            .collect();
-        let networking_config = c.network.as_ref().map(|(name, aliases)| NetworkingConfig {
-            endpoints_config: Some(HashMap::from([(
-                name.clone(),
-                EndpointSettings {
-                    aliases: Some(aliases.clone()),
-                    ..Default::default()
-                },
-            )])),
-        });
-        let body = ContainerCreateBody {
-            image: Some(spec.image.clone()),
-            entrypoint: spec.command.clone(),
-            user: c.user.clone(),
-            networking_config,
-            env: Some(spec.env.clone()),
-            labels: Some(spec.labels.clone()),
-            exposed_ports: Some(vec![port_key]),
-            host_config: Some(HostConfig {
-                port_bindings,
-                restart_policy: Some(EngineRestartPolicy {
-                    name: Some(restart),
-                    maximum_retry_count: None,
-                }),
-                memory: spec.memory_bytes,
-                nano_cpus: spec.nano_cpus,
-                pids_limit: spec.pids_limit,
-                security_opt: spec
-                    .no_new_privileges
-                    .then(|| vec!["no-new-privileges:true".to_owned()]),
-                network_mode: c.network.as_ref().map(|(n, _)| n.clone()),
-                mounts: (!mounts.is_empty()).then_some(mounts),
-                devices: (!devices.is_empty()).then_some(devices),
-                cap_drop: c.cap_keep.as_ref().map(|_| vec!["ALL".to_owned()]),
-                cap_add: c.cap_keep.clone().filter(|k| !k.is_empty()),
-                readonly_rootfs: c.read_only_root.then_some(true),
-                tmpfs: (!c.tmpfs.is_empty()).then(|| {
-                    c.tmpfs
-                        .iter()
-                        .map(|t| (t.target.clone(), tmpfs_options(t, c.tmpfs_owner)))
-                        .collect()
-                }),
+        })
+        .collect();
+    mounts.extend(c.host_mounts.iter().map(|(source, target, ro)| Mount {
+        target: Some(target.clone()),
+        source: Some(source.to_string_lossy().into_owned()),
+        typ: Some(MountType::BIND),
+        read_only: Some(*ro),
+        ..Default::default()
+    }));
+    mounts
+}
+
+fn devices(c: &ContainedSpec) -> Vec<DeviceMapping> {
+    c.devices
+        .iter()
+        .map(|d| DeviceMapping {
+            path_on_host: Some(d.to_string_lossy().into_owned()),
+            path_in_container: Some(d.to_string_lossy().into_owned()),
+            cgroup_permissions: Some("rwm".into()),
+        })
+        .collect()
+}
+
+/// The app's private network, with the service's aliases on it.
+fn networking(c: &ContainedSpec) -> Option<NetworkingConfig> {
+    c.network.as_ref().map(|(name, aliases)| NetworkingConfig {
+        endpoints_config: Some(HashMap::from([(
+            name.clone(),
+            EndpointSettings {
+                aliases: Some(aliases.clone()),
                 ..Default::default()
-            }),
-            ..Default::default()
-        };
+            },
+        )])),
+    })
+}
+
+impl Engine {
+    pub async fn create_container(&self, spec: &ContainerSpec) -> Result<String> {
+        let body = create_body(spec);
         let options = CreateContainerOptionsBuilder::default()
             .name(&spec.name)
             .build();
+        let c = &spec.contained;
         let redact = !(c.host_mounts.is_empty() && c.devices.is_empty());
         let created = self
             .docker

@@ -43,62 +43,8 @@ impl Run<'_> {
             platform: platform.clone(),
         };
         let loaded: Loaded = self
-            .step(Step::Resolve, &intent, || async {
-                let path = Path::new(&import.archive);
-                if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
-                    return Err(StepError::Check(
-                        "the archive is missing or not a regular file".into(),
-                    ));
-                }
-                // The archive's own bytes first, whatever the engine already holds: an
-                // image id found on the engine proves nothing about what the file holds.
-                let wanted = crate::archive::Wanted {
-                    image_id: digest.clone(),
-                    platform: platform.clone(),
-                };
-                let verified = crate::archive::verify(path, &wanted)
-                    .await
-                    .map_err(|e| StepError::Check(e.to_string()))?;
-                let said = self.engine().load_archive(&verified).await?;
-                let Some(image) = self.engine().image(&digest).await? else {
-                    return Err(StepError::Check(format!(
-                        "digest mismatch: the archive holds [{}], not image {digest}",
-                        said.join(", ")
-                    )));
-                };
-                if image.id != digest {
-                    return Err(StepError::Check(format!(
-                        "digest mismatch: image {} is not {digest}",
-                        image.id
-                    )));
-                }
-                let found = image.platform.to_string();
-                let wanted_os_arch = |p: &str| p.split('/').take(2).collect::<Vec<_>>().join("/");
-                if wanted_os_arch(&found) != wanted_os_arch(&platform) {
-                    return Err(StepError::Check(format!(
-                        "platform mismatch: the archive's image is {found}, expected {platform}"
-                    )));
-                }
-                if RESERVED_LABELS
-                    .iter()
-                    .any(|k| image.labels.contains_key(*k))
-                {
-                    return Err(StepError::Check(
-                        "the image carries labels reserved for Pier".into(),
-                    ));
-                }
-                Ok(Loaded {
-                    resolved: Resolved {
-                        digest: digest.clone(),
-                        index_digest: None,
-                        media_type: "archive".into(),
-                        platform: found,
-                    },
-                    image: VerifiedImage {
-                        image_id: image.id,
-                        has_healthcheck: image.has_healthcheck,
-                    },
-                })
+            .step(Step::Resolve, &intent, || {
+                self.load_verified(&import.archive, &digest, &platform)
             })
             .await?;
         let r = loaded.resolved.clone();
@@ -109,5 +55,71 @@ impl Run<'_> {
         })
         .await?;
         Ok((loaded.resolved, loaded.image))
+    }
+
+    /// The resolve step's effect: the archive's own bytes verified, loaded, and what the
+    /// engine then holds checked against the expected image id, platform and labels.
+    async fn load_verified(
+        &self,
+        archive: &str,
+        digest: &str,
+        platform: &str,
+    ) -> Result<Loaded, StepError> {
+        let (digest, platform) = (digest.to_owned(), platform.to_owned());
+        let path = Path::new(archive);
+        if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
+            return Err(StepError::Check(
+                "the archive is missing or not a regular file".into(),
+            ));
+        }
+        // The archive's own bytes first, whatever the engine already holds: an
+        // image id found on the engine proves nothing about what the file holds.
+        let wanted = crate::archive::Wanted {
+            image_id: digest.clone(),
+            platform: platform.clone(),
+        };
+        let verified = crate::archive::verify(path, &wanted)
+            .await
+            .map_err(|e| StepError::Check(e.to_string()))?;
+        let said = self.engine().load_archive(&verified).await?;
+        let Some(image) = self.engine().image(&digest).await? else {
+            return Err(StepError::Check(format!(
+                "digest mismatch: the archive holds [{}], not image {digest}",
+                said.join(", ")
+            )));
+        };
+        if image.id != digest {
+            return Err(StepError::Check(format!(
+                "digest mismatch: image {} is not {digest}",
+                image.id
+            )));
+        }
+        let found = image.platform.to_string();
+        let wanted_os_arch = |p: &str| p.split('/').take(2).collect::<Vec<_>>().join("/");
+        if wanted_os_arch(&found) != wanted_os_arch(&platform) {
+            return Err(StepError::Check(format!(
+                "platform mismatch: the archive's image is {found}, expected {platform}"
+            )));
+        }
+        if RESERVED_LABELS
+            .iter()
+            .any(|k| image.labels.contains_key(*k))
+        {
+            return Err(StepError::Check(
+                "the image carries labels reserved for Pier".into(),
+            ));
+        }
+        Ok(Loaded {
+            resolved: Resolved {
+                digest: digest.clone(),
+                index_digest: None,
+                media_type: "archive".into(),
+                platform: found,
+            },
+            image: VerifiedImage {
+                image_id: image.id,
+                has_healthcheck: image.has_healthcheck,
+            },
+        })
     }
 }

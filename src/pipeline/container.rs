@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
 use super::records::{CreateIntent, RetireIntent, StartIntent};
-use super::{PipelineError, Run, Step, error_chain};
+use super::{PipelineError, Run, Step, StepError, error_chain};
 use crate::config::{Origin, Strategy};
 use crate::engine::{
     ContainerSpec, LABEL_APP, LABEL_DEPLOYMENT, LABEL_DIGEST, LABEL_MANAGED, LABEL_SERVICE,
@@ -132,6 +132,14 @@ impl Run<'_> {
     /// leave an untracked container; a replay adopts the container its label names.
     pub(super) async fn create(&self, r: &Resolved) -> Result<Candidate, PipelineError> {
         let spec = self.spec(r);
+        let intent = self.create_intent(&spec);
+        self.step(Step::Create, &intent, || self.adopt_or_create(&spec))
+            .await
+    }
+
+    /// What `create` journals: every setting of the container, with env values and host
+    /// paths only as keyed hashes (the journal is read on the pages).
+    fn create_intent(&self, spec: &crate::engine::ContainerSpec) -> CreateIntent {
         let env_hmac = self.keyed_hash(&spec.env.join("\n"));
         let c = &spec.contained;
         let host_mounts = c
@@ -147,7 +155,7 @@ impl Run<'_> {
                 format!("device#{}:{}", i + 1, &h[..16])
             }))
             .collect();
-        let intent = CreateIntent {
+        CreateIntent {
             name: spec.name.clone(),
             image: spec.image.clone(),
             env_names: self.app.env.keys().cloned().collect(),
@@ -177,42 +185,47 @@ impl Run<'_> {
             tmpfs: c.tmpfs.iter().map(|t| t.intent()).collect(),
             user: c.user.clone(),
             command: self.app.command.clone(),
+        }
+    }
+
+    /// The `create` step's effect: a replay adopts this service's container of this
+    /// deployment; otherwise the policy is checked again and the container made.
+    async fn adopt_or_create(
+        &self,
+        spec: &crate::engine::ContainerSpec,
+    ) -> Result<Candidate, StepError> {
+        let dep = self.dep.id.to_string();
+        let existing = self
+            .engine()
+            .managed_containers(Some(&self.app.name), Some(&dep))
+            .await?;
+        // This service's container only (a primary made before services existed has no
+        // service label): a replay never adopts a sibling service's container.
+        let service = &self.app.contained.service;
+        let mine = |c: &crate::engine::ContainerFacts| match c.label(LABEL_SERVICE) {
+            Some(s) => s == service,
+            None => self.service.is_empty(),
         };
-        self.step(Step::Create, &intent, || async {
-            let dep = self.dep.id.to_string();
-            let existing = self
-                .engine()
-                .managed_containers(Some(&self.app.name), Some(&dep))
-                .await?;
-            // This service's container only (a primary made before services existed has no
-            // service label): a replay never adopts a sibling service's container.
-            let service = &self.app.contained.service;
-            let mine = |c: &crate::engine::ContainerFacts| match c.label(LABEL_SERVICE) {
-                Some(s) => s == service,
-                None => self.service.is_empty(),
-            };
-            if let Some(c) = existing.into_iter().find(mine) {
-                return Ok(Candidate {
-                    id: c.id,
-                    name: c.name,
-                    adopted: true,
-                });
-            }
-            // The policy as reloaded, right before the engine is asked: a host path revoked
-            // since the deployment was queued makes nothing.
-            self.policy_check()?;
-            let mut spec = spec.clone();
-            if !spec.contained.tmpfs.is_empty() && spec.contained.tmpfs_owner.is_none() {
-                spec.contained.tmpfs_owner = self.image_user_owner(&spec.image).await?;
-            }
-            let id = self.engine().create_container(&spec).await?;
-            Ok(Candidate {
-                id,
-                name: spec.name.clone(),
-                adopted: false,
-            })
+        if let Some(c) = existing.into_iter().find(mine) {
+            return Ok(Candidate {
+                id: c.id,
+                name: c.name,
+                adopted: true,
+            });
+        }
+        // The policy as reloaded, right before the engine is asked: a host path revoked
+        // since the deployment was queued makes nothing.
+        self.policy_check()?;
+        let mut spec = spec.clone();
+        if !spec.contained.tmpfs.is_empty() && spec.contained.tmpfs_owner.is_none() {
+            spec.contained.tmpfs_owner = self.image_user_owner(&spec.image).await?;
+        }
+        let id = self.engine().create_container(&spec).await?;
+        Ok(Candidate {
+            id,
+            name: spec.name.clone(),
+            adopted: false,
         })
-        .await
     }
 
     /// `recreate` frees the fixed host port: the serving generation is stopped (kept, not

@@ -5,8 +5,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::container::{Candidate, OldGeneration};
-use super::{PipelineError, Run, Step, error_chain};
-use crate::store::StepState;
+use super::{PipelineError, Run, Step, StepError, error_chain};
+use crate::store::{StepRecord, StepState};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct RolledBack {
@@ -64,19 +64,36 @@ impl Run<'_> {
         reverted: Option<i64>,
     ) -> Result<RolledBack, PipelineError> {
         let steps = self.target_steps().await?;
-        // The generation's own steps are keyed by the empty service.
-        let find = |s: Step| steps.iter().find(|r| r.step == s && r.service.is_empty());
-        if reverted.is_none() && find(Step::Switch).is_some_and(|r| r.state == StepState::Succeeded)
+        if reverted.is_none()
+            && own_step(&steps, Step::Switch).is_some_and(|r| r.state == StepState::Succeeded)
         {
             return Ok(RolledBack {
                 warnings: vec!["new generation already switched; nothing rolled back".into()],
                 ..Default::default()
             });
         }
-        // What this deployment created (every service's `create`) and what it stopped, read
-        // from its journal. An entry that does not decode fails the rollback loudly:
-        // guessing "nothing to restore" would leave the app down while the record says all
-        // is well.
+        let intent = self.rollback_intent(&steps, reverted).await?;
+        if intent.candidates.is_empty()
+            && intent.restore.is_empty()
+            && own_step(&steps, Step::Rollback).is_none()
+        {
+            return Ok(RolledBack::default());
+        }
+        self.observed_step(Step::Rollback, intent, |plan: RollbackIntent| {
+            self.roll_back(plan)
+        })
+        .await
+    }
+
+    /// What this deployment created (every service's `create`, and every container
+    /// labelled with it) and what it stopped, read from its journal. An entry that does not
+    /// decode fails the rollback loudly: guessing "nothing to restore" would leave the app
+    /// down while the record says all is well.
+    async fn rollback_intent(
+        &self,
+        steps: &[StepRecord],
+        reverted: Option<i64>,
+    ) -> Result<RollbackIntent, PipelineError> {
         let mut candidates: Vec<String> = Vec::new();
         for r in steps.iter().filter(|r| r.step == Step::Create) {
             if let Some(v) = r.result.clone() {
@@ -101,7 +118,7 @@ impl Run<'_> {
                 candidates.push(c.id);
             }
         }
-        let restore: Vec<String> = match find(Step::StopOld) {
+        let restore: Vec<String> = match own_step(steps, Step::StopOld) {
             // After a revert the previous generation already runs and serves.
             _ if reverted.is_some() => vec![],
             Some(r) if r.intent != serde_json::json!({}) => {
@@ -111,55 +128,59 @@ impl Run<'_> {
             }
             _ => vec![],
         };
-        let intent = RollbackIntent {
+        Ok(RollbackIntent {
             candidates,
             restore,
             after_route: reverted,
-        };
-        if intent.candidates.is_empty()
-            && intent.restore.is_empty()
-            && find(Step::Rollback).is_none()
-        {
-            return Ok(RolledBack::default());
+        })
+    }
+
+    /// The rollback's effect: wait for the reverted route, remove the candidates (keeping
+    /// the first one's last log lines), start the stopped generation. A failure of one
+    /// container is a warning: the others are still undone.
+    async fn roll_back(&self, plan: RollbackIntent) -> Result<RolledBack, StepError> {
+        let mut out = RolledBack::default();
+        if let Some(version) = plan.after_route {
+            self.proxy_applied(version).await?;
         }
-        self.observed_step(Step::Rollback, intent, |plan: RollbackIntent| async move {
-            let mut out = RolledBack::default();
-            if let Some(version) = plan.after_route {
-                self.proxy_applied(version).await?;
-            }
-            for id in &plan.candidates {
-                if out.logs.is_none() {
-                    match self.engine().logs_tail(id, 30).await {
-                        Ok(l) if !l.is_empty() => out.logs = Some(self.redact(&l)),
-                        Ok(_) => {}
-                        Err(e) => out
-                            .warnings
-                            .push(format!("read candidate {id}'s logs: {}", error_chain(&e))),
-                    }
-                }
-                match self.engine().remove_container(id).await {
-                    Ok(_) => out.removed_candidates.push(id.clone()),
+        for id in &plan.candidates {
+            if out.logs.is_none() {
+                match self.engine().logs_tail(id, 30).await {
+                    Ok(l) if !l.is_empty() => out.logs = Some(self.redact(&l)),
+                    Ok(_) => {}
                     Err(e) => out
                         .warnings
-                        .push(format!("remove candidate {id}: {}", error_chain(&e))),
+                        .push(format!("read candidate {id}'s logs: {}", error_chain(&e))),
                 }
             }
-            for id in &plan.restore {
-                match self
-                    .engine()
-                    .start_container(id)
-                    .await
-                    .map_err(|e| self.hide_paths(e))
-                {
-                    Ok(()) => out.restarted.push(id.clone()),
-                    Err(e) => out.warnings.push(format!(
-                        "restart previous generation {id}: {}",
-                        error_chain(&e)
-                    )),
-                }
+            match self.engine().remove_container(id).await {
+                Ok(_) => out.removed_candidates.push(id.clone()),
+                Err(e) => out
+                    .warnings
+                    .push(format!("remove candidate {id}: {}", error_chain(&e))),
             }
-            Ok(out)
-        })
-        .await
+        }
+        for id in &plan.restore {
+            match self
+                .engine()
+                .start_container(id)
+                .await
+                .map_err(|e| self.hide_paths(e))
+            {
+                Ok(()) => out.restarted.push(id.clone()),
+                Err(e) => out.warnings.push(format!(
+                    "restart previous generation {id}: {}",
+                    error_chain(&e)
+                )),
+            }
+        }
+        Ok(out)
     }
+}
+
+/// The generation's own record of `step` (its own steps are keyed by the empty service).
+fn own_step(steps: &[StepRecord], step: Step) -> Option<&StepRecord> {
+    steps
+        .iter()
+        .find(|r| r.step == step && r.service.is_empty())
 }

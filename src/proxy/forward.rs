@@ -212,17 +212,7 @@ async fn send(
             // A streamed body was consumed by the first try: nothing left to retry with.
             break;
         };
-        let mut req = Request::builder()
-            .method(out.parts.method.clone())
-            .uri(out.parts.uri.clone())
-            .version(hyper::Version::HTTP_11)
-            .body(body)
-            .expect("a request from valid parts");
-        *req.headers_mut() = if is_last {
-            std::mem::take(&mut out.parts.headers)
-        } else {
-            out.parts.headers.clone()
-        };
+        let req = out.attempt(body, is_last);
         let guard = attempt.start(&shared.counters);
         let up = &client.upstreams;
         let sending = async {
@@ -233,14 +223,9 @@ async fn send(
             }
         };
         match tokio::time::timeout(entry.timeout, sending).await {
-            Ok(Ok(mut resp)) => {
+            Ok(Ok(resp)) => {
                 if upgrade && resp.status() == StatusCode::SWITCHING_PROTOCOLS {
-                    let upstream_upgrade = hyper::upgrade::on(&mut resp);
-                    if let Some(client_upgrade) = out.upgrade.take() {
-                        tokio::spawn(splice(client_upgrade, upstream_upgrade, guard));
-                    }
-                    let (p, _) = resp.into_parts();
-                    return Ok(Response::from_parts(p, empty()));
+                    return Ok(switched(resp, out.upgrade.take(), guard));
                 }
                 return answer(resp, guard).ok_or_else(|| {
                     page(StatusCode::BAD_GATEWAY, "The app's answer was malformed.")
@@ -273,7 +258,45 @@ async fn send(
         }
     }
     shared.log_unreachable(&entry.app, &last_error);
-    Err(if busy {
+    Err(unreached_page(busy))
+}
+
+impl Outgoing {
+    /// One attempt's request: the last attempt takes the headers, earlier ones a copy.
+    fn attempt(&mut self, body: ProxyBody, is_last: bool) -> Request<ProxyBody> {
+        let mut req = Request::builder()
+            .method(self.parts.method.clone())
+            .uri(self.parts.uri.clone())
+            .version(hyper::Version::HTTP_11)
+            .body(body)
+            .expect("a request from valid parts");
+        *req.headers_mut() = if is_last {
+            std::mem::take(&mut self.parts.headers)
+        } else {
+            self.parts.headers.clone()
+        };
+        req
+    }
+}
+
+/// The app agreed to switch protocols: both upgraded connections are spliced, counted in
+/// flight until the splice ends, and the client gets the 101's head.
+fn switched(
+    mut resp: Response<Incoming>,
+    client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+    guard: InFlight,
+) -> Response<ProxyBody> {
+    let upstream_upgrade = hyper::upgrade::on(&mut resp);
+    if let Some(client_upgrade) = client_upgrade {
+        tokio::spawn(splice(client_upgrade, upstream_upgrade, guard));
+    }
+    let (p, _) = resp.into_parts();
+    Response::from_parts(p, empty())
+}
+
+/// No attempt reached the app: 503 when it was at its connection limit, else 502.
+fn unreached_page(busy: bool) -> Response<ProxyBody> {
+    if busy {
         page(
             StatusCode::SERVICE_UNAVAILABLE,
             "The app is busy. Try again in a moment.",
@@ -283,7 +306,7 @@ async fn send(
             StatusCode::BAD_GATEWAY,
             "The app could not be reached. Try again in a moment.",
         )
-    })
+    }
 }
 
 /// The answer as it goes back to the client: hop-by-hop headers dropped, counted in

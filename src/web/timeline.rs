@@ -134,35 +134,61 @@ fn generic_intent(step: Step) -> &'static str {
     }
 }
 
+// One sentence per step kind, from its journaled intent; `None` where the intent does not
+// read as the step's kind (the generic title is shown instead).
 fn intent_sentence(step: Step, i: &Value) -> Option<String> {
     if let Some(words) = swarm::sentence(step, i) {
         return Some(words);
     }
+    match step {
+        Step::Resolve => resolve_sentence(i),
+        Step::Signature | Step::Pull | Step::Verify => image_sentence(step, i),
+        Step::Create | Step::StopOld | Step::Start | Step::Network | Step::Connect => {
+            container_sentence(step, i)
+        }
+        Step::Health => health_sentence(i),
+        Step::Switch
+        | Step::Applied
+        | Step::Drain
+        | Step::Soak
+        | Step::Revert
+        | Step::Retire
+        | Step::Rollback => traffic_sentence(step, i),
+        Step::Volumes | Step::Reach | Step::Update | Step::Converge => None,
+    }
+}
+
+/// A resolve: the archive an import loads, or what the registry is asked.
+fn resolve_sentence(i: &Value) -> Option<String> {
+    Some(match read::<ImportIntent>(i) {
+        Some(imp) => format!(
+            "Load the archive {} and check that it holds image {} for {}",
+            imp.archive,
+            short_id(&imp.image_id),
+            imp.platform
+        ),
+        None => {
+            let r: ServiceResolveIntent = read(i)?;
+            let what = match (&r.digest, &r.tag, r.from_deployment) {
+                // A further service's digest, taken from an earlier deployment's journal.
+                (Some(d), _, Some(from)) => {
+                    format!("digest {} (as deployment {from} ran it)", short_digest(d))
+                }
+                (Some(d), _, None) => format!("digest {}", short_digest(d)),
+                (None, Some(t), _) => format!("tag {t}"),
+                _ => "the app's tag".into(),
+            };
+            format!(
+                "Ask the registry which image {what} of {} is, for {}",
+                r.image, r.platform
+            )
+        }
+    })
+}
+
+/// Signature, pull and verify: what is checked of the image, and how it is fetched.
+fn image_sentence(step: Step, i: &Value) -> Option<String> {
     Some(match step {
-        Step::Resolve => match read::<ImportIntent>(i) {
-            Some(imp) => format!(
-                "Load the archive {} and check that it holds image {} for {}",
-                imp.archive,
-                short_id(&imp.image_id),
-                imp.platform
-            ),
-            None => {
-                let r: ServiceResolveIntent = read(i)?;
-                let what = match (&r.digest, &r.tag, r.from_deployment) {
-                    // A further service's digest, taken from an earlier deployment's journal.
-                    (Some(d), _, Some(from)) => {
-                        format!("digest {} (as deployment {from} ran it)", short_digest(d))
-                    }
-                    (Some(d), _, None) => format!("digest {}", short_digest(d)),
-                    (None, Some(t), _) => format!("tag {t}"),
-                    _ => "the app's tag".into(),
-                };
-                format!(
-                    "Ask the registry which image {what} of {} is, for {}",
-                    r.image, r.platform
-                )
-            }
-        },
         Step::Signature => {
             let s: SignatureIntent = read(i)?;
             let of = match &s.manifest {
@@ -180,6 +206,13 @@ fn intent_sentence(step: Step, i: &Value) -> Option<String> {
             "Check that the engine's image {} carries exactly that digest",
             read::<ImageIntent>(i)?.reference
         ),
+        _ => return None,
+    })
+}
+
+/// The steps that make, start or wire a container.
+fn container_sentence(step: Step, i: &Value) -> Option<String> {
+    Some(match step {
         Step::Create => {
             let c: CreateIntent = read(i)?;
             format!(
@@ -206,7 +239,25 @@ fn intent_sentence(step: Step, i: &Value) -> Option<String> {
                 None => format!("Start container {}", short_id(&s.container)),
             }
         }
-        Step::Health => health_sentence(i)?,
+        Step::Network => format!(
+            "Make sure the app's private network {} exists",
+            read::<NetworkIntent>(i)?.network
+        ),
+        Step::Connect => {
+            let c: ConnectIntent = read(i)?;
+            format!(
+                "Join container {} to the shared networks {}",
+                short_id(&c.container),
+                c.networks.join(", ")
+            )
+        }
+        _ => return None,
+    })
+}
+
+/// The steps that move traffic between generations and retire one.
+fn traffic_sentence(step: Step, i: &Value) -> Option<String> {
+    Some(match step {
         Step::Switch => format!(
             "Make container {} the app's serving generation",
             short_id(&read::<SwitchIntent>(i)?.container)
@@ -227,19 +278,6 @@ fn intent_sentence(step: Step, i: &Value) -> Option<String> {
                 short_id(&s.container),
                 s.soak_ms,
                 s.failures
-            )
-        }
-        Step::Network => format!(
-            "Make sure the app's private network {} exists",
-            read::<NetworkIntent>(i)?.network
-        ),
-        Step::Volumes | Step::Reach | Step::Update | Step::Converge => return None,
-        Step::Connect => {
-            let c: ConnectIntent = read(i)?;
-            format!(
-                "Join container {} to the shared networks {}",
-                short_id(&c.container),
-                c.networks.join(", ")
             )
         }
         Step::Revert => format!(
@@ -266,6 +304,7 @@ fn intent_sentence(step: Step, i: &Value) -> Option<String> {
                 }
             )
         }
+        _ => return None,
     })
 }
 

@@ -256,15 +256,7 @@ pub async fn app_view(
     let quarantine = s.store.quarantine_of(&app.name).await?;
     let route = s.store.route(&app.name, first).await?;
     let pin = s.store.pin(&app.name).await?;
-    let mine: Vec<(&str, &ContainerFacts)> = app
-        .targets
-        .iter()
-        .flat_map(|t| {
-            let listed = snapshot.of(t).unwrap_or_default();
-            listed.iter().map(move |c| (t.as_str(), c))
-        })
-        .filter(|(_, c)| c.label(LABEL_APP) == Some(app.name.as_str()))
-        .collect();
+    let mine = containers_of(app, snapshot);
     let ids: Vec<String> = mine.iter().map(|(_, c)| c.id.clone()).collect();
     let known = s.store.known_containers(&ids).await?;
     let running = deployments
@@ -288,19 +280,7 @@ pub async fn app_view(
         .map(|(_, c)| *c)
         .collect();
     let services = services_of(app, generation.as_ref(), &on_first);
-    let signature = match &generation {
-        Some(g) => s
-            .store
-            .step(
-                g.deployment_id,
-                crate::store::Step::Signature,
-                crate::store::Lane::WHOLE,
-            )
-            .await?
-            .and_then(|st| st.result)
-            .and_then(|r| serde_json::from_value(r).ok()),
-        None => None,
-    };
+    let signature = signature_of(s, generation.as_ref()).await?;
     Ok(AppView {
         signature,
         services,
@@ -333,6 +313,40 @@ pub async fn app_view(
         current_step,
         pin,
     })
+}
+
+/// The app's containers on each of its targets, with the target's name.
+fn containers_of<'a>(
+    app: &'a AppConfig,
+    snapshot: &'a Snapshot,
+) -> Vec<(&'a str, &'a ContainerFacts)> {
+    app.targets
+        .iter()
+        .flat_map(|t| {
+            let listed = snapshot.of(t).unwrap_or_default();
+            listed.iter().map(move |c| (t.as_str(), c))
+        })
+        .filter(|(_, c)| c.label(LABEL_APP) == Some(app.name.as_str()))
+        .collect()
+}
+
+/// What the serving generation's signature step recorded, if it checked one.
+async fn signature_of(
+    s: &AppState,
+    generation: Option<&crate::store::Generation>,
+) -> Result<Option<crate::pipeline::records::Signed>, WebError> {
+    let Some(g) = generation else {
+        return Ok(None);
+    };
+    Ok(s.store
+        .step(
+            g.deployment_id,
+            crate::store::Step::Signature,
+            crate::store::Lane::WHOLE,
+        )
+        .await?
+        .and_then(|st| st.result)
+        .and_then(|r| serde_json::from_value(r).ok()))
 }
 
 /// The app as the config says now (after any reload).

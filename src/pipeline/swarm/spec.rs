@@ -93,47 +93,11 @@ pub fn service_spec(i: &SpecInput<'_>) -> ServiceSpec {
     }
 }
 
+/// The task template: its container, limits, placement and networks.
 fn task(i: &SpecInput<'_>) -> TaskSpec {
-    let (app, s) = (i.app, i.swarm);
-    let placement = &s.placement;
+    let app = i.app;
     TaskSpec {
-        container_spec: Some(TaskSpecContainerSpec {
-            image: Some(i.image.to_owned()),
-            labels: Some(labels(i)),
-            command: app.command.clone(),
-            env: Some(i.env.clone()),
-            user: app.contained.user.clone(),
-            read_only: Some(app.contained.read_only_root),
-            stop_grace_period: Some(nanos(app.stop_timeout)),
-            health_check: s.health_cmd.as_ref().map(|cmd| HealthConfig {
-                test: Some(
-                    std::iter::once("CMD".to_owned())
-                        .chain(cmd.clone())
-                        .collect(),
-                ),
-                interval: Some(nanos(Duration::from_secs(2))),
-                timeout: Some(nanos(Duration::from_secs(5))),
-                retries: Some(3),
-                start_period: Some(nanos(s.health_start)),
-                start_interval: Some(nanos(Duration::from_millis(500))),
-            }),
-            secrets: (!i.secrets.is_empty()).then(|| {
-                i.secrets
-                    .iter()
-                    .map(|(file, name, id)| TaskSpecContainerSpecSecrets {
-                        file: Some(TaskSpecContainerSpecFile {
-                            name: Some(file.clone()),
-                            uid: Some("0".into()),
-                            gid: Some("0".into()),
-                            mode: Some(0o444),
-                        }),
-                        secret_name: Some(name.clone()),
-                        secret_id: id.clone(),
-                    })
-                    .collect()
-            }),
-            ..Default::default()
-        }),
+        container_spec: Some(container_spec(i)),
         resources: Some(TaskSpecResources {
             limits: Some(Limit {
                 nano_cpus: app.cpus.map(|c| (c * 1e9) as i64),
@@ -142,32 +106,7 @@ fn task(i: &SpecInput<'_>) -> TaskSpec {
             }),
             ..Default::default()
         }),
-        placement: Some(TaskSpecPlacement {
-            constraints: Some(placement.constraints.clone()),
-            preferences: Some(
-                placement
-                    .spread
-                    .iter()
-                    .map(|d| TaskSpecPlacementPreferences {
-                        spread: Some(TaskSpecPlacementSpread {
-                            spread_descriptor: Some(d.clone()),
-                        }),
-                    })
-                    .collect(),
-            ),
-            max_replicas: placement
-                .max_replicas_per_node
-                .map(|n| i64::try_from(n).unwrap_or(i64::MAX)),
-            platforms: (!i.platforms.is_empty()).then(|| {
-                i.platforms
-                    .iter()
-                    .map(|p| Platform {
-                        architecture: Some(p.architecture.clone()),
-                        os: Some(p.os.clone()),
-                    })
-                    .collect()
-            }),
-        }),
+        placement: Some(placement(i)),
         force_update: Some(i.force_update),
         networks: (!app.contained.networks.is_empty()).then(|| {
             app.contained
@@ -180,6 +119,77 @@ fn task(i: &SpecInput<'_>) -> TaskSpec {
                 .collect()
         }),
         ..Default::default()
+    }
+}
+
+fn container_spec(i: &SpecInput<'_>) -> TaskSpecContainerSpec {
+    let (app, s) = (i.app, i.swarm);
+    TaskSpecContainerSpec {
+        image: Some(i.image.to_owned()),
+        labels: Some(labels(i)),
+        command: app.command.clone(),
+        env: Some(i.env.clone()),
+        user: app.contained.user.clone(),
+        read_only: Some(app.contained.read_only_root),
+        stop_grace_period: Some(nanos(app.stop_timeout)),
+        health_check: s.health_cmd.as_ref().map(|cmd| HealthConfig {
+            test: Some(
+                std::iter::once("CMD".to_owned())
+                    .chain(cmd.clone())
+                    .collect(),
+            ),
+            interval: Some(nanos(Duration::from_secs(2))),
+            timeout: Some(nanos(Duration::from_secs(5))),
+            retries: Some(3),
+            start_period: Some(nanos(s.health_start)),
+            start_interval: Some(nanos(Duration::from_millis(500))),
+        }),
+        secrets: (!i.secrets.is_empty()).then(|| {
+            i.secrets
+                .iter()
+                .map(|(file, name, id)| TaskSpecContainerSpecSecrets {
+                    file: Some(TaskSpecContainerSpecFile {
+                        name: Some(file.clone()),
+                        uid: Some("0".into()),
+                        gid: Some("0".into()),
+                        mode: Some(0o444),
+                    }),
+                    secret_name: Some(name.clone()),
+                    secret_id: id.clone(),
+                })
+                .collect()
+        }),
+        ..Default::default()
+    }
+}
+
+fn placement(i: &SpecInput<'_>) -> TaskSpecPlacement {
+    let placement = &i.swarm.placement;
+    TaskSpecPlacement {
+        constraints: Some(placement.constraints.clone()),
+        preferences: Some(
+            placement
+                .spread
+                .iter()
+                .map(|d| TaskSpecPlacementPreferences {
+                    spread: Some(TaskSpecPlacementSpread {
+                        spread_descriptor: Some(d.clone()),
+                    }),
+                })
+                .collect(),
+        ),
+        max_replicas: placement
+            .max_replicas_per_node
+            .map(|n| i64::try_from(n).unwrap_or(i64::MAX)),
+        platforms: (!i.platforms.is_empty()).then(|| {
+            i.platforms
+                .iter()
+                .map(|p| Platform {
+                    architecture: Some(p.architecture.clone()),
+                    os: Some(p.os.clone()),
+                })
+                .collect()
+        }),
     }
 }
 

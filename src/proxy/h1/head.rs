@@ -107,16 +107,43 @@ pub fn request(buf: &[u8], fwd: &Forwarding, out: &mut Vec<u8>) -> Parsed<Reques
     out.push(b' ');
     out.extend_from_slice(target.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\n");
+    if let Err(r) = write_request_headers(out, headers, &conn, fwd) {
+        return Parsed::Refused(r);
+    }
+    if let Some((s, e)) = host {
+        out.extend_from_slice(b"X-Forwarded-Host: ");
+        out.extend(buf[s..e].iter().map(u8::to_ascii_lowercase));
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    Parsed::Done(RequestHead {
+        len,
+        body: body.unwrap_or(0),
+        close,
+        idempotent: matches!(method, "GET" | "HEAD" | "OPTIONS"),
+        head_only: method == "HEAD",
+        host,
+    })
+}
+
+/// The request's headers for the app, then `X-Forwarded-For` (a trusted peer's prior
+/// values first, at most [`MAX_PRIOR_FOR`] lines) and `X-Forwarded-Proto`.
+fn write_request_headers(
+    out: &mut Vec<u8>,
+    headers: &[httparse::Header<'_>],
+    conn: &rules::Connection<'_>,
+    fwd: &Forwarding,
+) -> Result<(), Refusal> {
     let mut prior_for: [&[u8]; MAX_PRIOR_FOR] = [b""; MAX_PRIOR_FOR];
     let mut priors = 0;
     let mut proto: &[u8] = if fwd.tls { b"https" } else { b"http" };
     for h in headers {
-        match rules::request_header(h.name.as_bytes(), &conn) {
+        match rules::request_header(h.name.as_bytes(), conn) {
             ToApp::Keep => header_line(out, h.name.as_bytes(), h.value),
             ToApp::Drop => {}
             ToApp::PriorFor if fwd.trusted => {
                 if priors == MAX_PRIOR_FOR {
-                    return Parsed::Refused(rules::BAD_REQUEST);
+                    return Err(rules::BAD_REQUEST);
                 }
                 prior_for[priors] = h.value;
                 priors += 1;
@@ -134,20 +161,7 @@ pub fn request(buf: &[u8], fwd: &Forwarding, out: &mut Vec<u8>) -> Parsed<Reques
     out.extend_from_slice(b"\r\nX-Forwarded-Proto: ");
     out.extend_from_slice(proto);
     out.extend_from_slice(b"\r\n");
-    if let Some((s, e)) = host {
-        out.extend_from_slice(b"X-Forwarded-Host: ");
-        out.extend(buf[s..e].iter().map(u8::to_ascii_lowercase));
-        out.extend_from_slice(b"\r\n");
-    }
-    out.extend_from_slice(b"\r\n");
-    Parsed::Done(RequestHead {
-        len,
-        body: body.unwrap_or(0),
-        close,
-        idempotent: matches!(method, "GET" | "HEAD" | "OPTIONS"),
-        head_only: method == "HEAD",
-        host,
-    })
+    Ok(())
 }
 
 fn header_line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
@@ -220,6 +234,33 @@ pub fn answer(
     let headers = &*resp.headers;
     let conn =
         rules::Connection::of(pairs(headers)).ok_or(BadAnswer("too many Connection tokens"))?;
+    let (length, chunked) = answer_length(headers)?;
+    let informational = (100..200).contains(&status);
+    let framing = if informational || head_request || status == 204 || status == 304 {
+        Framing::Length(0)
+    } else {
+        match (chunked, length) {
+            (Some(true), _) => Framing::chunked(),
+            (Some(false), _) => Framing::Close,
+            (None, Some(n)) => Framing::Length(n),
+            (None, None) => Framing::Close,
+        }
+    };
+    let reusable = version == 1 && !conn.names("close") && framing != Framing::Close;
+    write_answer_head(out, status, resp.reason, headers, &conn, chunked.is_some());
+    Ok(Parsed::Done(AnswerHead {
+        len,
+        status,
+        framing,
+        reusable,
+    }))
+}
+
+/// The answer's `Content-Length` (one, digits only) and whether its last transfer coding
+/// is chunked (`None`: no `Transfer-Encoding`).
+fn answer_length(
+    headers: &[httparse::Header<'_>],
+) -> Result<(Option<u64>, Option<bool>), BadAnswer> {
     let mut length = None;
     let mut chunked = None;
     for h in headers {
@@ -235,19 +276,18 @@ pub fn answer(
             chunked = Some(last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
         }
     }
-    let informational = (100..200).contains(&status);
-    let framing = if informational || head_request || status == 204 || status == 304 {
-        Framing::Length(0)
-    } else {
-        match (chunked, length) {
-            (Some(true), _) => Framing::chunked(),
-            (Some(false), _) => Framing::Close,
-            (None, Some(n)) => Framing::Length(n),
-            (None, None) => Framing::Close,
-        }
-    };
-    let reusable = version == 1 && !conn.names("close") && framing != Framing::Close;
+    Ok((length, chunked))
+}
 
+/// The status line and the headers for the client, without the final blank line.
+fn write_answer_head(
+    out: &mut Vec<u8>,
+    status: u16,
+    reason: Option<&str>,
+    headers: &[httparse::Header<'_>],
+    conn: &rules::Connection<'_>,
+    transfer_encoded: bool,
+) {
     out.extend_from_slice(b"HTTP/1.1 ");
     // httparse guarantees three digits.
     out.extend_from_slice(&[
@@ -256,7 +296,7 @@ pub fn answer(
         b'0' + (status % 10) as u8,
         b' ',
     ]);
-    out.extend_from_slice(resp.reason.unwrap_or("").as_bytes());
+    out.extend_from_slice(reason.unwrap_or("").as_bytes());
     out.extend_from_slice(b"\r\n");
     for h in headers {
         let n = h.name;
@@ -265,20 +305,14 @@ pub fn answer(
         let keep = if eq(n, "transfer-encoding") || eq(n, "trailer") {
             true
         } else if eq(n, "content-length") {
-            chunked.is_none()
+            !transfer_encoded
         } else {
-            rules::answer_header(n.as_bytes(), &conn)
+            rules::answer_header(n.as_bytes(), conn)
         };
         if keep {
             header_line(out, n.as_bytes(), h.value);
         }
     }
-    Ok(Parsed::Done(AnswerHead {
-        len,
-        status,
-        framing,
-        reusable,
-    }))
 }
 
 #[cfg(test)]
