@@ -5,7 +5,11 @@
 use axum::http::HeaderMap;
 use serde::Deserialize;
 
-use super::{Malformed, Parsed, PushEvent, host_of_url, is_digest, malformed, split_host};
+use super::verify::{self, Algorithm};
+use super::{
+    CheckError, FORM, Incoming, Malformed, Need, Parsed, PushEvent, Rejected, Sender, Settings,
+    SourceMode, SourceView, Spec, host_of_url, is_digest, malformed, split_host,
+};
 
 #[derive(Deserialize)]
 struct Body {
@@ -56,7 +60,7 @@ struct TagInfo {
 
 const CONTAINER_TYPES: &[&str] = &["container", "docker"];
 
-pub fn parse(headers: &HeaderMap, json: &[u8]) -> Result<Parsed, Malformed> {
+fn parse(headers: &HeaderMap, json: &[u8]) -> Result<Parsed, Malformed> {
     let header = |n: &str| headers.get(n).and_then(|v| v.to_str().ok());
     let delivery = header("x-github-delivery").map(str::to_owned);
     match header("x-github-event") {
@@ -141,6 +145,67 @@ pub fn parse(headers: &HeaderMap, json: &[u8]) -> Result<Parsed, Malformed> {
         event.ignore = Some("untagged manifest (a platform of a multi-platform push)".into());
     }
     Ok(Parsed::events(delivery, vec![event]))
+}
+
+/// GitHub: `X-Hub-Signature-256: sha256=<hex HMAC-SHA256>`, required.
+pub struct GitHub;
+
+const SIGNATURE: &str = "x-hub-signature-256";
+
+impl Sender for GitHub {
+    fn name(&self) -> &'static str {
+        "github"
+    }
+
+    fn check(&self, spec: &Spec<'_>) -> Result<Settings, CheckError> {
+        let mode = spec.mode(self.name(), SourceMode::Hmac, &[])?;
+        spec.credentials(self.name(), Need::Refused, Need::Required)?;
+        spec.no_extras(self.name())?;
+        Ok(Settings::new(mode, spec.raw_keys()))
+    }
+
+    fn credential_headers<'a>(&self, _source: &SourceView<'a>) -> Vec<&'a str> {
+        vec![SIGNATURE]
+    }
+
+    fn check_head(
+        &self,
+        _source: &SourceView<'_>,
+        _headers: &HeaderMap,
+        _path_token: Option<&str>,
+    ) -> Result<(), Rejected> {
+        Ok(())
+    }
+
+    fn check_signature(
+        &self,
+        source: &SourceView<'_>,
+        req: Incoming<'_>,
+        signed: &[u8],
+        _now: i64,
+    ) -> Result<(), Rejected> {
+        let given = req.header(SIGNATURE);
+        verify::hmac_hex(
+            given,
+            Some("sha256="),
+            Algorithm::Sha256,
+            source.keys,
+            signed,
+        )
+    }
+
+    fn media_types(&self) -> &'static [&'static str] {
+        &["application/json", FORM]
+    }
+
+    fn parse(
+        &self,
+        _source: &SourceView<'_>,
+        headers: &HeaderMap,
+        json: &[u8],
+    ) -> Result<Parsed, Malformed> {
+        parse(headers, json)
+    }
 }
 
 #[cfg(test)]
