@@ -78,7 +78,7 @@ fn parse(headers: &HeaderMap, json: &[u8]) -> Result<Parsed, Malformed> {
         None => return Err(Malformed("missing X-GitHub-Event header".into())),
     }
     let body: Body = serde_json::from_slice(json).map_err(|e| malformed("invalid payload", e))?;
-    let Some(pkg) = body.package.or(body.registry_package) else {
+    let Some(mut pkg) = body.package.or(body.registry_package) else {
         return Err(Malformed("no `package` in a package event".into()));
     };
     let name = pkg.name.clone().unwrap_or_default();
@@ -107,7 +107,7 @@ fn parse(headers: &HeaderMap, json: &[u8]) -> Result<Parsed, Malformed> {
             )],
         ));
     }
-    let Some(version) = pkg.package_version else {
+    let Some(version) = pkg.package_version.take() else {
         return Err(Malformed("no `package_version` in a package event".into()));
     };
     let tag_info = version.container_metadata.and_then(|m| m.tag);
@@ -117,8 +117,19 @@ fn parse(headers: &HeaderMap, json: &[u8]) -> Result<Parsed, Malformed> {
         .or(version.name)
         .or(version.version)
         .filter(|d| is_digest(d));
-    // `ghcr.io/OWNER/NAME:TAG`, with a bare trailing `:` when untagged.
-    let (registry, repository) = match version.package_url.as_deref() {
+    let (registry, repository) = image_of(version.package_url.as_deref(), pkg, name);
+    let mut event = PushEvent::push(registry, repository, tag, digest);
+    if event.tag.is_none() && event.ignore.is_some() {
+        event.ignore = Some("untagged manifest (a platform of a multi-platform push)".into());
+    }
+    Ok(Parsed::events(delivery, vec![event]))
+}
+
+/// The registry host and repository of a package: from its `package_url`
+/// (`ghcr.io/OWNER/NAME:TAG`, with a bare trailing `:` when untagged), else from its
+/// namespace (or owner), its name and its registry's URL.
+fn image_of(package_url: Option<&str>, pkg: Package, name: String) -> (Option<String>, String) {
+    match package_url {
         Some(url) if !url.is_empty() => {
             let without_digest = url.split('@').next().unwrap_or(url);
             let last_slash = without_digest.rfind('/').unwrap_or(0);
@@ -139,12 +150,7 @@ fn parse(headers: &HeaderMap, json: &[u8]) -> Result<Parsed, Malformed> {
                 .and_then(|u| host_of_url(&u));
             (host, format!("{owner}/{name}").to_ascii_lowercase())
         }
-    };
-    let mut event = PushEvent::push(registry, repository, tag, digest);
-    if event.tag.is_none() && event.ignore.is_some() {
-        event.ignore = Some("untagged manifest (a platform of a multi-platform push)".into());
     }
-    Ok(Parsed::events(delivery, vec![event]))
 }
 
 /// GitHub: `X-Hub-Signature-256: sha256=<hex HMAC-SHA256>`, required.

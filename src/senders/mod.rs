@@ -302,3 +302,53 @@ pub fn check_head(
     }
     sender.check_head(source, headers, path_token)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_has_its_own_name_and_parses_back_from_it() {
+        let mut names: Vec<&str> = SourceKind::ALL.iter().map(|k| k.as_str()).collect();
+        for k in SourceKind::ALL {
+            assert_eq!(SourceKind::from_name(k.as_str()), Some(*k));
+        }
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), SourceKind::ALL.len());
+    }
+
+    #[test]
+    fn an_unknown_kind_is_refused_with_the_list_of_kinds() {
+        #[derive(Debug, Deserialize)]
+        struct Entry {
+            kind: SourceKind,
+        }
+        let e = toml::from_str::<Entry>(r#"kind = "gitlab""#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown variant `gitlab`"), "{e}");
+        assert!(
+            e.contains("expected one of `distribution`, `generic`"),
+            "{e}"
+        );
+        let ok: Entry = toml::from_str(r#"kind = "forgejo""#).unwrap();
+        assert_eq!(ok.kind, SourceKind::Forgejo);
+    }
+
+    /// Pier never accepts unauthenticated webhooks: a new sender that forgot to require
+    /// its credential fails here.
+    #[test]
+    fn every_sender_refuses_a_source_without_credentials() {
+        let spec = Spec {
+            mode: None,
+            tokens: &[],
+            secrets: &[],
+            signature_header: None,
+            access_method: None,
+        };
+        for k in SourceKind::ALL {
+            assert!(k.sender().check(&spec).is_err(), "{k:?}");
+        }
+    }
+}
