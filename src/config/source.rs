@@ -180,11 +180,8 @@ impl RawSource {
     ) -> Result<SourceConfig, ConfigError> {
         let name = self.name.as_str();
         let tokens = self.token.iter().map(|t| ("token", t));
-        let tokens = resolve_secrets(
-            name,
-            base,
-            tokens.chain(self.tokens.iter().map(|t| ("tokens", t))),
-        )?;
+        let tokens = tokens.chain(self.tokens.iter().map(|t| ("tokens", t)));
+        let tokens = resolve_secrets(name, base, tokens)?;
         let secrets = self.hmac_secret.iter().map(|s| ("hmac_secret", s));
         let secrets = secrets.chain(self.secrets.iter().map(|s| ("secrets", s)));
         let secrets = resolve_secrets(name, base, secrets)?;
