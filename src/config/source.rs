@@ -31,12 +31,12 @@ pub struct SourceConfig {
 
 impl SourceConfig {
     /// This source's sender: its authentication and its parser.
-    pub fn sender(&self) -> &'static dyn Sender {
+    pub(crate) fn sender(&self) -> &'static dyn Sender {
         self.kind.sender()
     }
 
     /// The source as its sender checks and reads a delivery.
-    pub fn view(&self) -> SourceView<'_> {
+    pub(crate) fn view(&self) -> SourceView<'_> {
         SourceView {
             mode: self.mode,
             tokens: self.tokens.iter().map(Secret::expose).collect(),

@@ -13,7 +13,7 @@ pub(super) const DEFAULT_SIGNATURE_HEADER: &str = "X-Hub-Signature-256";
 /// What a `[[sources]]` entry says, its credentials resolved (empty ones dropped): the
 /// input of [`super::Sender::check`].
 #[derive(Debug, Clone, Copy)]
-pub struct Spec<'a> {
+pub(crate) struct Spec<'a> {
     pub mode: Option<SourceMode>,
     pub tokens: &'a [&'a str],
     pub secrets: &'a [&'a str],
@@ -23,7 +23,7 @@ pub struct Spec<'a> {
 
 /// A sender's configuration, checked, with its defaults filled in.
 #[derive(Debug, Clone)]
-pub struct Settings {
+pub(crate) struct Settings {
     pub mode: SourceMode,
     pub keys: Vec<HmacKey>,
     pub signature_header: String,
@@ -34,7 +34,7 @@ pub struct Settings {
 impl Settings {
     /// `mode` with `keys`, the default signature header and access method, and a
     /// `registry` that may be given.
-    pub fn new(mode: SourceMode, keys: Vec<HmacKey>) -> Self {
+    pub(crate) fn new(mode: SourceMode, keys: Vec<HmacKey>) -> Self {
         Settings {
             mode,
             keys,
@@ -44,14 +44,14 @@ impl Settings {
         }
     }
 
-    pub fn registry(self, registry: RegistryRule) -> Self {
+    pub(crate) fn registry(self, registry: RegistryRule) -> Self {
         Settings { registry, ..self }
     }
 }
 
 /// What a source's `registry` must be, where its sender's deliveries name no host.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RegistryRule {
+pub(crate) enum RegistryRule {
     /// Deliveries name their host; `registry` only replaces it (an alias).
     Optional,
     /// The host every delivery means when `registry` is not given.
@@ -62,7 +62,7 @@ pub enum RegistryRule {
 
 /// Whether a kind takes a credential of one sort (tokens or HMAC secrets).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Need {
+pub(crate) enum Need {
     /// It cannot use one: giving one is a mistake that would look like protection.
     Refused,
     Optional,
@@ -73,7 +73,7 @@ pub enum Need {
 /// Why a source's configuration is refused. Config prefixes `source `NAME`: ` (or the
 /// field, see [`CheckError::field`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CheckError {
+pub(crate) enum CheckError {
     #[error("mode {mode:?} is not a mode of kind {kind}")]
     NotAMode {
         mode: SourceMode,
@@ -113,14 +113,14 @@ pub enum CheckError {
 
 impl CheckError {
     /// The field the error is about, when it names one rather than the source.
-    pub fn field(&self) -> Option<&'static str> {
+    pub(crate) fn field(&self) -> Option<&'static str> {
         matches!(self, CheckError::NotWhsec).then_some("secrets")
     }
 }
 
 impl Spec<'_> {
     /// The mode: `default` when none is given, else one of `allowed`.
-    pub fn mode(
+    pub(crate) fn mode(
         &self,
         kind: &'static str,
         default: SourceMode,
@@ -135,7 +135,7 @@ impl Spec<'_> {
 
     /// The credentials `kind` is given match what it takes: nothing it cannot use,
     /// everything it requires.
-    pub fn credentials(
+    pub(crate) fn credentials(
         &self,
         kind: &'static str,
         tokens: Need,
@@ -158,7 +158,7 @@ impl Spec<'_> {
 
     /// Tokens that travel as the URL's last segment: long, and nothing a URL would
     /// escape or split.
-    pub fn url_tokens(&self) -> Result<(), CheckError> {
+    pub(crate) fn url_tokens(&self) -> Result<(), CheckError> {
         let unfit = |t: &&str| {
             t.len() < 16
                 || !t
@@ -172,7 +172,7 @@ impl Spec<'_> {
     }
 
     /// The secrets as HMAC keys, byte for byte.
-    pub fn raw_keys(&self) -> Vec<HmacKey> {
+    pub(crate) fn raw_keys(&self) -> Vec<HmacKey> {
         self.secrets
             .iter()
             .map(|s| HmacKey::new(s.as_bytes()))
@@ -180,7 +180,7 @@ impl Spec<'_> {
     }
 
     /// The secrets as Standard Webhooks keys: `whsec_` and the base64 of the key.
-    pub fn standard_webhooks_keys(&self) -> Result<Vec<HmacKey>, CheckError> {
+    pub(crate) fn standard_webhooks_keys(&self) -> Result<Vec<HmacKey>, CheckError> {
         self.secrets
             .iter()
             .map(|s| {
@@ -196,12 +196,12 @@ impl Spec<'_> {
     }
 
     /// The signature header a kind lets the user choose: the one given, or `default`.
-    pub fn signature_header_or(&self, default: &str) -> String {
+    pub(crate) fn signature_header_or(&self, default: &str) -> String {
         self.signature_header.unwrap_or(default).to_owned()
     }
 
     /// For a kind that fixes its signature header: none may be given.
-    pub fn fixed_signature_header(&self, kind: &'static str) -> Result<(), CheckError> {
+    pub(crate) fn fixed_signature_header(&self, kind: &'static str) -> Result<(), CheckError> {
         match self.signature_header {
             Some(_) => Err(CheckError::FixedSignatureHeader(kind)),
             None => Ok(()),
@@ -209,7 +209,7 @@ impl Spec<'_> {
     }
 
     /// For every kind but artifactory: no `access_method`.
-    pub fn no_access_method(&self, kind: &'static str) -> Result<(), CheckError> {
+    pub(crate) fn no_access_method(&self, kind: &'static str) -> Result<(), CheckError> {
         match self.access_method {
             Some(_) => Err(CheckError::AccessMethodNotForKind(kind)),
             None => Ok(()),
@@ -218,7 +218,7 @@ impl Spec<'_> {
 
     /// What most senders check after their credentials: a fixed signature header and no
     /// `access_method`.
-    pub fn no_extras(&self, kind: &'static str) -> Result<(), CheckError> {
+    pub(crate) fn no_extras(&self, kind: &'static str) -> Result<(), CheckError> {
         self.fixed_signature_header(kind)?;
         self.no_access_method(kind)
     }

@@ -49,7 +49,7 @@ use axum::http::HeaderMap;
 use serde::Deserialize;
 
 pub use crate::domain::is_digest;
-pub use check::{CheckError, Need, RegistryRule, Settings, Spec};
+pub(crate) use check::{CheckError, Need, RegistryRule, Settings, Spec};
 pub(crate) use event::malformed;
 pub use event::{Malformed, Parsed, PushEvent, host_of_url, split_host};
 pub use request::{FORM, Incoming, form_payload};
@@ -57,7 +57,7 @@ pub use verify::Rejected;
 
 /// Everything Pier knows about one sender. Implemented by a unit value in the sender's
 /// own file; reached through [`SourceKind::sender`].
-pub trait Sender: Sync {
+pub(crate) trait Sender: Sync {
     /// The `kind` a `[[sources]]` entry names this sender by.
     fn name(&self) -> &'static str;
 
@@ -145,10 +145,10 @@ macro_rules! senders {
 
         impl SourceKind {
             /// Every kind, in the list's order.
-            pub const ALL: &'static [SourceKind] = &[$(SourceKind::$variant,)*];
+            pub(crate) const ALL: &'static [SourceKind] = &[$(SourceKind::$variant,)*];
 
             /// The sender of this kind: its checks, its authentication and its parser.
-            pub fn sender(self) -> &'static dyn Sender {
+            pub(crate) fn sender(self) -> &'static dyn Sender {
                 match self {
                     $(SourceKind::$variant => &$sender,)*
                 }
@@ -178,7 +178,7 @@ impl SourceKind {
     }
 
     /// The kind whose sender is named `name`.
-    pub fn from_name(name: &str) -> Option<SourceKind> {
+    pub(crate) fn from_name(name: &str) -> Option<SourceKind> {
         SourceKind::ALL.iter().copied().find(|k| k.as_str() == name)
     }
 
@@ -260,7 +260,7 @@ impl fmt::Debug for HmacKey {
 /// A configured source as its sender sees it when a delivery arrives: what it checks
 /// the delivery against, and the settings its parser reads.
 #[derive(Debug)]
-pub struct SourceView<'a> {
+pub(crate) struct SourceView<'a> {
     pub mode: SourceMode,
     /// Static tokens; any one of them is accepted (rotation without a gap).
     pub tokens: Vec<&'a str>,
@@ -274,7 +274,7 @@ pub struct SourceView<'a> {
 
 impl SourceView<'_> {
     /// A source with no credentials: for reading a payload alone (the fuzzer, tests).
-    pub fn unauthenticated(mode: SourceMode, access_method: ArtifactoryAccess) -> Self {
+    pub(crate) fn unauthenticated(mode: SourceMode, access_method: ArtifactoryAccess) -> Self {
         SourceView {
             mode,
             tokens: Vec::new(),
@@ -288,7 +288,7 @@ impl SourceView<'_> {
 
 /// What the request head must show before the body is read: no credential header twice,
 /// then the sender's own head check.
-pub fn check_head(
+pub(crate) fn check_head(
     kind: SourceKind,
     source: &SourceView<'_>,
     headers: &HeaderMap,
