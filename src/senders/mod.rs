@@ -20,8 +20,9 @@
 //! Nothing else in the code changes: `SourceKind` gains the variant, `kind = "NAME"`
 //! parses, and the config checks, the intake route and every per-kind question go
 //! through the list (no `match` on `SourceKind` exists outside it). Tell users in the
-//! README's table of senders; the tests below hold every sender to the rule that a
-//! source without credentials is refused.
+//! README's table of senders, and add the kind to the fuzzer's `KINDS`
+//! (`fuzz/fuzz_targets/payload.rs`) to fuzz its parser. The tests below hold every
+//! sender to the rule that a source without credentials is refused.
 
 mod check;
 mod event;
