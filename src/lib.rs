@@ -26,6 +26,7 @@ pub mod promote;
 pub mod proxy;
 pub mod reconcile;
 pub mod registry;
+pub mod senders;
 pub mod serve;
 pub mod signature;
 pub mod store;

@@ -1,120 +1,12 @@
-//! Webhook sources: what sends, how it proves itself, and how to fill in what it omits.
-//! Every rule a source's credentials must satisfy is checked here, at start-up, so that
-//! intake never meets a source it cannot authenticate.
+//! Webhook sources: what is common to every `[[sources]]` entry (its name, its secrets'
+//! values, the timestamp tolerance, the registry host its images live on). What a kind
+//! needs beyond that is its sender's to check (`crate::senders`), here at start-up, so
+//! that intake never meets a source it cannot authenticate.
 
-use base64::Engine as _;
+pub use crate::senders::{ArtifactoryAccess, HmacKey, SourceKind, SourceMode};
+use crate::senders::{CheckError, RegistryRule, Sender, Settings, SourceView, Spec, verify};
 
 use super::*;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SourceKind {
-    Distribution,
-    Generic,
-    Github,
-    Gitea,
-    Forgejo,
-    Harbor,
-    Zot,
-    Dockerhub,
-    Quay,
-    Artifactory,
-    Nexus,
-    Acr,
-}
-
-impl SourceKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SourceKind::Distribution => "distribution",
-            SourceKind::Generic => "generic",
-            SourceKind::Github => "github",
-            SourceKind::Gitea => "gitea",
-            SourceKind::Forgejo => "forgejo",
-            SourceKind::Harbor => "harbor",
-            SourceKind::Zot => "zot",
-            SourceKind::Dockerhub => "dockerhub",
-            SourceKind::Quay => "quay",
-            SourceKind::Artifactory => "artifactory",
-            SourceKind::Nexus => "nexus",
-            SourceKind::Acr => "acr",
-        }
-    }
-
-    /// Senders that cannot set a header: the secret is the URL's last segment.
-    pub fn token_in_path(self) -> bool {
-        matches!(self, SourceKind::Dockerhub | SourceKind::Quay)
-    }
-
-    /// Senders that lower-case the tag they report (Gitea and its fork store the PUT
-    /// reference lower-cased), so an app's tag is matched ignoring case.
-    pub fn folds_tag_case(self) -> bool {
-        matches!(self, SourceKind::Gitea | SourceKind::Forgejo)
-    }
-
-    /// Whether two authentic deliveries with the same body are the same event. True where
-    /// the body carries an event id or a timestamp, or names the digest (then a repeat
-    /// can only ask for what already runs). Quay repeats one body for every push of a tag,
-    /// Zot and Artifactory one body for every push of the same digest, which a rollback by
-    /// re-push needs: for them a repeated body is deduplicated downstream, by (app, digest)
-    /// and by the no-op for what already runs.
-    pub fn body_is_unique(self) -> bool {
-        !matches!(
-            self,
-            SourceKind::Quay | SourceKind::Zot | SourceKind::Artifactory
-        )
-    }
-}
-
-/// How a `generic` or `artifactory` source authenticates; other kinds have one way only.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum SourceMode {
-    /// HMAC-SHA256 of the body in `signature_header` (generic).
-    Hmac,
-    /// Standard Webhooks: `webhook-id`, `webhook-timestamp`, `webhook-signature` (generic).
-    StandardWebhooks,
-    /// The shared secret verbatim in a header (artifactory's default).
-    Token,
-    /// Hex HMAC-SHA256 of the body in `X-JFrog-Event-Auth` (artifactory).
-    Signing,
-}
-
-/// How Artifactory names a Docker image (its "Docker access method"), which decides the
-/// registry host and repository an event is matched by. The payload names the Artifactory
-/// repository (`repo_key`) and the image inside it (`image_name`) apart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ArtifactoryAccess {
-    /// `<host>/<repo_key>/<image_name>` (JFrog Cloud's default): the repository is
-    /// `repo_key/image_name` on the host of `jpd_origin`.
-    #[default]
-    RepositoryPath,
-    /// `<repo_key>.<host>/<image_name>`: the repository is `image_name` on the subdomain.
-    Subdomain,
-    /// `<host>:<port>/<image_name>`, one port per Artifactory repository: the repository is
-    /// `image_name` on the source's `registry` (required), which names host and port.
-    Port,
-}
-
-/// An HMAC key's bytes. Never printed.
-#[derive(Clone, PartialEq, Eq)]
-pub struct HmacKey(Vec<u8>);
-
-impl HmacKey {
-    pub fn new(bytes: impl Into<Vec<u8>>) -> Self {
-        Self(bytes.into())
-    }
-    pub fn expose(&self) -> &[u8] {
-        &self.0
-    }
-}
-
-impl fmt::Debug for HmacKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("HmacKey(***)")
-    }
-}
 
 #[derive(Debug, Clone)]
 pub struct SourceConfig {
@@ -135,6 +27,32 @@ pub struct SourceConfig {
     pub registry: Option<String>,
     /// `artifactory` only: how its events name an image.
     pub access_method: ArtifactoryAccess,
+}
+
+impl SourceConfig {
+    /// This source's sender: its authentication and its parser.
+    pub(crate) fn sender(&self) -> &'static dyn Sender {
+        self.kind.sender()
+    }
+
+    /// The source as its sender checks and reads a delivery.
+    pub(crate) fn view(&self) -> SourceView<'_> {
+        SourceView {
+            mode: self.mode,
+            tokens: self.tokens.iter().map(Secret::expose).collect(),
+            keys: &self.keys,
+            signature_header: &self.signature_header,
+            tolerance: self.tolerance,
+            access_method: self.access_method,
+        }
+    }
+}
+
+/// A token is compared by its text; the senders' layer cannot name `Secret` itself.
+impl verify::Token for Secret {
+    fn text(&self) -> &str {
+        self.expose()
+    }
 }
 
 fn default_tolerance() -> Duration {
@@ -178,15 +96,76 @@ fn valid_host(host: &str) -> bool {
         && port.is_none_or(|p| p.parse::<u16>().is_ok_and(|p| p > 0))
 }
 
-/// A Standard Webhooks secret: `whsec_` and the base64 of the key.
-fn standard_webhooks_key(what: &str, secret: &str) -> Result<HmacKey, ConfigError> {
-    let b64 = secret.strip_prefix("whsec_").unwrap_or(secret);
-    base64::engine::general_purpose::STANDARD
-        .decode(b64)
-        .ok()
-        .filter(|k| !k.is_empty())
-        .map(HmacKey)
-        .ok_or_else(|| invalid(format!("{what}: not a `whsec_<base64>` secret")))
+/// The values of a single field and its rotation list (`token` and `tokens`), read
+/// from where they point; an empty one is dropped, so `""` never authenticates.
+fn resolve_secrets<'a>(
+    source: &str,
+    base: &Path,
+    fields: impl Iterator<Item = (&'static str, &'a String)>,
+) -> Result<Vec<Secret>, ConfigError> {
+    let mut values = Vec::new();
+    for (field, spec) in fields {
+        let value = Secret::resolve(&format!("sources.{source}.{field}"), spec, base)?;
+        if !value.expose().is_empty() {
+            values.push(value);
+        }
+    }
+    Ok(values)
+}
+
+/// A sender's refusal, said as config says everything: which source (or field).
+fn refused(source: &str, e: CheckError) -> ConfigError {
+    match e.field() {
+        Some(field) => invalid(format!("sources.{source}.{field}: {e}")),
+        None => invalid(format!("source `{source}`: {e}")),
+    }
+}
+
+fn check_signature_header(source: &str, header: &str) -> Result<(), ConfigError> {
+    if axum::http::HeaderName::try_from(header).is_err() {
+        return Err(invalid(format!(
+            "source `{source}`: `{header}` is not a header name"
+        )));
+    }
+    Ok(())
+}
+
+fn check_tolerance(source: &str, tolerance: Duration) -> Result<(), ConfigError> {
+    if tolerance < Duration::from_secs(1) || tolerance > Duration::from_secs(3600) {
+        return Err(invalid(format!(
+            "source `{source}`: tolerance must be between 1s and 1h"
+        )));
+    }
+    Ok(())
+}
+
+/// The registry host of the source's images: the one given, which must be the host of
+/// some app's image (else no event could ever match), or what the sender's rule says.
+fn resolve_registry(
+    source: &str,
+    given: Option<String>,
+    rule: RegistryRule,
+    app_hosts: &[&str],
+) -> Result<Option<String>, ConfigError> {
+    let Some(host) = given else {
+        return match rule {
+            RegistryRule::Optional => Ok(None),
+            RegistryRule::Default(host) => Ok(Some(host.to_owned())),
+            RegistryRule::Required(why) => Err(refused(source, why)),
+        };
+    };
+    if !valid_host(&host) {
+        return Err(invalid(format!(
+            "source `{source}`: registry `{host}` is not a host or host:port"
+        )));
+    }
+    if !app_hosts.iter().any(|h| h.eq_ignore_ascii_case(&host)) {
+        return Err(invalid(format!(
+            "source `{source}`: registry `{host}` is the registry of no app; \
+             it must match the host part of an app's `image`"
+        )));
+    }
+    Ok(Some(host))
 }
 
 impl RawSource {
@@ -199,217 +178,49 @@ impl RawSource {
         base: &Path,
         app_hosts: &[&str],
     ) -> Result<SourceConfig, ConfigError> {
-        let name = self.name;
-        let kind = self.kind;
-        let what = |field: &str| format!("sources.{name}.{field}");
-        let mut tokens = Vec::new();
-        for (field, spec) in self
-            .token
-            .iter()
-            .map(|t| ("token", t))
-            .chain(self.tokens.iter().map(|t| ("tokens", t)))
-        {
-            let t = Secret::resolve(&what(field), spec, base)?;
-            if !t.expose().is_empty() {
-                tokens.push(t);
-            }
-        }
-        let mut secrets = Vec::new();
-        for (field, spec) in self
-            .hmac_secret
-            .iter()
-            .map(|t| ("hmac_secret", t))
-            .chain(self.secrets.iter().map(|t| ("secrets", t)))
-        {
-            let s = Secret::resolve(&what(field), spec, base)?;
-            if !s.expose().is_empty() {
-                secrets.push(s);
-            }
-        }
-
-        let mode = match (kind, self.mode) {
-            (SourceKind::Generic, None) => SourceMode::Hmac,
-            (SourceKind::Generic, Some(m @ (SourceMode::Hmac | SourceMode::StandardWebhooks))) => m,
-            (SourceKind::Artifactory, None) => SourceMode::Token,
-            (SourceKind::Artifactory, Some(m @ (SourceMode::Token | SourceMode::Signing))) => m,
-            (SourceKind::Distribution | SourceKind::Github | SourceKind::Gitea, None)
-            | (SourceKind::Forgejo | SourceKind::Nexus, None) => SourceMode::Hmac,
-            (_, None) => SourceMode::Token,
-            (k, Some(m)) => {
-                return Err(invalid(format!(
-                    "source `{name}`: mode {m:?} is not a mode of kind {}",
-                    k.as_str()
-                )));
-            }
-        };
-
-        // What each kind needs: its strongest mechanism is required, never optional.
-        let needs_secret = matches!(
-            (kind, mode),
-            (SourceKind::Generic, _)
-                | (
-                    SourceKind::Github | SourceKind::Gitea | SourceKind::Forgejo,
-                    _
-                )
-                | (SourceKind::Nexus, _)
-                | (SourceKind::Artifactory, SourceMode::Signing)
-        );
-        let needs_token = matches!(
-            (kind, mode),
-            (SourceKind::Harbor | SourceKind::Zot | SourceKind::Acr, _)
-                | (SourceKind::Dockerhub | SourceKind::Quay, _)
-                | (SourceKind::Artifactory, SourceMode::Token)
-        );
-        let takes_token = needs_token
-            || matches!(
-                kind,
-                SourceKind::Distribution
-                    | SourceKind::Generic
-                    | SourceKind::Gitea
-                    | SourceKind::Forgejo
-            );
-        let takes_secret = needs_secret || kind == SourceKind::Distribution;
-        if !takes_token && !tokens.is_empty() {
-            return Err(invalid(format!(
-                "source `{name}`: a {} source signs its deliveries; give `secrets`, not `tokens`",
-                kind.as_str()
-            )));
-        }
-        if !takes_secret && !secrets.is_empty() {
-            return Err(invalid(format!(
-                "source `{name}`: a {} source cannot sign; give `tokens`, not `secrets`",
-                kind.as_str()
-            )));
-        }
-        if kind == SourceKind::Distribution && tokens.is_empty() && secrets.is_empty() {
-            return Err(invalid(format!(
-                "source `{name}`: a distribution source needs `token` or `hmac_secret`; \
-                 Pier never accepts unauthenticated webhooks"
-            )));
-        }
-        if needs_secret && secrets.is_empty() {
-            return Err(invalid(format!(
-                "source `{name}`: a {} source needs `hmac_secret` or `secrets`; \
-                 Pier never accepts unauthenticated webhooks",
-                kind.as_str()
-            )));
-        }
-        if needs_token && tokens.is_empty() {
-            return Err(invalid(format!(
-                "source `{name}`: a {} source needs `token` or `tokens`; \
-                 Pier never accepts unauthenticated webhooks",
-                kind.as_str()
-            )));
-        }
-        if kind.token_in_path()
-            && let Some(t) = tokens.iter().find(|t| {
-                t.expose().len() < 16
-                    || !t
-                        .expose()
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-            })
-        {
-            let _ = t;
-            return Err(invalid(format!(
-                "source `{name}`: a URL token must be at least 16 letters, digits, - or _"
-            )));
-        }
-        let keys = if mode == SourceMode::StandardWebhooks {
-            secrets
-                .iter()
-                .map(|s| standard_webhooks_key(&what("secrets"), s.expose()))
-                .collect::<Result<Vec<_>, _>>()?
-        } else {
-            secrets
-                .iter()
-                .map(|s| HmacKey(s.expose().as_bytes().to_vec()))
-                .collect()
-        };
-
-        if self.signature_header.is_some()
-            && !(matches!(kind, SourceKind::Distribution)
-                || (kind == SourceKind::Generic && mode == SourceMode::Hmac))
-        {
-            return Err(invalid(format!(
-                "source `{name}`: signature_header is fixed by kind {}",
-                kind.as_str()
-            )));
-        }
-        let signature_header = self.signature_header.unwrap_or_else(|| {
-            match kind {
-                SourceKind::Generic => "X-Pier-Signature",
-                _ => "X-Hub-Signature-256",
-            }
-            .to_owned()
-        });
-        if axum::http::HeaderName::try_from(signature_header.as_str()).is_err() {
-            return Err(invalid(format!(
-                "source `{name}`: `{signature_header}` is not a header name"
-            )));
-        }
-        if self.tolerance < Duration::from_secs(1) || self.tolerance > Duration::from_secs(3600) {
-            return Err(invalid(format!(
-                "source `{name}`: tolerance must be between 1s and 1h"
-            )));
-        }
-
-        let access_method = match (kind, self.access_method) {
-            (SourceKind::Artifactory, m) => m.unwrap_or_default(),
-            (_, None) => ArtifactoryAccess::default(),
-            (k, Some(_)) => {
-                return Err(invalid(format!(
-                    "source `{name}`: `access_method` is for kind artifactory, not {}",
-                    k.as_str()
-                )));
-            }
-        };
-        if kind == SourceKind::Artifactory
-            && access_method == ArtifactoryAccess::Port
-            && self.registry.is_none()
-        {
-            return Err(invalid(format!(
-                "source `{name}`: with access_method = \"port\" the payload names no host and \
-                 port; set `registry` to the host:port your apps pull this repository from"
-            )));
-        }
-        let registry = match (self.registry, kind) {
-            (Some(host), _) => {
-                if !valid_host(&host) {
-                    return Err(invalid(format!(
-                        "source `{name}`: registry `{host}` is not a host or host:port"
-                    )));
-                }
-                if !app_hosts.iter().any(|h| h.eq_ignore_ascii_case(&host)) {
-                    return Err(invalid(format!(
-                        "source `{name}`: registry `{host}` is the registry of no app; \
-                         it must match the host part of an app's `image`"
-                    )));
-                }
-                Some(host)
-            }
-            (None, SourceKind::Dockerhub) => Some("docker.io".to_owned()),
-            (None, SourceKind::Nexus | SourceKind::Zot) => {
-                return Err(invalid(format!(
-                    "source `{name}`: a {} delivery names no registry host; set `registry` \
-                     to the host (and port) your apps pull its images from",
-                    kind.as_str()
-                )));
-            }
-            (None, _) => None,
-        };
-
+        let name = self.name.as_str();
+        let tokens = self.token.iter().map(|t| ("token", t));
+        let tokens = tokens.chain(self.tokens.iter().map(|t| ("tokens", t)));
+        let tokens = resolve_secrets(name, base, tokens)?;
+        let secrets = self.hmac_secret.iter().map(|s| ("hmac_secret", s));
+        let secrets = secrets.chain(self.secrets.iter().map(|s| ("secrets", s)));
+        let secrets = resolve_secrets(name, base, secrets)?;
+        let settings = self.sender_settings(&tokens, &secrets)?;
+        check_signature_header(name, &settings.signature_header)?;
+        check_tolerance(name, self.tolerance)?;
+        let registry = resolve_registry(name, self.registry, settings.registry, app_hosts)?;
         Ok(SourceConfig {
-            name,
-            kind,
-            mode,
+            name: self.name,
+            kind: self.kind,
+            mode: settings.mode,
             tokens,
-            keys,
-            signature_header,
+            keys: settings.keys,
+            signature_header: settings.signature_header,
             tolerance: self.tolerance,
             registry,
-            access_method,
+            access_method: settings.access_method,
         })
+    }
+
+    /// What the source's sender makes of its kind-specific settings.
+    fn sender_settings(
+        &self,
+        tokens: &[Secret],
+        secrets: &[Secret],
+    ) -> Result<Settings, ConfigError> {
+        let tokens: Vec<&str> = tokens.iter().map(Secret::expose).collect();
+        let secrets: Vec<&str> = secrets.iter().map(Secret::expose).collect();
+        let spec = Spec {
+            mode: self.mode,
+            tokens: &tokens,
+            secrets: &secrets,
+            signature_header: self.signature_header.as_deref(),
+            access_method: self.access_method,
+        };
+        self.kind
+            .sender()
+            .check(&spec)
+            .map_err(|e| refused(&self.name, e))
     }
 }
 

@@ -11,30 +11,7 @@ pub(super) fn same_host(a: &str, b: &str) -> bool {
     norm(a) == norm(b)
 }
 
-/// A first path segment with a dot, a colon or `localhost` is a registry host.
-pub(crate) fn split_host(repo: &str) -> (Option<String>, String) {
-    match repo.split_once('/') {
-        Some((first, rest))
-            if first.contains('.') || first.contains(':') || first == "localhost" =>
-        {
-            (Some(first.to_owned()), rest.to_owned())
-        }
-        _ => (None, repo.to_owned()),
-    }
-}
-
-/// The host (and port) of `scheme://host[:port]/...`.
-pub(crate) fn host_of_url(url: &str) -> Option<String> {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let host = rest.split(['/', '?', '#']).next()?;
-    let host = host.rsplit_once('@').map_or(host, |(_, h)| h);
-    (!host.is_empty()).then(|| host.to_owned())
-}
-
-pub fn is_digest(d: &str) -> bool {
-    d.strip_prefix("sha256:")
-        .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
-}
+pub use crate::domain::is_digest;
 
 /// Which apps an event deploys: same repository, a tag the app's rule matches (see
 /// [`crate::config::TagRule`]), and the same registry host when the sender names one. `fold_case` matches tags ignoring case, for senders that

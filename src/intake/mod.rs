@@ -1,20 +1,11 @@
 //! Webhook intake: verify over the raw bytes, normalize into push events, match apps,
-//! and store the delivery with its deployments in one transaction.
+//! and store the delivery with its deployments in one transaction. What differs between
+//! senders (how they authenticate, what their payload looks like) is each sender's own,
+//! in `crate::senders`; intake asks the source's sender and holds the steps in order.
 
-pub mod acr;
-pub mod artifactory;
 mod auth;
-pub mod distribution;
-pub mod dockerhub;
-pub mod generic;
-pub mod gitea;
-pub mod github;
-pub mod harbor;
 mod matching;
-pub mod nexus;
-pub mod quay;
-pub mod verify;
-pub mod zot;
+mod record;
 
 use std::borrow::Cow;
 
@@ -24,111 +15,15 @@ use sha2::{Digest as _, Sha256};
 use uuid::Uuid;
 
 use crate::config::{ArtifactoryAccess, Config, SourceConfig, SourceKind, SourceMode};
-use crate::store::{
-    DeliveryOutcome, DeploymentRequest, Enqueued, HeldBack, NewDelivery, NewDeployment, Store,
-    StoreError, Trigger,
-};
-use auth::{FORM, form_payload, signed_bytes};
-pub use auth::{Incoming, check_head, check_signature};
-use matching::event_key;
-pub(crate) use matching::{host_of_url, split_host};
+pub(crate) use crate::senders::malformed;
+/// The senders' vocabulary, under the names intake has always given it.
+pub use crate::senders::{Incoming, Malformed, Parsed, PushEvent, Rejected, generic, verify};
+use crate::senders::{SourceView, form_payload};
+use crate::store::{Enqueued, Store, StoreError};
+use auth::{check_content_type, signed_bytes};
+pub use auth::{check_head, check_signature};
 pub use matching::{is_digest, match_apps};
-pub use verify::Rejected;
-
-/// One "image pushed" fact, whatever the sender's format.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PushEvent {
-    pub event_id: Option<String>,
-    /// The registry host, when the sender names it.
-    pub registry: Option<String>,
-    pub repository: String,
-    pub tag: Option<String>,
-    /// A hint only: the deployed digest is always resolved from the registry.
-    pub digest: Option<String>,
-    /// Set when the event can never deploy (a blob, a pull, a digest-only push).
-    pub ignore: Option<String>,
-}
-
-impl PushEvent {
-    /// A tagged push; `tag` may be empty or a digest, which makes it an ignored event.
-    pub fn push(
-        registry: Option<String>,
-        repository: String,
-        tag: Option<String>,
-        digest: Option<String>,
-    ) -> Self {
-        let tag = tag.filter(|t| !t.is_empty());
-        let ignore = match &tag {
-            None => Some("manifest pushed without a tag".to_owned()),
-            Some(t) if t.starts_with("sha256:") => {
-                Some("manifest pushed by digest, without a tag".to_owned())
-            }
-            Some(_) if repository.is_empty() => Some("no repository named".to_owned()),
-            Some(_) => None,
-        };
-        PushEvent {
-            event_id: None,
-            registry: registry.filter(|r| !r.is_empty()),
-            repository,
-            tag: tag.filter(|t| !t.starts_with("sha256:")),
-            digest,
-            ignore,
-        }
-    }
-
-    /// An event that deploys nothing, and why.
-    pub fn ignored(repository: impl Into<String>, reason: impl Into<String>) -> Self {
-        PushEvent {
-            event_id: None,
-            registry: None,
-            repository: repository.into(),
-            tag: None,
-            digest: None,
-            ignore: Some(reason.into()),
-        }
-    }
-}
-
-/// What a delivery says, once authenticated and read.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Parsed {
-    /// The sender's id of this delivery (a header, or the body's event id): the same id
-    /// again is a retry.
-    pub delivery_id: Option<String>,
-    pub events: Vec<PushEvent>,
-    /// Why a delivery that carries no event at all (a ping, another event type) deploys
-    /// nothing.
-    pub reason: Option<String>,
-}
-
-impl Parsed {
-    pub fn events(delivery_id: Option<String>, events: Vec<PushEvent>) -> Self {
-        Parsed {
-            delivery_id,
-            events,
-            reason: None,
-        }
-    }
-    pub fn nothing(delivery_id: Option<String>, reason: impl Into<String>) -> Self {
-        Parsed {
-            delivery_id,
-            events: vec![],
-            reason: Some(reason.into()),
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Malformed(pub String);
-
-/// `serde_json` errors name a line and column, never the input, so they are safe to return.
-pub(crate) fn malformed(what: &str, e: impl std::fmt::Display) -> Malformed {
-    let text = e.to_string();
-    Malformed(format!(
-        "{what}: {}",
-        text.chars().take(160).collect::<String>()
-    ))
-}
+pub use record::run_intake;
 
 #[derive(Debug, thiserror::Error)]
 pub enum IntakeError {
@@ -191,28 +86,6 @@ pub struct RuleMatch {
     pub rule: String,
 }
 
-fn media_types(source: &SourceConfig) -> &'static [&'static str] {
-    match source.kind {
-        SourceKind::Distribution => distribution::MEDIA_TYPES,
-        SourceKind::Github | SourceKind::Gitea | SourceKind::Forgejo => &["application/json", FORM],
-        SourceKind::Harbor => harbor::MEDIA_TYPES,
-        _ => &["application/json"],
-    }
-}
-
-fn check_content_type(source: &SourceConfig, req: Incoming<'_>) -> Result<(), IntakeError> {
-    if media_types(source).contains(&req.media_type().as_str()) {
-        Ok(())
-    } else {
-        let given = req
-            .header(axum::http::header::CONTENT_TYPE.as_str())
-            .unwrap_or("");
-        Err(IntakeError::UnsupportedMediaType(
-            given.chars().take(100).collect(),
-        ))
-    }
-}
-
 /// Reads an authentic delivery of `kind`. `json` is the JSON text (a form's `payload`).
 /// `access` matters to `artifactory` only.
 pub fn parse(
@@ -222,22 +95,8 @@ pub fn parse(
     headers: &HeaderMap,
     json: &[u8],
 ) -> Result<Parsed, Malformed> {
-    match kind {
-        SourceKind::Distribution => {
-            let events = distribution::parse(json)?;
-            Ok(Parsed::events(None, events))
-        }
-        SourceKind::Generic => generic::parse(mode, headers, json),
-        SourceKind::Github => github::parse(headers, json),
-        SourceKind::Gitea | SourceKind::Forgejo => gitea::parse(kind, headers, json),
-        SourceKind::Harbor => harbor::parse(headers, json),
-        SourceKind::Zot => zot::parse(headers, json),
-        SourceKind::Dockerhub => dockerhub::parse(json),
-        SourceKind::Quay => quay::parse(json),
-        SourceKind::Artifactory => artifactory::parse(access, json),
-        SourceKind::Nexus => nexus::parse(headers, json),
-        SourceKind::Acr => acr::parse(json),
-    }
+    let source = SourceView::unauthenticated(mode, access);
+    kind.sender().parse(&source, headers, json)
 }
 
 fn unix_now() -> i64 {
@@ -279,7 +138,7 @@ pub async fn receive(
     body: &[u8],
 ) -> Result<Accepted, IntakeError> {
     let req = Incoming { headers, body };
-    let signed = signed_bytes(source.kind, req).map_err(IntakeError::Unauthenticated)?;
+    let signed = signed_bytes(source, req).map_err(IntakeError::Unauthenticated)?;
     check_signature(source, req, &signed, unix_now()).map_err(IntakeError::Unauthenticated)?;
     check_content_type(source, req)?;
     let json: Cow<'_, [u8]> = if req.is_form() {
@@ -294,48 +153,16 @@ pub async fn receive(
     } else {
         signed
     };
-    let parsed = parse(
-        source.kind,
-        source.mode,
-        source.access_method,
-        headers,
-        &json,
-    )
-    .map_err(IntakeError::Malformed)?;
+    let parsed = source
+        .sender()
+        .parse(&source.view(), headers, &json)
+        .map_err(IntakeError::Malformed)?;
     check_parsed(&parsed)?;
     let body_sha256 = source
         .kind
         .body_is_unique()
         .then(|| Sha256::digest(&json).to_vec());
     accept(config, store, source, parsed, body_sha256.as_deref()).await
-}
-
-/// Within one delivery, a later event for the same app replaces an earlier one, except
-/// that for a version range the higher version stays (a push of v1.3.0 and v1.2.0 together
-/// deploys v1.3.0, whatever their order).
-fn supersedes_in_delivery(
-    app: &crate::config::AppConfig,
-    earlier: Option<&str>,
-    later: &str,
-) -> bool {
-    if !app.rule.is_monotonic() {
-        return true;
-    }
-    let v = |t: &str| crate::config::tag_version(t);
-    match (earlier.and_then(v), v(later)) {
-        (Some(a), Some(b)) => b >= a,
-        _ => true,
-    }
-}
-
-fn held_reason(held: &[HeldBack], pinned: &[crate::store::Pin]) -> Option<String> {
-    (!held.is_empty() || !pinned.is_empty()).then(|| {
-        held.iter()
-            .map(HeldBack::reason)
-            .chain(pinned.iter().map(crate::store::pinned_reason))
-            .collect::<Vec<_>>()
-            .join("; ")
-    })
 }
 
 /// An authentic delivery can still carry what Pier will not store: too many events, or a
@@ -428,166 +255,9 @@ pub async fn redeliver(
     run_intake(config, store, source, parsed, None, Some(original.id)).await
 }
 
-/// Matches authentic (or stored) events to apps and stores the delivery with its
-/// deployments. `redelivery_of` marks a redelivery, which is never deduplicated.
-pub async fn run_intake(
-    config: &Config,
-    store: &Store,
-    source: IntakeSource<'_>,
-    parsed: Parsed,
-    body_sha256: Option<&[u8]>,
-    redelivery_of: Option<uuid::Uuid>,
-) -> Result<Accepted, IntakeError> {
-    let mut verdicts = Vec::with_capacity(parsed.events.len());
-    let mut wanted: Vec<NewDeployment> = Vec::new();
-    for mut event in parsed.events {
-        if let Some(host) = source.registry {
-            event.registry = Some(host.to_owned());
-        }
-        match match_apps(&config.apps, &event, source.fold_case) {
-            Ok(apps) => {
-                let pushed = event.tag.clone().unwrap_or_default();
-                for app in &apps {
-                    // The tag to resolve: an exact app's own spelling (a sender may have
-                    // lower-cased it); for a glob or range, the pushed tag that matched,
-                    // never the rule, which names no manifest.
-                    let tag = app.rule.fixed().unwrap_or(&pushed).to_owned();
-                    if let Some(earlier) = wanted.iter().find(|w| w.app == app.name)
-                        && !supersedes_in_delivery(app, earlier.requested_tag.as_deref(), &tag)
-                    {
-                        continue;
-                    }
-                    // One delivery asking twice for the same app (several events) queues once.
-                    wanted.retain(|w| w.app != app.name);
-                    wanted.push(NewDeployment {
-                        app: app.name.clone(),
-                        trigger: if source.name == crate::domain::POLLER_SOURCE {
-                            Trigger::Reconcile
-                        } else {
-                            Trigger::Webhook
-                        },
-                        delivery_id: None,
-                        image: app.image.clone(),
-                        requested_tag: Some(tag),
-                        claimed_digest: event.digest.clone().filter(|d| is_digest(d)),
-                        pinned: false,
-                    });
-                }
-                verdicts.push(EventVerdict {
-                    apps: apps.iter().map(|a| a.name.clone()).collect(),
-                    rules: apps
-                        .iter()
-                        .map(|a| RuleMatch {
-                            app: a.name.clone(),
-                            rule: a.rule.to_string(),
-                        })
-                        .collect(),
-                    reason: None,
-                    event,
-                });
-            }
-            Err(reason) => verdicts.push(EventVerdict {
-                event,
-                apps: vec![],
-                rules: vec![],
-                reason: Some(reason),
-            }),
-        }
-    }
-    let reason = if wanted.is_empty() {
-        let reasons: Vec<&str> = parsed
-            .reason
-            .as_deref()
-            .into_iter()
-            .chain(verdicts.iter().filter_map(|v| v.reason.as_deref()))
-            .collect();
-        if reasons.is_empty() {
-            "no events".to_owned()
-        } else {
-            reasons.join("; ")
-        }
-    } else {
-        format!(
-            "deploys {}",
-            wanted
-                .iter()
-                .map(|w| w.app.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )
-    };
-    let events: Vec<PushEvent> = verdicts.iter().map(|v| v.event.clone()).collect();
-    let delivery = NewDelivery {
-        source: source.name.to_owned(),
-        // A redelivery keeps its events' ids for the page but has no key: keyed, it would
-        // be a duplicate of its original and run nothing, which is what it exists to undo.
-        event_key: redelivery_of
-            .is_none()
-            .then(|| event_key(parsed.delivery_id.as_deref(), &events))
-            .flatten(),
-        events: serde_json::to_value(&verdicts).unwrap_or_default(),
-        reason: reason.clone(),
-    };
-    let wanted = wanted
-        .into_iter()
-        .map(|d| {
-            let never_older = config
-                .app(&d.app)
-                .map(|a| &a.rule)
-                .filter(|r| r.is_monotonic())
-                .cloned();
-            DeploymentRequest {
-                deployment: d,
-                never_older,
-            }
-        })
-        .collect();
-    let outcome = store
-        .record_delivery_with(delivery, body_sha256, wanted, redelivery_of)
-        .await?;
-    let verdict = match &outcome {
-        DeliveryOutcome::Recorded { deployments, .. } if !deployments.is_empty() => "queued",
-        DeliveryOutcome::Recorded { pinned, .. } if !pinned.is_empty() => "pinned",
-        DeliveryOutcome::Recorded { .. } => "ignored",
-        DeliveryOutcome::Duplicate { .. } => "duplicate",
-        DeliveryOutcome::Replay { .. } => "replay",
-    };
-    // Only configured sources (and `poller`) get here: the label set stays bounded.
-    metrics::counter!("pier_deliveries_total", "source" => source.name.to_owned(), "verdict" => verdict)
-        .increment(1);
-    let not_again = |delivery_id, replay: bool| Accepted {
-        delivery_id,
-        duplicate: !replay,
-        replay,
-        deployments: vec![],
-        events: verdicts.clone(),
-        reason: Some(if replay {
-            "replay: this body was accepted before under another delivery id".to_owned()
-        } else {
-            "duplicate: this delivery id was seen before".to_owned()
-        }),
-    };
-    Ok(match outcome {
-        DeliveryOutcome::Recorded {
-            delivery_id,
-            deployments,
-            held_back,
-            pinned,
-        } => Accepted {
-            delivery_id,
-            duplicate: false,
-            replay: false,
-            reason: held_reason(&held_back, &pinned).or(deployments.is_empty().then_some(reason)),
-            deployments,
-            events: verdicts,
-        },
-        DeliveryOutcome::Duplicate { delivery_id } => not_again(delivery_id, false),
-        DeliveryOutcome::Replay { delivery_id } => not_again(delivery_id, true),
-    })
-}
-
 #[cfg(test)]
 mod tests {
+    use super::matching::event_key;
     use super::*;
     use crate::config::{AppConfig, Config};
 

@@ -5,7 +5,11 @@
 use axum::http::HeaderMap;
 use serde::Deserialize;
 
-use super::{Malformed, Parsed, PushEvent, host_of_url, is_digest, malformed, split_host};
+use super::verify::{self, Algorithm};
+use super::{
+    CheckError, FORM, Incoming, Malformed, Need, Parsed, PushEvent, Rejected, Sender, Settings,
+    SourceMode, SourceView, Spec, host_of_url, is_digest, malformed, split_host,
+};
 
 #[derive(Deserialize)]
 struct Body {
@@ -56,7 +60,7 @@ struct TagInfo {
 
 const CONTAINER_TYPES: &[&str] = &["container", "docker"];
 
-pub fn parse(headers: &HeaderMap, json: &[u8]) -> Result<Parsed, Malformed> {
+fn parse(headers: &HeaderMap, json: &[u8]) -> Result<Parsed, Malformed> {
     let header = |n: &str| headers.get(n).and_then(|v| v.to_str().ok());
     let delivery = header("x-github-delivery").map(str::to_owned);
     match header("x-github-event") {
@@ -74,7 +78,7 @@ pub fn parse(headers: &HeaderMap, json: &[u8]) -> Result<Parsed, Malformed> {
         None => return Err(Malformed("missing X-GitHub-Event header".into())),
     }
     let body: Body = serde_json::from_slice(json).map_err(|e| malformed("invalid payload", e))?;
-    let Some(pkg) = body.package.or(body.registry_package) else {
+    let Some(mut pkg) = body.package.or(body.registry_package) else {
         return Err(Malformed("no `package` in a package event".into()));
     };
     let name = pkg.name.clone().unwrap_or_default();
@@ -103,7 +107,7 @@ pub fn parse(headers: &HeaderMap, json: &[u8]) -> Result<Parsed, Malformed> {
             )],
         ));
     }
-    let Some(version) = pkg.package_version else {
+    let Some(version) = pkg.package_version.take() else {
         return Err(Malformed("no `package_version` in a package event".into()));
     };
     let tag_info = version.container_metadata.and_then(|m| m.tag);
@@ -113,8 +117,19 @@ pub fn parse(headers: &HeaderMap, json: &[u8]) -> Result<Parsed, Malformed> {
         .or(version.name)
         .or(version.version)
         .filter(|d| is_digest(d));
-    // `ghcr.io/OWNER/NAME:TAG`, with a bare trailing `:` when untagged.
-    let (registry, repository) = match version.package_url.as_deref() {
+    let (registry, repository) = image_of(version.package_url.as_deref(), pkg, name);
+    let mut event = PushEvent::push(registry, repository, tag, digest);
+    if event.tag.is_none() && event.ignore.is_some() {
+        event.ignore = Some("untagged manifest (a platform of a multi-platform push)".into());
+    }
+    Ok(Parsed::events(delivery, vec![event]))
+}
+
+/// The registry host and repository of a package: from its `package_url`
+/// (`ghcr.io/OWNER/NAME:TAG`, with a bare trailing `:` when untagged), else from its
+/// namespace (or owner), its name and its registry's URL.
+fn image_of(package_url: Option<&str>, pkg: Package, name: String) -> (Option<String>, String) {
+    match package_url {
         Some(url) if !url.is_empty() => {
             let without_digest = url.split('@').next().unwrap_or(url);
             let last_slash = without_digest.rfind('/').unwrap_or(0);
@@ -135,12 +150,68 @@ pub fn parse(headers: &HeaderMap, json: &[u8]) -> Result<Parsed, Malformed> {
                 .and_then(|u| host_of_url(&u));
             (host, format!("{owner}/{name}").to_ascii_lowercase())
         }
-    };
-    let mut event = PushEvent::push(registry, repository, tag, digest);
-    if event.tag.is_none() && event.ignore.is_some() {
-        event.ignore = Some("untagged manifest (a platform of a multi-platform push)".into());
     }
-    Ok(Parsed::events(delivery, vec![event]))
+}
+
+/// GitHub: `X-Hub-Signature-256: sha256=<hex HMAC-SHA256>`, required.
+pub struct GitHub;
+
+const SIGNATURE: &str = "x-hub-signature-256";
+
+impl Sender for GitHub {
+    fn name(&self) -> &'static str {
+        "github"
+    }
+
+    fn check(&self, spec: &Spec<'_>) -> Result<Settings, CheckError> {
+        let mode = spec.mode(self.name(), SourceMode::Hmac, &[])?;
+        spec.credentials(self.name(), Need::Refused, Need::Required)?;
+        spec.no_extras(self.name())?;
+        Ok(Settings::new(mode, spec.raw_keys()))
+    }
+
+    fn credential_headers<'a>(&self, _source: &SourceView<'a>) -> Vec<&'a str> {
+        vec![SIGNATURE]
+    }
+
+    fn check_head(
+        &self,
+        _source: &SourceView<'_>,
+        _headers: &HeaderMap,
+        _path_token: Option<&str>,
+    ) -> Result<(), Rejected> {
+        Ok(())
+    }
+
+    fn check_signature(
+        &self,
+        source: &SourceView<'_>,
+        req: Incoming<'_>,
+        signed: &[u8],
+        _now: i64,
+    ) -> Result<(), Rejected> {
+        let given = req.header(SIGNATURE);
+        verify::hmac_hex(
+            given,
+            Some("sha256="),
+            Algorithm::Sha256,
+            source.keys,
+            signed,
+        )
+    }
+
+    fn media_types(&self) -> &'static [&'static str] {
+        &["application/json", FORM]
+    }
+
+    fn parse(
+        &self,
+        _source: &SourceView<'_>,
+        headers: &HeaderMap,
+        json: &[u8],
+    ) -> Result<Parsed, Malformed> {
+        parse(headers, json)
+    }
 }
 
 #[cfg(test)]

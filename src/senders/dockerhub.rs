@@ -4,7 +4,12 @@
 
 use serde::Deserialize;
 
-use super::{Malformed, Parsed, PushEvent, malformed};
+use axum::http::HeaderMap;
+
+use super::{
+    CheckError, Malformed, Need, Parsed, PushEvent, RegistryRule, Rejected, Sender, Settings,
+    SourceMode, SourceView, Spec, malformed, verify,
+};
 
 #[derive(Deserialize)]
 struct Body {
@@ -24,7 +29,7 @@ struct Repository {
     name: Option<String>,
 }
 
-pub fn parse(json: &[u8]) -> Result<Parsed, Malformed> {
+fn parse(json: &[u8]) -> Result<Parsed, Malformed> {
     let b: Body = serde_json::from_slice(json).map_err(|e| malformed("invalid payload", e))?;
     let repo = b
         .repository
@@ -40,6 +45,47 @@ pub fn parse(json: &[u8]) -> Result<Parsed, Malformed> {
         None,
         vec![PushEvent::push(None, repo, b.push_data.tag, None)],
     ))
+}
+
+/// Docker Hub: no secret, no signature, no header option. The token is the URL's last
+/// segment, so it must be long and URL-safe.
+pub struct DockerHub;
+
+impl Sender for DockerHub {
+    fn name(&self) -> &'static str {
+        "dockerhub"
+    }
+
+    fn check(&self, spec: &Spec<'_>) -> Result<Settings, CheckError> {
+        let mode = spec.mode(self.name(), SourceMode::Token, &[])?;
+        spec.credentials(self.name(), Need::Required, Need::Refused)?;
+        spec.url_tokens()?;
+        spec.no_extras(self.name())?;
+        let hub = RegistryRule::Default("docker.io");
+        Ok(Settings::new(mode, spec.raw_keys()).registry(hub))
+    }
+
+    fn check_head(
+        &self,
+        source: &SourceView<'_>,
+        _headers: &HeaderMap,
+        path_token: Option<&str>,
+    ) -> Result<(), Rejected> {
+        verify::tokens(path_token, &source.tokens)
+    }
+
+    fn parse(
+        &self,
+        _source: &SourceView<'_>,
+        _headers: &HeaderMap,
+        json: &[u8],
+    ) -> Result<Parsed, Malformed> {
+        parse(json)
+    }
+
+    fn token_in_path(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

@@ -4,7 +4,12 @@
 
 use serde::Deserialize;
 
-use super::{Malformed, Parsed, PushEvent, malformed, split_host};
+use axum::http::HeaderMap;
+
+use super::{
+    CheckError, Malformed, Need, Parsed, PushEvent, Rejected, Sender, Settings, SourceMode,
+    SourceView, Spec, malformed, split_host, verify,
+};
 
 /// A cap on the tags read from one notification.
 const MAX_TAGS: usize = 64;
@@ -16,7 +21,7 @@ struct Body {
     updated_tags: Option<Vec<String>>,
 }
 
-pub fn parse(json: &[u8]) -> Result<Parsed, Malformed> {
+fn parse(json: &[u8]) -> Result<Parsed, Malformed> {
     let b: Body = serde_json::from_slice(json).map_err(|e| malformed("invalid payload", e))?;
     let Some(tags) = b.updated_tags else {
         return Ok(Parsed::nothing(None, "not a repo_push notification"));
@@ -38,6 +43,50 @@ pub fn parse(json: &[u8]) -> Result<Parsed, Malformed> {
         return Ok(Parsed::nothing(None, "no tags updated"));
     }
     Ok(Parsed::events(None, events))
+}
+
+/// Quay: no signature and no header of its own: the token is the URL's last segment.
+pub struct Quay;
+
+impl Sender for Quay {
+    fn name(&self) -> &'static str {
+        "quay"
+    }
+
+    fn check(&self, spec: &Spec<'_>) -> Result<Settings, CheckError> {
+        let mode = spec.mode(self.name(), SourceMode::Token, &[])?;
+        spec.credentials(self.name(), Need::Required, Need::Refused)?;
+        spec.url_tokens()?;
+        spec.no_extras(self.name())?;
+        Ok(Settings::new(mode, spec.raw_keys()))
+    }
+
+    fn check_head(
+        &self,
+        source: &SourceView<'_>,
+        _headers: &HeaderMap,
+        path_token: Option<&str>,
+    ) -> Result<(), Rejected> {
+        verify::tokens(path_token, &source.tokens)
+    }
+
+    fn parse(
+        &self,
+        _source: &SourceView<'_>,
+        _headers: &HeaderMap,
+        json: &[u8],
+    ) -> Result<Parsed, Malformed> {
+        parse(json)
+    }
+
+    fn token_in_path(&self) -> bool {
+        true
+    }
+
+    /// One body for every push of a tag.
+    fn body_is_unique(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]

@@ -5,9 +5,12 @@
 use axum::http::HeaderMap;
 use serde::Deserialize;
 
-use super::{Malformed, Parsed, PushEvent, is_digest, malformed, split_host};
+use super::{
+    CheckError, Malformed, Need, Parsed, PushEvent, Rejected, Sender, Settings, SourceMode,
+    SourceView, Spec, is_digest, malformed, request, split_host,
+};
 
-pub const MEDIA_TYPES: &[&str] = &["application/json", "application/cloudevents+json"];
+const MEDIA_TYPES: &[&str] = &["application/json", "application/cloudevents+json"];
 
 /// A cap on the resources read from one event; Harbor sends one per artifact.
 const MAX_RESOURCES: usize = 64;
@@ -49,7 +52,7 @@ struct Repository {
     name: Option<String>,
 }
 
-pub fn parse(_headers: &HeaderMap, json: &[u8]) -> Result<Parsed, Malformed> {
+fn parse(_headers: &HeaderMap, json: &[u8]) -> Result<Parsed, Malformed> {
     let value: serde_json::Value =
         serde_json::from_slice(json).map_err(|e| malformed("invalid payload", e))?;
     let (delivery, kind, data, is_push) = if value.get("specversion").is_some() {
@@ -104,6 +107,44 @@ pub fn parse(_headers: &HeaderMap, json: &[u8]) -> Result<Parsed, Malformed> {
         })
         .collect();
     Ok(Parsed::events(delivery, events))
+}
+
+/// Harbor: no signature, an optional "Auth Header" sent verbatim, which Pier requires.
+pub struct Harbor;
+
+impl Sender for Harbor {
+    fn name(&self) -> &'static str {
+        "harbor"
+    }
+
+    fn check(&self, spec: &Spec<'_>) -> Result<Settings, CheckError> {
+        let mode = spec.mode(self.name(), SourceMode::Token, &[])?;
+        spec.credentials(self.name(), Need::Required, Need::Refused)?;
+        spec.no_extras(self.name())?;
+        Ok(Settings::new(mode, spec.raw_keys()))
+    }
+
+    fn check_head(
+        &self,
+        source: &SourceView<'_>,
+        headers: &HeaderMap,
+        _path_token: Option<&str>,
+    ) -> Result<(), Rejected> {
+        request::token_in(source, headers, "authorization")
+    }
+
+    fn media_types(&self) -> &'static [&'static str] {
+        MEDIA_TYPES
+    }
+
+    fn parse(
+        &self,
+        _source: &SourceView<'_>,
+        headers: &HeaderMap,
+        json: &[u8],
+    ) -> Result<Parsed, Malformed> {
+        parse(headers, json)
+    }
 }
 
 #[cfg(test)]

@@ -8,8 +8,10 @@ use axum::http::HeaderMap;
 use serde::Deserialize;
 
 pub use super::is_digest;
-use super::{Malformed, Parsed, PushEvent, malformed, split_host};
-use crate::config::SourceMode;
+use super::{
+    CheckError, Incoming, Malformed, Need, Parsed, PushEvent, Rejected, Sender, Settings,
+    SourceMode, SourceView, Spec, malformed, request, split_host, verify,
+};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -31,7 +33,7 @@ struct Envelope {
 /// Event types of a Standard Webhooks envelope that mean "an image was pushed".
 const PUSH_TYPES: &[&str] = &["image.pushed", "image.push", "push"];
 
-pub fn parse(mode: SourceMode, headers: &HeaderMap, json: &[u8]) -> Result<Parsed, Malformed> {
+fn parse(mode: SourceMode, headers: &HeaderMap, json: &[u8]) -> Result<Parsed, Malformed> {
     if mode == SourceMode::StandardWebhooks {
         let id = headers
             .get("webhook-id")
@@ -75,6 +77,90 @@ fn event(b: Body) -> Result<PushEvent, Malformed> {
     let mut e = PushEvent::push(registry, repository, Some(b.tag), b.digest);
     e.event_id = b.id;
     Ok(e)
+}
+
+/// Any sender that signs its body: HMAC-SHA256 in a header of the user's choice
+/// (`mode = "hmac"`, the default), or Standard Webhooks (`mode = "standard-webhooks"`).
+pub struct Generic;
+
+/// Where `mode = "hmac"` looks for the signature unless `signature_header` says otherwise.
+const SIGNATURE: &str = "X-Pier-Signature";
+
+const STANDARD_HEADERS: [&str; 3] = ["webhook-id", "webhook-timestamp", "webhook-signature"];
+
+impl Sender for Generic {
+    fn name(&self) -> &'static str {
+        "generic"
+    }
+
+    fn check(&self, spec: &Spec<'_>) -> Result<Settings, CheckError> {
+        let modes = [SourceMode::Hmac, SourceMode::StandardWebhooks];
+        let mode = spec.mode(self.name(), SourceMode::Hmac, &modes)?;
+        spec.credentials(self.name(), Need::Optional, Need::Required)?;
+        let keys = match mode {
+            SourceMode::StandardWebhooks => spec.standard_webhooks_keys()?,
+            _ => spec.raw_keys(),
+        };
+        // Standard Webhooks fixes its headers; only plain HMAC lets the user choose.
+        if mode != SourceMode::Hmac {
+            spec.fixed_signature_header(self.name())?;
+        }
+        spec.no_access_method(self.name())?;
+        Ok(Settings {
+            signature_header: spec.signature_header_or(SIGNATURE),
+            ..Settings::new(mode, keys)
+        })
+    }
+
+    fn credential_headers<'a>(&self, source: &SourceView<'a>) -> Vec<&'a str> {
+        let mut names = vec![source.signature_header];
+        if source.mode == SourceMode::StandardWebhooks {
+            names.extend(STANDARD_HEADERS);
+        }
+        names
+    }
+
+    fn check_head(
+        &self,
+        source: &SourceView<'_>,
+        headers: &HeaderMap,
+        _path_token: Option<&str>,
+    ) -> Result<(), Rejected> {
+        request::optional_token_in(source, headers, "authorization")
+    }
+
+    fn check_signature(
+        &self,
+        source: &SourceView<'_>,
+        req: Incoming<'_>,
+        signed: &[u8],
+        now: i64,
+    ) -> Result<(), Rejected> {
+        if source.mode != SourceMode::StandardWebhooks {
+            return request::sha256_hex_in(source, req, source.signature_header, signed);
+        }
+        let [id, timestamp, signature] = STANDARD_HEADERS.map(|h| req.header(h));
+        verify::standard_webhooks(
+            verify::StandardHeaders {
+                id,
+                timestamp,
+                signature,
+            },
+            source.keys,
+            source.tolerance.as_secs() as i64,
+            now,
+            signed,
+        )
+    }
+
+    fn parse(
+        &self,
+        source: &SourceView<'_>,
+        headers: &HeaderMap,
+        json: &[u8],
+    ) -> Result<Parsed, Malformed> {
+        parse(source.mode, headers, json)
+    }
 }
 
 #[cfg(test)]

@@ -2,9 +2,14 @@
 
 use serde::Deserialize;
 
-use super::{Malformed, PushEvent};
+use axum::http::HeaderMap;
 
-pub const MEDIA_TYPES: &[&str] = &[
+use super::{
+    CheckError, Incoming, Malformed, Need, Parsed, PushEvent, Rejected, Sender, Settings,
+    SourceMode, SourceView, Spec, request,
+};
+
+const MEDIA_TYPES: &[&str] = &[
     "application/vnd.docker.distribution.events.v1+json",
     "application/vnd.docker.distribution.events.v2+json",
     "application/json",
@@ -46,7 +51,7 @@ struct Request {
     host: Option<String>,
 }
 
-pub fn parse(body: &[u8]) -> Result<Vec<PushEvent>, Malformed> {
+fn parse(body: &[u8]) -> Result<Vec<PushEvent>, Malformed> {
     let envelope: Envelope = serde_json::from_slice(body)
         .map_err(|e| Malformed(format!("not an event envelope: {e}")))?;
     Ok(envelope.events.into_iter().map(normalize).collect())
@@ -93,6 +98,69 @@ fn normalize(e: Event) -> PushEvent {
 fn host_of_url(url: &str) -> Option<String> {
     let rest = url.split_once("://")?.1;
     Some(rest.split('/').next()?.to_owned())
+}
+
+/// CNCF Distribution: no signature of its own, only static `endpoints[].headers`. Pier
+/// takes a token in `Authorization`, an HMAC in a header a proxy adds, or both; never
+/// neither.
+pub struct Distribution;
+
+impl Sender for Distribution {
+    fn name(&self) -> &'static str {
+        "distribution"
+    }
+
+    fn check(&self, spec: &Spec<'_>) -> Result<Settings, CheckError> {
+        let mode = spec.mode(self.name(), SourceMode::Hmac, &[])?;
+        spec.credentials(self.name(), Need::Optional, Need::Optional)?;
+        if spec.tokens.is_empty() && spec.secrets.is_empty() {
+            return Err(CheckError::NeedsTokenOrSecret(self.name()));
+        }
+        spec.no_access_method(self.name())?;
+        Ok(Settings {
+            signature_header: spec.signature_header_or(super::check::DEFAULT_SIGNATURE_HEADER),
+            ..Settings::new(mode, spec.raw_keys())
+        })
+    }
+
+    fn credential_headers<'a>(&self, source: &SourceView<'a>) -> Vec<&'a str> {
+        vec![source.signature_header]
+    }
+
+    fn check_head(
+        &self,
+        source: &SourceView<'_>,
+        headers: &HeaderMap,
+        _path_token: Option<&str>,
+    ) -> Result<(), Rejected> {
+        request::optional_token_in(source, headers, "authorization")
+    }
+
+    fn check_signature(
+        &self,
+        source: &SourceView<'_>,
+        req: Incoming<'_>,
+        signed: &[u8],
+        _now: i64,
+    ) -> Result<(), Rejected> {
+        if source.keys.is_empty() {
+            return Ok(());
+        }
+        request::sha256_hex_in(source, req, source.signature_header, signed)
+    }
+
+    fn media_types(&self) -> &'static [&'static str] {
+        MEDIA_TYPES
+    }
+
+    fn parse(
+        &self,
+        _source: &SourceView<'_>,
+        _headers: &HeaderMap,
+        json: &[u8],
+    ) -> Result<Parsed, Malformed> {
+        Ok(Parsed::events(None, parse(json)?))
+    }
 }
 
 #[cfg(test)]

@@ -5,7 +5,10 @@
 use axum::http::HeaderMap;
 use serde::Deserialize;
 
-use super::{Malformed, Parsed, PushEvent, is_digest, malformed};
+use super::{
+    CheckError, Malformed, Need, Parsed, PushEvent, RegistryRule, Rejected, Sender, Settings,
+    SourceMode, SourceView, Spec, is_digest, malformed, request,
+};
 
 #[derive(Deserialize)]
 struct Data {
@@ -14,7 +17,7 @@ struct Data {
     digest: Option<String>,
 }
 
-pub fn parse(headers: &HeaderMap, json: &[u8]) -> Result<Parsed, Malformed> {
+fn parse(headers: &HeaderMap, json: &[u8]) -> Result<Parsed, Malformed> {
     let header = |n: &str| headers.get(n).and_then(|v| v.to_str().ok());
     if header("ce-specversion") != Some("1.0") {
         return Err(Malformed("missing Ce-Specversion: 1.0".into()));
@@ -38,6 +41,46 @@ pub fn parse(headers: &HeaderMap, json: &[u8]) -> Result<Parsed, Malformed> {
         data.digest.filter(|d| is_digest(d)),
     );
     Ok(Parsed::events(id, vec![event]))
+}
+
+/// Zot: no signature, a sink's `Authorization` header, and no host in its events.
+pub struct Zot;
+
+impl Sender for Zot {
+    fn name(&self) -> &'static str {
+        "zot"
+    }
+
+    fn check(&self, spec: &Spec<'_>) -> Result<Settings, CheckError> {
+        let mode = spec.mode(self.name(), SourceMode::Token, &[])?;
+        spec.credentials(self.name(), Need::Required, Need::Refused)?;
+        spec.no_extras(self.name())?;
+        let no_host = CheckError::NoRegistryHost(self.name());
+        Ok(Settings::new(mode, spec.raw_keys()).registry(RegistryRule::Required(no_host)))
+    }
+
+    fn check_head(
+        &self,
+        source: &SourceView<'_>,
+        headers: &HeaderMap,
+        _path_token: Option<&str>,
+    ) -> Result<(), Rejected> {
+        request::token_in(source, headers, "authorization")
+    }
+
+    fn parse(
+        &self,
+        _source: &SourceView<'_>,
+        headers: &HeaderMap,
+        json: &[u8],
+    ) -> Result<Parsed, Malformed> {
+        parse(headers, json)
+    }
+
+    /// One body for every push of the same digest.
+    fn body_is_unique(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]

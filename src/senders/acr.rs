@@ -4,7 +4,12 @@
 
 use serde::Deserialize;
 
-use super::{Malformed, Parsed, PushEvent, is_digest, malformed};
+use axum::http::HeaderMap;
+
+use super::{
+    CheckError, Malformed, Need, Parsed, PushEvent, Rejected, Sender, Settings, SourceMode,
+    SourceView, Spec, is_digest, malformed, request,
+};
 
 #[derive(Deserialize)]
 struct Event {
@@ -26,7 +31,7 @@ struct Request {
     host: Option<String>,
 }
 
-pub fn parse(json: &[u8]) -> Result<Parsed, Malformed> {
+fn parse(json: &[u8]) -> Result<Parsed, Malformed> {
     let e: Event = serde_json::from_slice(json).map_err(|e| malformed("invalid event", e))?;
     if e.action == "ping" {
         return Ok(Parsed::nothing(e.id, "ping"));
@@ -56,6 +61,41 @@ pub fn parse(json: &[u8]) -> Result<Parsed, Malformed> {
         target.digest.filter(|d| is_digest(d)),
     );
     Ok(Parsed::events(e.id, vec![event]))
+}
+
+/// An Azure Container Registry webhook: it cannot sign, so a token in a custom
+/// `Authorization` header is required.
+pub struct Acr;
+
+impl Sender for Acr {
+    fn name(&self) -> &'static str {
+        "acr"
+    }
+
+    fn check(&self, spec: &Spec<'_>) -> Result<Settings, CheckError> {
+        let mode = spec.mode(self.name(), SourceMode::Token, &[])?;
+        spec.credentials(self.name(), Need::Required, Need::Refused)?;
+        spec.no_extras(self.name())?;
+        Ok(Settings::new(mode, spec.raw_keys()))
+    }
+
+    fn check_head(
+        &self,
+        source: &SourceView<'_>,
+        headers: &HeaderMap,
+        _path_token: Option<&str>,
+    ) -> Result<(), Rejected> {
+        request::token_in(source, headers, "authorization")
+    }
+
+    fn parse(
+        &self,
+        _source: &SourceView<'_>,
+        _headers: &HeaderMap,
+        json: &[u8],
+    ) -> Result<Parsed, Malformed> {
+        parse(json)
+    }
 }
 
 #[cfg(test)]

@@ -9,8 +9,14 @@
 
 use serde::Deserialize;
 
-use super::{Malformed, Parsed, PushEvent, host_of_url, is_digest, malformed};
-use crate::config::ArtifactoryAccess;
+use axum::http::HeaderMap;
+
+use super::verify::{self, Algorithm};
+use super::{
+    ArtifactoryAccess, CheckError, Incoming, Malformed, Need, Parsed, PushEvent, RegistryRule,
+    Rejected, Sender, Settings, SourceMode, SourceView, Spec, host_of_url, is_digest, malformed,
+    request,
+};
 
 #[derive(Deserialize)]
 struct Body {
@@ -28,7 +34,7 @@ struct Data {
     sha256: Option<String>,
 }
 
-pub fn parse(access: ArtifactoryAccess, json: &[u8]) -> Result<Parsed, Malformed> {
+fn parse(access: ArtifactoryAccess, json: &[u8]) -> Result<Parsed, Malformed> {
     let b: Body = serde_json::from_slice(json).map_err(|e| malformed("invalid payload", e))?;
     if b.domain != "docker" {
         return Ok(Parsed::nothing(
@@ -92,6 +98,87 @@ pub fn parse(access: ArtifactoryAccess, json: &[u8]) -> Result<Parsed, Malformed
         None,
         vec![PushEvent::push(host, repository, data.tag, digest)],
     ))
+}
+
+/// Artifactory: `X-JFrog-Event-Auth` carries the secret verbatim (`mode = "token"`, the
+/// default) or a hex HMAC-SHA256 of the body (`mode = "signing"`).
+pub struct Artifactory;
+
+const AUTH: &str = "x-jfrog-event-auth";
+
+impl Sender for Artifactory {
+    fn name(&self) -> &'static str {
+        "artifactory"
+    }
+
+    fn check(&self, spec: &Spec<'_>) -> Result<Settings, CheckError> {
+        let modes = [SourceMode::Token, SourceMode::Signing];
+        let mode = spec.mode(self.name(), SourceMode::Token, &modes)?;
+        let (tokens, secrets) = match mode {
+            SourceMode::Signing => (Need::Refused, Need::Required),
+            _ => (Need::Required, Need::Refused),
+        };
+        spec.credentials(self.name(), tokens, secrets)?;
+        spec.fixed_signature_header(self.name())?;
+        let access_method = spec.access_method.unwrap_or_default();
+        let registry = match access_method {
+            ArtifactoryAccess::Port => RegistryRule::Required(CheckError::PortNeedsRegistry),
+            _ => RegistryRule::Optional,
+        };
+        Ok(Settings {
+            access_method,
+            ..Settings::new(mode, spec.raw_keys()).registry(registry)
+        })
+    }
+
+    fn credential_headers<'a>(&self, _source: &SourceView<'a>) -> Vec<&'a str> {
+        vec![AUTH]
+    }
+
+    fn check_head(
+        &self,
+        source: &SourceView<'_>,
+        headers: &HeaderMap,
+        _path_token: Option<&str>,
+    ) -> Result<(), Rejected> {
+        match source.mode {
+            SourceMode::Signing => Ok(()),
+            _ => request::token_in(source, headers, AUTH),
+        }
+    }
+
+    fn check_signature(
+        &self,
+        source: &SourceView<'_>,
+        req: Incoming<'_>,
+        signed: &[u8],
+        _now: i64,
+    ) -> Result<(), Rejected> {
+        match source.mode {
+            SourceMode::Signing => verify::hmac_hex(
+                req.header(AUTH),
+                None,
+                Algorithm::Sha256,
+                source.keys,
+                signed,
+            ),
+            _ => Ok(()),
+        }
+    }
+
+    fn parse(
+        &self,
+        source: &SourceView<'_>,
+        _headers: &HeaderMap,
+        json: &[u8],
+    ) -> Result<Parsed, Malformed> {
+        parse(source.access_method, json)
+    }
+
+    /// One body for every push of the same digest.
+    fn body_is_unique(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]

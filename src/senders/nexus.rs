@@ -6,7 +6,11 @@
 use axum::http::HeaderMap;
 use serde::Deserialize;
 
-use super::{Malformed, Parsed, PushEvent, malformed};
+use super::verify::{self, Algorithm};
+use super::{
+    CheckError, Incoming, Malformed, Need, Parsed, PushEvent, RegistryRule, Rejected, Sender,
+    Settings, SourceMode, SourceView, Spec, malformed,
+};
 
 #[derive(Deserialize)]
 struct Body {
@@ -21,7 +25,7 @@ struct Component {
     version: Option<String>,
 }
 
-pub fn parse(headers: &HeaderMap, json: &[u8]) -> Result<Parsed, Malformed> {
+fn parse(headers: &HeaderMap, json: &[u8]) -> Result<Parsed, Malformed> {
     let header = |n: &str| headers.get(n).and_then(|v| v.to_str().ok());
     let delivery = header("x-nexus-webhook-delivery").map(str::to_owned);
     match header("x-nexus-webhook-id") {
@@ -55,6 +59,58 @@ pub fn parse(headers: &HeaderMap, json: &[u8]) -> Result<Parsed, Malformed> {
         None => PushEvent::push(None, name, c.version, None),
     };
     Ok(Parsed::events(delivery, vec![event]))
+}
+
+/// Nexus: a hex HMAC-SHA1 of the body in `X-Nexus-Webhook-Signature`, and no host.
+pub struct Nexus;
+
+const SIGNATURE: &str = "x-nexus-webhook-signature";
+
+impl Sender for Nexus {
+    fn name(&self) -> &'static str {
+        "nexus"
+    }
+
+    fn check(&self, spec: &Spec<'_>) -> Result<Settings, CheckError> {
+        let mode = spec.mode(self.name(), SourceMode::Hmac, &[])?;
+        spec.credentials(self.name(), Need::Refused, Need::Required)?;
+        spec.no_extras(self.name())?;
+        let no_host = CheckError::NoRegistryHost(self.name());
+        Ok(Settings::new(mode, spec.raw_keys()).registry(RegistryRule::Required(no_host)))
+    }
+
+    fn credential_headers<'a>(&self, _source: &SourceView<'a>) -> Vec<&'a str> {
+        vec![SIGNATURE]
+    }
+
+    fn check_head(
+        &self,
+        _source: &SourceView<'_>,
+        _headers: &HeaderMap,
+        _path_token: Option<&str>,
+    ) -> Result<(), Rejected> {
+        Ok(())
+    }
+
+    fn check_signature(
+        &self,
+        source: &SourceView<'_>,
+        req: Incoming<'_>,
+        signed: &[u8],
+        _now: i64,
+    ) -> Result<(), Rejected> {
+        let given = req.header(SIGNATURE);
+        verify::hmac_hex(given, None, Algorithm::Sha1, source.keys, signed)
+    }
+
+    fn parse(
+        &self,
+        _source: &SourceView<'_>,
+        headers: &HeaderMap,
+        json: &[u8],
+    ) -> Result<Parsed, Malformed> {
+        parse(headers, json)
+    }
 }
 
 #[cfg(test)]
