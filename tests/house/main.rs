@@ -90,7 +90,6 @@ impl<'ast> Visit<'ast> for Functions<'_> {
 }
 
 #[test]
-#[ignore = "on until issue 27's splits land (this session)"]
 fn no_function_is_longer_than_a_screen_without_a_written_reason() {
     let mut found = Vec::new();
     for path in sources() {
