@@ -87,12 +87,12 @@ wait_until() {
 # --- packages -----------------------------------------------------------------------------
 
 # The Debian packages the test suite needs (the demo adds curl). The second line is for the
-# extra engines of tests/engine_targets.rs (tests/support/engines.rs): network namespaces
+# extra engines of tests/targets/engines.rs (tests/support/engines.rs): network namespaces
 # and veths (iproute2), nsenter (util-linux), their dockerd's storage (fuse-overlayfs), an
 # sshd and ssh for ssh:// targets, socat to forward the test registry into a namespace.
 # openssh-server's own sshd service is not needed; the tests start theirs in a namespace.
 # curl is the client that loads an app through a remote host's pier proxy, inside that
-# host's namespace (tests/remote_targets.rs).
+# host's namespace (tests/targets/remote_proxy.rs).
 PIER_TEST_PACKAGES=(postgresql docker-registry busybox-static chromium chromium-driver nginx
     iproute2 util-linux fuse-overlayfs openssh-server openssh-client socat curl)
 

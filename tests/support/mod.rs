@@ -2,7 +2,9 @@
 //! images pushed to it, the real `pier` binary and the real Docker engine. Nothing is mocked;
 //! every wait is a condition polled against a deadline.
 //!
-//! Use it from a test file with `mod support;`. The usual entry point is [`TestEnv`]:
+//! Each test binary declares it once, in its `main.rs` (`#[path = "../support/mod.rs"] mod
+//! support;`; the benches include the same file), and its modules use
+//! `crate::support::*`. The usual entry point is [`TestEnv`]:
 //!
 //! ```ignore
 //! let env = TestEnv::builder().health_timeout(Duration::from_secs(5)).start().await;

@@ -1,0 +1,14 @@
+//! Contained apps (issue 10 and on): hardening, per-app and shared networks, owned
+//! volumes, secrets, services beside an app, host-path policy and image import, each also
+//! killed at its step boundaries. Real engine, registry and Postgres.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod apps;
+mod crash;
+mod import;
+mod networks;
+mod policy;
+mod services;
+mod volumes;

@@ -1,0 +1,21 @@
+//! What a deployment does on the host's engine: exactly the pushed digest, its health,
+//! blue-green, signatures, hostile registries, the journal that survives every crash,
+//! operator actions, approvals and windows, promotion, notifications and reloads.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod approvals;
+mod approvals_restart;
+mod blue_green;
+mod blue_green_crash;
+mod crash_safety;
+mod hostile_registry;
+mod in_process;
+mod notifications;
+mod operator_actions;
+mod promotion;
+mod pushes;
+mod recovery;
+mod reload;
+mod signatures;
