@@ -16,7 +16,7 @@ use crate::store::{
 
 /// Who did it, as the record shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Actor {
+pub(crate) enum Actor {
     /// The admin bearer token (API, or the token form field).
     Token,
     /// A signed-in user of the pages.
@@ -27,7 +27,7 @@ pub enum Actor {
 
 impl Actor {
     /// The text stored in `requested_by`, `cancel_requested_by` and the pin's row.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Actor::Token => "api token".to_owned(),
             Actor::Session { user } => format!("user {}", clip(user, 64)),
@@ -45,7 +45,7 @@ pub(crate) fn clip(s: &str, n: usize) -> String {
 
 /// Why an action was refused. The web layer maps each to its status code.
 #[derive(Debug, thiserror::Error)]
-pub enum ActionError {
+pub(crate) enum ActionError {
     /// 404
     #[error("no app `{0}` in the configuration")]
     UnknownApp(String),
@@ -102,7 +102,7 @@ pub enum ActionError {
 
 /// What unpinning did.
 #[derive(Debug, Clone, Serialize)]
-pub struct Unpinned {
+pub(crate) struct Unpinned {
     pub app: String,
     /// The pin that was in force.
     pub was: Pin,
@@ -112,7 +112,7 @@ pub struct Unpinned {
 /// What a cancel did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Cancelled {
+pub(crate) enum Cancelled {
     /// It was queued and is now cancelled; it never ran.
     Cancelled,
     /// It runs; it stops at its next step boundary before `switch` (after that it
@@ -141,7 +141,7 @@ fn manual(app: &AppConfig, trigger: Trigger, digest: Option<String>) -> NewDeplo
 /// Redeploy: resolve the followed tag afresh (for a glob or range, the tag that serves
 /// now) and deploy it, even when that digest already serves. A pinned app redeploys its
 /// pinned digest: a redeploy never moves an app off its pin.
-pub async fn redeploy(
+pub(crate) async fn redeploy(
     store: &Store,
     config: &Config,
     app: &str,
@@ -152,7 +152,7 @@ pub async fn redeploy(
 
 /// Deploy exactly `digest` (`Some`) or redeploy (`None`). A digest other than the pinned
 /// one is refused while the app is pinned: roll back to it instead, which moves the pin.
-pub async fn deploy(
+pub(crate) async fn deploy(
     store: &Store,
     config: &Config,
     name: &str,
@@ -197,7 +197,7 @@ pub async fn deploy(
 /// Roll back to `digest`, which must have deployed successfully for this app before, and
 /// pin the app there: pushes and the poller are recorded but do not move it until
 /// [`unpin`]. The pin and the queued deployment are one transaction.
-pub async fn rollback(
+pub(crate) async fn rollback(
     store: &Store,
     config: &Config,
     name: &str,
@@ -221,7 +221,11 @@ pub async fn rollback(
 }
 
 /// End the app's pin: the next push (or poll) deploys again.
-pub async fn unpin(store: &Store, app: &str, actor: &Actor) -> Result<Unpinned, ActionError> {
+pub(crate) async fn unpin(
+    store: &Store,
+    app: &str,
+    actor: &Actor,
+) -> Result<Unpinned, ActionError> {
     let by = actor.describe();
     let was = store
         .unpin(app, &by)
@@ -238,7 +242,7 @@ pub async fn unpin(store: &Store, app: &str, actor: &Actor) -> Result<Unpinned, 
 /// Cancel a queued deployment now, or ask a running one to stop at its next step boundary
 /// (before `switch`), where it ends `cancelled` through the failure path: the candidate is
 /// removed and the previous generation keeps serving.
-pub async fn cancel(
+pub(crate) async fn cancel(
     store: &Store,
     deployment: Uuid,
     actor: &Actor,
@@ -259,12 +263,12 @@ pub async fn cancel(
 }
 
 /// Longest a caller may wait for a deployment to end in one call.
-pub const MAX_WAIT: Duration = Duration::from_secs(120);
+pub(crate) const MAX_WAIT: Duration = Duration::from_secs(120);
 
 /// The deployment once it is final, or as it is when `within` has passed. Waits on the
 /// queue's NOTIFY (sent at commit of every state change, by any Pier process), never by
 /// polling the row; see [`crate::store::Store::wait_final`].
-pub async fn wait_final(
+pub(crate) async fn wait_final(
     store: &Store,
     deployment: Uuid,
     within: Duration,

@@ -7,7 +7,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 #[derive(Debug, Clone)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     first: Duration,
     next: Duration,
     max: Duration,
@@ -16,7 +16,7 @@ pub struct Backoff {
 
 impl Backoff {
     /// Delays `first`, `2 * first`, ... up to `max`, with no deadline.
-    pub fn new(first: Duration, max: Duration) -> Self {
+    pub(crate) fn new(first: Duration, max: Duration) -> Self {
         Self {
             first,
             next: first,
@@ -28,41 +28,41 @@ impl Backoff {
     /// A database that went away (a restart, a failover) or a remote peer that failed
     /// transiently: 200 ms doubling to 5 s, so a short blip is retried at once and a long
     /// outage costs one attempt every 5 s, not a busy loop.
-    pub fn outage() -> Self {
+    pub(crate) fn outage() -> Self {
         Self::new(Duration::from_millis(200), Duration::from_secs(5))
     }
 
     /// A journal or queue write waiting out a database outage inside a run's patience:
     /// 100 ms doubling to 2 s, shorter than [`Backoff::outage`], since a lease is ticking.
-    pub fn store_write() -> Self {
+    pub(crate) fn store_write() -> Self {
         Self::new(Duration::from_millis(100), Duration::from_secs(2))
     }
 
     /// Something local that answers within milliseconds once ready (a proxy applying a
     /// route, a loopback health probe): 5 ms doubling to 250 ms, so readiness is seen
     /// almost at once and a slow start is not polled hot.
-    pub fn local_probe() -> Self {
+    pub(crate) fn local_probe() -> Self {
         Self::new(Duration::from_millis(5), Duration::from_millis(250))
     }
 
     /// Gives up once waiting would pass `budget` from now.
-    pub fn within(mut self, budget: Duration) -> Self {
+    pub(crate) fn within(mut self, budget: Duration) -> Self {
         self.deadline = Some(Instant::now() + budget);
         self
     }
 
     /// After a success: the next failure starts from the first delay again.
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.next = self.first;
     }
 
     /// Whether the deadline (if any) has passed.
-    pub fn expired(&self) -> bool {
+    pub(crate) fn expired(&self) -> bool {
         self.deadline.is_some_and(|d| Instant::now() >= d)
     }
 
     /// The delay to wait now, or `None` when waiting it would pass the deadline.
-    pub fn next_delay(&mut self) -> Option<Duration> {
+    pub(crate) fn next_delay(&mut self) -> Option<Duration> {
         let delay = self.next;
         if self.deadline.is_some_and(|d| Instant::now() + delay > d) {
             return None;
@@ -73,7 +73,7 @@ impl Backoff {
 
     /// Waits at least `at_least` (a peer's `Retry-After`), then continues backing off from
     /// there; `None` when that would pass the deadline.
-    pub fn next_delay_at_least(&mut self, at_least: Duration) -> Option<Duration> {
+    pub(crate) fn next_delay_at_least(&mut self, at_least: Duration) -> Option<Duration> {
         let delay = self.next_delay()?.max(at_least);
         if self.deadline.is_some_and(|d| Instant::now() + delay > d) {
             return None;
@@ -82,7 +82,7 @@ impl Backoff {
     }
 
     /// Sleeps the next delay. `false`, without sleeping, when the deadline would pass.
-    pub async fn wait(&mut self) -> bool {
+    pub(crate) async fn wait(&mut self) -> bool {
         match self.next_delay() {
             Some(d) => {
                 tokio::time::sleep(d).await;
@@ -93,7 +93,7 @@ impl Backoff {
     }
 
     /// Like [`Backoff::wait`], but `false` as soon as `cancel` fires.
-    pub async fn wait_or(&mut self, cancel: &CancellationToken) -> bool {
+    pub(crate) async fn wait_or(&mut self, cancel: &CancellationToken) -> bool {
         let Some(d) = self.next_delay() else {
             return false;
         };
@@ -106,7 +106,7 @@ impl Backoff {
 
 /// Runs `op` until it succeeds, fails in a way `retryable` rejects, or `backoff` runs out
 /// (then the last error). `on_retry` sees each error that is retried and the delay.
-pub async fn retry<T, E, F, Fut>(
+pub(crate) async fn retry<T, E, F, Fut>(
     backoff: Backoff,
     retryable: impl Fn(&E) -> bool,
     on_retry: impl Fn(&E, Duration),
@@ -122,7 +122,7 @@ where
 /// Like [`retry`], but an error may carry its peer's wish (a `Retry-After`): the wait is
 /// at least that long, and a wish that would pass the deadline ends the retries with that
 /// error at once instead of hammering a peer that asked for quiet.
-pub async fn retry_hinted<T, E, F, Fut>(
+pub(crate) async fn retry_hinted<T, E, F, Fut>(
     mut backoff: Backoff,
     retryable: impl Fn(&E) -> bool,
     hint: impl Fn(&E) -> Option<Duration>,

@@ -23,10 +23,10 @@ pub enum VolumesCommand {
 }
 
 /// The pid of a running `pier serve`, removed when it stops.
-pub struct PidFile(PathBuf);
+pub(crate) struct PidFile(PathBuf);
 
 impl PidFile {
-    pub fn write(path: &Path) -> anyhow::Result<Self> {
+    pub(crate) fn write(path: &Path) -> anyhow::Result<Self> {
         std::fs::write(path, format!("{}\n", std::process::id()))
             .with_context(|| format!("write pid file {}", path.display()))?;
         Ok(Self(path.to_owned()))
@@ -41,7 +41,7 @@ impl Drop for PidFile {
 
 /// The file was loaded (and so checked whole) before this runs: only a valid file is ever
 /// signalled; the server checks it again, since it may change in between.
-pub fn reload(pid: Option<u32>, pid_file: Option<&Path>) -> anyhow::Result<()> {
+pub(crate) fn reload(pid: Option<u32>, pid_file: Option<&Path>) -> anyhow::Result<()> {
     let pid = match (pid, pid_file) {
         (Some(p), _) => p,
         (None, Some(f)) => std::fs::read_to_string(f)
@@ -62,7 +62,7 @@ pub fn reload(pid: Option<u32>, pid_file: Option<&Path>) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn volumes(config: &Config, action: Option<VolumesCommand>) -> anyhow::Result<()> {
+pub(crate) async fn volumes(config: &Config, action: Option<VolumesCommand>) -> anyhow::Result<()> {
     let store = Store::connect_lazy_many(&config.server.database_urls())?;
     let targets = crate::target::Targets::build(&config.targets, None)
         .context("make the targets' engine clients")?;
@@ -135,7 +135,7 @@ pub async fn volumes(config: &Config, action: Option<VolumesCommand>) -> anyhow:
 
 /// `pier import`: queues a deployment that loads `archive` instead of pulling. The path is
 /// made absolute here, since the worker that runs it may have another working directory.
-pub async fn import(
+pub(crate) async fn import(
     config: &Config,
     app: &str,
     archive: &Path,

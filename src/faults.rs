@@ -14,7 +14,7 @@ fn point(var: &'static str, cell: &'static OnceLock<Option<String>>) -> Option<&
         .as_deref()
 }
 
-pub fn crash_point(step: &str, when: &str) {
+pub(crate) fn crash_point(step: &str, when: &str) {
     static CRASH: OnceLock<Option<String>> = OnceLock::new();
     static PAUSE: OnceLock<Option<String>> = OnceLock::new();
     let here = |t: &str| t.split_once(':') == Some((step, when));

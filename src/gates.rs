@@ -11,7 +11,7 @@ use crate::store::{ApprovalGate, Deployment, DeploymentState, Store, StoreError,
 
 /// What the gates decided for a claimed deployment.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Gate {
+pub(crate) enum Gate {
     /// It runs now (recorded: a resumed run is not held again).
     Pass,
     /// It waits, in Postgres; this worker holds it no more.
@@ -26,7 +26,7 @@ fn exempt(dep: &Deployment) -> bool {
     dep.gated_at.is_some() || (dep.trigger == Trigger::Reconcile && dep.delivery_id.is_none())
 }
 
-pub async fn check(
+pub(crate) async fn check(
     store: &Store,
     owner: &str,
     dep: &Deployment,
@@ -105,7 +105,10 @@ use crate::store::{Decided, Freeze};
 
 /// The named admin whose own token this is (`Bearer <token>` or bare), compared in
 /// constant time against every admin's token.
-pub fn admin_by_token<'c>(config: &'c Config, given: Option<&str>) -> Option<&'c NamedAdmin> {
+pub(crate) fn admin_by_token<'c>(
+    config: &'c Config,
+    given: Option<&str>,
+) -> Option<&'c NamedAdmin> {
     config.admins.iter().find(|a| {
         a.token
             .as_ref()
@@ -130,7 +133,7 @@ fn not_waiting(id: Uuid, d: Decided, what: &'static str) -> Result<Decided, Acti
 
 /// `admin` approves deployment `id`; it runs once the app's `approval.required` distinct
 /// admins of `approval.from` have approved it.
-pub async fn approve(
+pub(crate) async fn approve(
     store: &Store,
     config: &Config,
     id: Uuid,
@@ -157,7 +160,7 @@ pub async fn approve(
 }
 
 /// `admin` rejects deployment `id`: it ends `cancelled`, naming who and why.
-pub async fn reject(
+pub(crate) async fn reject(
     store: &Store,
     config: &Config,
     id: Uuid,
@@ -191,7 +194,7 @@ fn reason_of(reason: Option<&str>, what: &str) -> Result<String, ActionError> {
 
 /// `admin` lets deployment `id` run now, past its window or its app's freeze; the reason
 /// is recorded beside who.
-pub async fn override_wait(
+pub(crate) async fn override_wait(
     store: &Store,
     id: Uuid,
     admin: &str,
@@ -204,7 +207,7 @@ pub async fn override_wait(
 }
 
 /// Freezes `app` until `until`: every new deployment waits until then (or an unfreeze).
-pub async fn freeze(
+pub(crate) async fn freeze(
     store: &Store,
     config: &Config,
     app: &str,
@@ -225,7 +228,7 @@ pub async fn freeze(
 }
 
 /// Lifts `app`'s freeze; what waited for it is judged again at once.
-pub async fn unfreeze(
+pub(crate) async fn unfreeze(
     store: &Store,
     config: &Config,
     app: &str,
@@ -236,7 +239,7 @@ pub async fn unfreeze(
 }
 
 /// `--until` as a user writes it: a duration from now (`2h`, `3d`) or an RFC 3339 time.
-pub fn parse_until(s: &str) -> Result<DateTime<UtcZone>, String> {
+pub(crate) fn parse_until(s: &str) -> Result<DateTime<UtcZone>, String> {
     let s = s.trim();
     if let Ok(d) = humantime::parse_duration(s) {
         let d = chrono::Duration::from_std(d).map_err(|_| "that is too long".to_owned())?;

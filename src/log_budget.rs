@@ -5,7 +5,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-pub struct LogBudget {
+pub(crate) struct LogBudget {
     per_window: u64,
     window: Duration,
     state: Mutex<Window>,
@@ -19,7 +19,7 @@ struct Window {
 
 /// What to log for one event.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Admit {
+pub(crate) struct Admit {
     /// This event gets its own line.
     pub log: bool,
     /// Events of the window that just ended which got no line of their own: the caller
@@ -28,7 +28,7 @@ pub struct Admit {
 }
 
 impl LogBudget {
-    pub fn new(per_window: u64, window: Duration) -> Self {
+    pub(crate) fn new(per_window: u64, window: Duration) -> Self {
         LogBudget {
             per_window,
             window,
@@ -40,11 +40,11 @@ impl LogBudget {
         }
     }
 
-    pub fn window(&self) -> Duration {
+    pub(crate) fn window(&self) -> Duration {
         self.window
     }
 
-    pub fn admit(&self) -> Admit {
+    pub(crate) fn admit(&self) -> Admit {
         let mut w = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let mut left_out = 0;
         if w.started.elapsed() >= self.window {

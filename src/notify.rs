@@ -26,7 +26,7 @@ const BATCH: i64 = 16;
 const MAX_BACKOFF: Duration = Duration::from_secs(3600);
 
 /// The endpoints as the outbox trigger reads them.
-pub fn endpoints(config: &Config) -> Vec<Endpoint> {
+pub(crate) fn endpoints(config: &Config) -> Vec<Endpoint> {
     config
         .notifications
         .iter()
@@ -39,7 +39,7 @@ pub fn endpoints(config: &Config) -> Vec<Endpoint> {
 }
 
 /// `v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{body}">`, as Standard Webhooks defines it.
-pub fn sign(key: &[u8], id: &str, timestamp: i64, body: &[u8]) -> String {
+pub(crate) fn sign(key: &[u8], id: &str, timestamp: i64, body: &[u8]) -> String {
     let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(key).expect("any key length");
     mac.update(id.as_bytes());
     mac.update(b".");
@@ -53,7 +53,7 @@ pub fn sign(key: &[u8], id: &str, timestamp: i64, body: &[u8]) -> String {
 }
 
 /// The body an endpoint gets for a notification; `url` is the deployment's page.
-pub fn body(format: NotifyFormat, n: &DueNotification, url: &str) -> serde_json::Value {
+pub(crate) fn body(format: NotifyFormat, n: &DueNotification, url: &str) -> serde_json::Value {
     match format {
         NotifyFormat::StandardWebhooks => serde_json::json!({
             "type": n.event,
@@ -92,7 +92,7 @@ pub fn body(format: NotifyFormat, n: &DueNotification, url: &str) -> serde_json:
     }
 }
 
-pub struct Sender {
+pub(crate) struct Sender {
     pub store: Store,
     pub endpoints: Vec<NotificationConfig>,
     /// Where Pier's pages are reached (`server.public_url`): each notification links there.
@@ -100,7 +100,7 @@ pub struct Sender {
 }
 
 impl Sender {
-    pub async fn run(self, shutdown: CancellationToken) {
+    pub(crate) async fn run(self, shutdown: CancellationToken) {
         if self.endpoints.is_empty() {
             return;
         }

@@ -40,7 +40,7 @@ pub struct Poller {
 
 /// What one poll found.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Polled {
+pub(crate) enum Polled {
     /// Nothing to do, and why (it serves, it is queued, nothing matches yet, ...).
     Idle(String),
     /// A `reconcile` deployment was queued for this tag and digest.
@@ -48,7 +48,7 @@ pub enum Polled {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum PollError {
+pub(crate) enum PollError {
     #[error(transparent)]
     Tags(#[from] TagsError),
     #[error(transparent)]
@@ -162,7 +162,7 @@ impl Poller {
     }
 
     /// One poll of one app: resolve what it follows and queue it if it is new.
-    pub async fn poll_once(&self, app: &AppConfig) -> Result<Polled, PollError> {
+    pub(crate) async fn poll_once(&self, app: &AppConfig) -> Result<Polled, PollError> {
         let tag = match app.rule.fixed() {
             Some(t) => t.to_owned(),
             None => {

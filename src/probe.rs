@@ -13,8 +13,8 @@ use tokio::time::Instant;
 /// at least [`MIN_PROBE_DELAY`] and at most [`MAX_PROBE_DELAY`]. A quick app is seen within
 /// a few milliseconds of answering (a doubling backoff from 25 ms could miss it by half the
 /// time it took), and a slow one gets about eight probes per doubling of its start time.
-pub const MIN_PROBE_DELAY: Duration = Duration::from_millis(5);
-pub const MAX_PROBE_DELAY: Duration = Duration::from_secs(1);
+pub(crate) const MIN_PROBE_DELAY: Duration = Duration::from_millis(5);
+pub(crate) const MAX_PROBE_DELAY: Duration = Duration::from_secs(1);
 /// A probe's deadline grows with the time waited, from [`FIRST_PROBE_TIMEOUT`] up to
 /// [`PROBE_TIMEOUT`]: a SYN sent while the engine is still wiring the container's network
 /// is dropped and retransmitted by the kernel only after 1 s, so early probes give up fast
@@ -23,12 +23,12 @@ const FIRST_PROBE_TIMEOUT: Duration = Duration::from_millis(100);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How long to wait before the next probe, `elapsed` after the first one.
-pub fn next_probe_delay(elapsed: Duration, floor: Duration) -> Duration {
+pub(crate) fn next_probe_delay(elapsed: Duration, floor: Duration) -> Duration {
     (elapsed / 8).clamp(floor, MAX_PROBE_DELAY)
 }
 
 /// The deadline of a probe sent `elapsed` after the first one.
-pub fn probe_timeout(elapsed: Duration) -> Duration {
+pub(crate) fn probe_timeout(elapsed: Duration) -> Duration {
     elapsed.clamp(FIRST_PROBE_TIMEOUT, PROBE_TIMEOUT)
 }
 
@@ -46,7 +46,7 @@ pub fn probe_client() -> reqwest::Client {
 /// What a run of probes saw: the number of probes, the time from the first, and the last
 /// answer (why it is healthy, or why not yet).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Probed {
+pub(crate) struct Probed {
     pub probes: u32,
     pub elapsed_ms: u64,
     pub detail: String,
@@ -54,7 +54,7 @@ pub struct Probed {
 
 /// Why a run of probes ended without a healthy answer.
 #[derive(Debug)]
-pub enum NotHealthy<E> {
+pub(crate) enum NotHealthy<E> {
     /// No healthy answer within the timeout: `last` says what the last probe saw.
     TimedOut { probed: Probed, timeout: Duration },
     /// The check run beside every probe (the engine's view of the container) failed.
@@ -63,7 +63,7 @@ pub enum NotHealthy<E> {
 
 impl<E> NotHealthy<E> {
     /// The words the journal and the page show for a timeout.
-    pub fn timeout_reason(timeout: Duration, last: &str) -> String {
+    pub(crate) fn timeout_reason(timeout: Duration, last: &str) -> String {
         format!("not healthy within {}s: {last}", timeout.as_secs_f32())
     }
 }
@@ -72,7 +72,7 @@ impl<E> NotHealthy<E> {
 /// pacing above, within `timeout`. `beside` runs at the same time as every probe (one round
 /// trip, not two, between the app answering and the caller seeing it); its error ends the
 /// run at once.
-pub async fn until_healthy<E, F, Fut>(
+pub(crate) async fn until_healthy<E, F, Fut>(
     client: &reqwest::Client,
     url: &str,
     json: &BTreeMap<String, String>,
@@ -112,7 +112,7 @@ where
 
 /// One probe: `Ok(why healthy)` or `Err(what it saw instead)`. The app's own words are
 /// never echoed, only its status and which required field disagreed.
-pub async fn get_once(
+pub(crate) async fn get_once(
     client: &reqwest::Client,
     url: &str,
     json: &BTreeMap<String, String>,

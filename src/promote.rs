@@ -17,7 +17,7 @@ use crate::config::{AppConfig, LiveConfig};
 use crate::error::error_chain;
 use crate::store::{Channel, Enqueued, NewDeployment, Store, Trigger};
 
-pub struct Promoter {
+pub(crate) struct Promoter {
     pub live: LiveConfig,
     pub store: Store,
     pub sweep: Duration,
@@ -36,7 +36,7 @@ fn promotion(app: &AppConfig, digest: &str) -> NewDeployment {
 }
 
 impl Promoter {
-    pub async fn run(self, shutdown: CancellationToken) {
+    pub(crate) async fn run(self, shutdown: CancellationToken) {
         let mut reloaded = self.live.subscribe();
         // Source deployments looked at already: a promotion refused (the same digest is
         // pending by hand) is not tried again at once, in a loop.

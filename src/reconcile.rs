@@ -82,7 +82,7 @@ impl Reconciled {
 
 /// Reconciles one target's engine with the journal's rows for that target: orphans,
 /// routes to containers that are gone, lost generations, then networks of gone apps.
-pub async fn reconcile(
+pub(crate) async fn reconcile(
     config: &Config,
     store: &Store,
     target: &crate::target::Target,

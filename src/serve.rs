@@ -54,7 +54,7 @@ pub(crate) fn install_crypto_provider() {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
 }
 
-pub struct Parts {
+pub(crate) struct Parts {
     pub config: Arc<Config>,
     pub store: Store,
     /// Every target's engine client (see `target/`).
@@ -65,7 +65,7 @@ pub struct Parts {
 
 /// Connects to the database (migrating it) and the engine. The database may be briefly
 /// unavailable at boot (Postgres starting beside Pier): wait for it with a deadline.
-pub async fn connect(config: Config, migrate: bool) -> anyhow::Result<Parts> {
+pub(crate) async fn connect(config: Config, migrate: bool) -> anyhow::Result<Parts> {
     install_crypto_provider();
     let store = Store::connect_lazy_many(&config.server.database_urls()).context("database url")?;
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2))
@@ -110,7 +110,7 @@ pub async fn connect(config: Config, migrate: bool) -> anyhow::Result<Parts> {
 
 /// `pier serve` (HTTP and workers) or `pier worker` (workers only), until SIGTERM or
 /// Ctrl-C.
-pub async fn run(config: Config, path: Option<PathBuf>, http: bool) -> anyhow::Result<()> {
+pub(crate) async fn run(config: Config, path: Option<PathBuf>, http: bool) -> anyhow::Result<()> {
     let listener = match http {
         true => Some(
             tokio::net::TcpListener::bind(config.server.listen)
@@ -142,7 +142,7 @@ pub async fn run_until(
 }
 
 /// [`run_until`], reloading the config from `path` on SIGHUP (when given).
-pub async fn run_until_with(
+pub(crate) async fn run_until_with(
     config: Config,
     path: Option<PathBuf>,
     http: Option<tokio::net::TcpListener>,

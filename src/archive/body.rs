@@ -37,7 +37,7 @@ pub struct LoadBody {
 }
 
 impl LoadBody {
-    pub async fn open(a: &VerifiedArchive) -> std::io::Result<LoadBody> {
+    pub(crate) async fn open(a: &VerifiedArchive) -> std::io::Result<LoadBody> {
         let mut parts = VecDeque::new();
         parts.push_back(Part::Bytes(header(
             "manifest.json",
@@ -64,7 +64,7 @@ impl LoadBody {
         })
     }
 
-    pub fn into_stream(self) -> impl futures_util::Stream<Item = std::io::Result<Bytes>> {
+    pub(crate) fn into_stream(self) -> impl futures_util::Stream<Item = std::io::Result<Bytes>> {
         futures_util::stream::unfold(self, |mut b| async move {
             let next = b.next().await?;
             // After an error the body ends: nothing more is sent.

@@ -21,11 +21,11 @@ use std::path::{Path, PathBuf};
 pub use body::LoadBody;
 
 /// Caps on what an archive may hold: every input a cap.
-pub const MAX_ARCHIVE_BYTES: u64 = 8 << 30;
-pub const MAX_ENTRIES: usize = 10_000;
+pub(crate) const MAX_ARCHIVE_BYTES: u64 = 8 << 30;
+pub(crate) const MAX_ENTRIES: usize = 10_000;
 /// `manifest.json`, `index.json`, a manifest or a config.
-pub const MAX_JSON_BYTES: u64 = 4 << 20;
-pub const MAX_LAYERS: usize = 128;
+pub(crate) const MAX_JSON_BYTES: u64 = 4 << 20;
+pub(crate) const MAX_LAYERS: usize = 128;
 
 /// The archive's layout, as found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -32,7 +32,7 @@ pub struct VolumeMount {
 
 impl VolumeMount {
     /// `pier-<app>-<name>`. Only a name: who owns it is what Postgres records.
-    pub fn engine_name(&self, app: &str) -> String {
+    pub(crate) fn engine_name(&self, app: &str) -> String {
         format!("pier-{app}-{}", self.name)
     }
 }
@@ -77,17 +77,17 @@ pub struct Contained {
 
 impl Contained {
     /// The app's private network.
-    pub fn network(app: &str) -> String {
+    pub(crate) fn network(app: &str) -> String {
         format!("pier-{app}")
     }
 
     /// Who owns the tmpfs mounts: the `user` when it is a numeric uid (see `tmpfs.rs`).
-    pub fn tmpfs_owner(&self) -> Option<super::TmpfsOwner> {
+    pub(crate) fn tmpfs_owner(&self) -> Option<super::TmpfsOwner> {
         self.user.as_deref().and_then(super::TmpfsOwner::of_user)
     }
 
     /// Whether any host path reaches the container: engine errors are then redacted.
-    pub fn has_host_paths(&self) -> bool {
+    pub(crate) fn has_host_paths(&self) -> bool {
         !(self.files.is_empty() && self.binds.is_empty() && self.devices.is_empty())
     }
 }

@@ -39,30 +39,30 @@ impl LiveConfig {
     }
 
     /// The config as it is now. Callers take a snapshot per decision, never hold the lock.
-    pub fn load(&self) -> Arc<Config> {
+    pub(crate) fn load(&self) -> Arc<Config> {
         self.read().config.clone()
     }
 
     /// The last failed reload's error (no secret values: config errors name variables and
     /// fields, never values).
-    pub fn reload_error(&self) -> Option<String> {
+    pub(crate) fn reload_error(&self) -> Option<String> {
         self.read().error.clone()
     }
 
     /// Successful reloads since start.
-    pub fn reloads(&self) -> u64 {
+    pub(crate) fn reloads(&self) -> u64 {
         self.read().reloads
     }
 
     /// Changes after each successful reload.
-    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+    pub(crate) fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
         self.reloaded.subscribe()
     }
 
     /// Reads and checks the file again; the new config replaces the old only if it is
     /// valid whole. Server settings that need a restart (listen address, database,
     /// workers) keep their start-up values until then.
-    pub fn reload(&self) -> Result<(), ConfigError> {
+    pub(crate) fn reload(&self) -> Result<(), ConfigError> {
         let Some(path) = self.read().path.clone() else {
             return Ok(());
         };

@@ -36,7 +36,7 @@ pub struct Secret(String, Origin);
 
 /// Where a value came from: a reference (`env:`, `file:`) marks it as secret for certain.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Origin {
+pub(crate) enum Origin {
     Inline,
     Reference,
 }
@@ -45,15 +45,15 @@ impl Secret {
     pub fn new(value: impl Into<String>) -> Self {
         Self(value.into(), Origin::Inline)
     }
-    pub fn expose(&self) -> &str {
+    pub(crate) fn expose(&self) -> &str {
         &self.0
     }
-    pub fn origin(&self) -> Origin {
+    pub(crate) fn origin(&self) -> Origin {
         self.1
     }
     /// `env:NAME` reads an environment variable, `file:PATH` a file (trailing newline
     /// dropped); anything else is the value itself.
-    pub fn resolve(what: &str, spec: &str, base: &Path) -> Result<Self, ConfigError> {
+    pub(crate) fn resolve(what: &str, spec: &str, base: &Path) -> Result<Self, ConfigError> {
         if let Some(name) = spec.strip_prefix("env:") {
             return std::env::var(name)
                 .map(|v| Secret(v, Origin::Reference))
@@ -216,7 +216,7 @@ pub enum RestartPolicy {
 }
 
 impl RestartPolicy {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Self::No => "no",
             Self::Always => "always",
@@ -293,25 +293,25 @@ pub struct AppConfig {
 
 impl AppConfig {
     /// The registry of `image` as `docker pull` reads it (`127.0.0.1:5000`, `docker.io`).
-    pub fn registry_host(&self) -> &str {
+    pub(crate) fn registry_host(&self) -> &str {
         self.image_name.registry()
     }
     /// The repository path inside the registry (`demo/web`, `library/nginx`).
-    pub fn repository(&self) -> &str {
+    pub(crate) fn repository(&self) -> &str {
         self.image_name.repository()
     }
     /// Whether the further service `svc` of this app runs an image of its own repository
     /// (resolved, pulled and verified on its own) rather than the app's digest.
-    pub fn own_image(&self, svc: &AppConfig) -> bool {
+    pub(crate) fn own_image(&self, svc: &AppConfig) -> bool {
         svc.image_name != self.image_name
     }
     /// Published on every interface of the host (`0.0.0.0`, `[::]`): reachable by anyone
     /// who reaches the host, past any proxy in front of it. Only with `publish_public`.
-    pub fn published_publicly(&self) -> bool {
+    pub(crate) fn published_publicly(&self) -> bool {
         self.publish.is_some_and(|a| a.ip().is_unspecified())
     }
     /// The primary service's name, then the others', in the order they are deployed.
-    pub fn service_names(&self) -> Vec<&str> {
+    pub(crate) fn service_names(&self) -> Vec<&str> {
         std::iter::once(self.contained.service.as_str())
             .chain(self.services.iter().map(|s| s.contained.service.as_str()))
             .collect()
@@ -319,7 +319,7 @@ impl AppConfig {
 }
 
 impl Config {
-    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+    pub(crate) fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_owned(),
             source,
@@ -342,16 +342,12 @@ impl Config {
         raw.resolve(base)
     }
 
-    pub fn app(&self, name: &str) -> Option<&AppConfig> {
+    pub(crate) fn app(&self, name: &str) -> Option<&AppConfig> {
         self.apps.iter().find(|a| a.name == name)
     }
 
-    pub fn source(&self, name: &str) -> Option<&SourceConfig> {
+    pub(crate) fn source(&self, name: &str) -> Option<&SourceConfig> {
         self.sources.iter().find(|s| s.name == name)
-    }
-
-    pub fn registry(&self, host: &str) -> Option<&RegistryConfig> {
-        self.registries.iter().find(|r| r.host == host)
     }
 }
 

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use super::{ConfigError, Secret};
 
 /// The events a notification endpoint can ask for.
-pub const EVENTS: &[&str] = &[
+pub(crate) const EVENTS: &[&str] = &[
     "deployment.succeeded",
     "deployment.failed",
     "deployment.rolled_back",

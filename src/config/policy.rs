@@ -22,7 +22,7 @@ pub struct Refused(pub String);
 
 impl Policy {
     /// Whether `path` (absolute, normalised) is one of the app's allowed paths or under one.
-    pub fn allows(&self, app: &str, path: &Path) -> bool {
+    pub(crate) fn allows(&self, app: &str, path: &Path) -> bool {
         self.host_paths
             .get(app)
             .is_some_and(|allowed| allowed.iter().any(|a| path.starts_with(a)))
@@ -31,7 +31,7 @@ impl Policy {
     /// Every host path of `app` checked against this policy, as the files are now: a file
     /// must be a regular file; symlinks are followed and the real path is what must be
     /// allowed, so a link cannot lead out of an allowed directory.
-    pub fn check(&self, app: &str, c: &Contained) -> Result<(), Refused> {
+    pub(crate) fn check(&self, app: &str, c: &Contained) -> Result<(), Refused> {
         let real = |p: &Path| std::fs::canonicalize(p).ok();
         for f in &c.files {
             let Some(path) = real(&f.source) else {

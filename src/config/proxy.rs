@@ -83,7 +83,7 @@ pub struct ProxyConfig {
 }
 
 impl ProxyConfig {
-    pub fn trusts(&self, peer: IpAddr) -> bool {
+    pub(crate) fn trusts(&self, peer: IpAddr) -> bool {
         self.trusted_proxies.trusts(peer)
     }
 }

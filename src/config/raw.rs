@@ -7,7 +7,7 @@ use super::*;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Config {
+pub(crate) struct Config {
     server: super::server::Server,
     #[serde(default)]
     proxy: super::proxy::RawProxy,
@@ -140,7 +140,7 @@ pub(super) fn valid_name(name: &str) -> bool {
 }
 
 impl Config {
-    pub fn resolve(self, base: &Path) -> Result<super::Config, ConfigError> {
+    pub(crate) fn resolve(self, base: &Path) -> Result<super::Config, ConfigError> {
         let allow_short = self.server.allow_short_secrets;
         let server = self.server.resolve(base)?;
         let registries = super::server::resolve_registries(self.registries, &server, base)?;

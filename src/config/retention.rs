@@ -18,7 +18,7 @@ pub(super) struct RawRetention {
 }
 
 /// Rows each policy deletes at most per sweep, unless configured.
-pub const DEFAULT_PER_SWEEP: i64 = 1000;
+pub(crate) const DEFAULT_PER_SWEEP: i64 = 1000;
 const MAX_PER_SWEEP: i64 = 100_000;
 
 #[derive(Debug, Clone, Default)]

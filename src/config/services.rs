@@ -20,7 +20,7 @@ use crate::domain::image::ImageName;
 
 /// How long a service without a health check must keep running before it counts as
 /// healthy: long enough for a process that dies at start-up to have died.
-pub const DEFAULT_SETTLE: Duration = Duration::from_secs(2);
+pub(crate) const DEFAULT_SETTLE: Duration = Duration::from_secs(2);
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -65,7 +65,7 @@ pub(super) struct RawService {
 
 /// A service name is its alias on the app's network and part of its container's name: a
 /// DNS label.
-pub fn valid_service_name(n: &str) -> bool {
+pub(crate) fn valid_service_name(n: &str) -> bool {
     !n.is_empty()
         && n.len() <= 32
         && n.bytes()

@@ -32,7 +32,7 @@ pub struct SignInConfig {
 }
 
 impl SignInConfig {
-    pub fn secure_cookie(&self) -> bool {
+    pub(crate) fn secure_cookie(&self) -> bool {
         self.public_url.starts_with("https://")
     }
 }

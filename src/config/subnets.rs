@@ -31,7 +31,7 @@ pub struct SubnetPool {
 
 impl SubnetPool {
     /// Parses `a.b.c.d/n` with `n` at most 27; the host bits of `a.b.c.d` must be zero.
-    pub fn parse(s: &str) -> Result<SubnetPool, SubnetError> {
+    pub(crate) fn parse(s: &str) -> Result<SubnetPool, SubnetError> {
         let (ip, prefix) = s
             .split_once('/')
             .ok_or_else(|| SubnetError::NotARange(s.to_owned()))?;
@@ -51,17 +51,13 @@ impl SubnetPool {
     }
 
     /// How many app networks fit.
-    pub fn len(&self) -> u32 {
+    pub(crate) fn len(&self) -> u32 {
         1 << (APP_SUBNET_PREFIX - self.net.prefix_len())
-    }
-
-    pub fn is_empty(&self) -> bool {
-        false
     }
 
     /// The `i`-th subnet (modulo the pool's size) and its gateway (its first host), as the
     /// engine wants them.
-    pub fn subnet(&self, i: u32) -> (String, String) {
+    pub(crate) fn subnet(&self, i: u32) -> (String, String) {
         let size = 1u32 << (32 - APP_SUBNET_PREFIX);
         let start = self.net.network().saturating_add((i % self.len()) * size);
         let subnet = Ipv4Net::new(start, APP_SUBNET_PREFIX).expect("27 is a valid prefix");
@@ -71,7 +67,7 @@ impl SubnetPool {
 
     /// Where `name`'s search for a free subnet starts: a stable hash of the name, so that
     /// apps made at the same time do not all try the same subnet first.
-    pub fn first_for(&self, name: &str) -> u32 {
+    pub(crate) fn first_for(&self, name: &str) -> u32 {
         let h = name.bytes().fold(0x811c_9dc5u32, |h, b| {
             (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
         });

@@ -29,7 +29,7 @@ pub enum TargetKind {
 }
 
 impl TargetKind {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             TargetKind::Engine => "engine",
             TargetKind::Swarm => "swarm",
@@ -46,7 +46,7 @@ pub struct TargetConfig {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawTarget {
+pub(crate) struct RawTarget {
     name: String,
     #[serde(default)]
     kind: TargetKind,
@@ -77,7 +77,7 @@ fn invalid(msg: String) -> ConfigError {
 /// Every target, `local` first. `docker_host` is the old `server.docker_host`: it is the
 /// `local` target unless `[[targets]]` declares one named `local` itself (then both at once
 /// would be two answers to one question, and is refused).
-pub fn resolve(
+pub(crate) fn resolve(
     raw: Vec<RawTarget>,
     docker_host: Option<&str>,
     base: &Path,
@@ -152,7 +152,7 @@ pub enum Batch {
 
 impl Batch {
     /// Targets per batch for an app on `targets` engines: at least one, at most all.
-    pub fn size(self, targets: usize) -> usize {
+    pub(crate) fn size(self, targets: usize) -> usize {
         let n = match self {
             Batch::Count(n) => n,
             Batch::Percent(p) => (targets * p as usize).div_ceil(100),
@@ -179,7 +179,7 @@ impl Default for Rollout {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawRollout {
+pub(crate) struct RawRollout {
     #[serde(default)]
     batch: Option<RawBatch>,
     #[serde(default, with = "humantime_serde")]
@@ -197,7 +197,7 @@ enum RawBatch {
 const MAX_PAUSE: Duration = Duration::from_secs(24 * 3600);
 
 impl RawRollout {
-    pub fn resolve(self, app: &str) -> Result<Rollout, ConfigError> {
+    pub(crate) fn resolve(self, app: &str) -> Result<Rollout, ConfigError> {
         let bad = |what: String| invalid(format!("app `{app}`: rollout.batch {what}"));
         let batch = match self.batch {
             None => Batch::Count(1),
@@ -223,7 +223,7 @@ impl RawRollout {
 
 /// An app's `targets`, checked against the declared ones: default `["local"]`, no name
 /// twice, every name declared.
-pub fn app_targets(
+pub(crate) fn app_targets(
     app: &str,
     names: Option<Vec<String>>,
     targets: &[TargetConfig],

@@ -24,7 +24,8 @@ pub const DEFAULT_TMPFS_MODE: TmpfsMode = TmpfsMode(0o1777);
 pub struct TmpfsMode(u32);
 
 impl TmpfsMode {
-    pub fn bits(self) -> u32 {
+    #[cfg(test)]
+    pub(crate) fn bits(self) -> u32 {
         self.0
     }
 
@@ -52,7 +53,7 @@ pub struct TmpfsMount {
 impl TmpfsMount {
     /// How the `create` step's intent names it: the bare target for the default mode (so
     /// that intents journaled before modes existed read the same), else `target:mode=0700`.
-    pub fn intent(&self) -> String {
+    pub(crate) fn intent(&self) -> String {
         if self.mode == DEFAULT_TMPFS_MODE {
             self.target.clone()
         } else {
@@ -71,7 +72,7 @@ pub struct TmpfsOwner {
 }
 
 impl TmpfsOwner {
-    pub fn of_user(user: &str) -> Option<Self> {
+    pub(crate) fn of_user(user: &str) -> Option<Self> {
         let (uid, gid) = match user.split_once(':') {
             Some((u, g)) => (u, Some(g)),
             None => (user, None),

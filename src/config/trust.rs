@@ -59,7 +59,7 @@ pub struct TrustEntry {
 impl TrustEntry {
     /// Whether this entry covers `image` (`registry/repository`): `*` within one path
     /// segment, `**` any number of segments, `?` one character.
-    pub fn covers(&self, image: &str) -> bool {
+    pub(crate) fn covers(&self, image: &str) -> bool {
         self.repositories.iter().any(|p| repository_match(p, image))
     }
 }

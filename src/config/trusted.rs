@@ -37,7 +37,10 @@ const MAX_HOPS: usize = 32;
 
 impl TrustedProxies {
     /// `["10.0.0.0/8", "127.0.0.1"]`: CIDRs, or single addresses (a /32 or /128).
-    pub fn parse(entries: &[String], header: ClientIpHeader) -> Result<Self, TrustedProxyError> {
+    pub(crate) fn parse(
+        entries: &[String],
+        header: ClientIpHeader,
+    ) -> Result<Self, TrustedProxyError> {
         let nets = entries
             .iter()
             .map(|e| {
@@ -50,11 +53,11 @@ impl TrustedProxies {
         Ok(Self { nets, header })
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.nets.is_empty()
     }
 
-    pub fn trusts(&self, ip: IpAddr) -> bool {
+    pub(crate) fn trusts(&self, ip: IpAddr) -> bool {
         let ip = canonical(ip);
         self.nets.iter().any(|n| n.contains(&ip))
     }
@@ -65,7 +68,7 @@ impl TrustedProxies {
     /// does not parse (`unknown`, an obfuscated name, garbage) ends the walk: what stands
     /// left of it was written by someone Pier does not trust, so the last trusted hop is
     /// taken instead.
-    pub fn client<'a>(&self, peer: IpAddr, values: impl Iterator<Item = &'a str>) -> IpAddr {
+    pub(crate) fn client<'a>(&self, peer: IpAddr, values: impl Iterator<Item = &'a str>) -> IpAddr {
         let peer = canonical(peer);
         if !self.trusts(peer) {
             return peer;

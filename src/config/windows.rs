@@ -75,7 +75,7 @@ fn time(s: &str) -> Result<NaiveTime, WindowError> {
 impl Window {
     /// `DAYS HH:MM-HH:MM ZONE`: days as `Mon-Fri`, `Sat,Sun`, `Mon,Wed-Fri` or `daily`;
     /// seconds may be given (`09:00:30`); the zone is an IANA name (`Europe/Berlin`, `UTC`).
-    pub fn parse(text: &str) -> Result<Window, WindowError> {
+    pub(crate) fn parse(text: &str) -> Result<Window, WindowError> {
         let parts: Vec<&str> = text.split_whitespace().collect();
         let [d, range, zone] = parts[..] else {
             return Err(WindowError::Shape);

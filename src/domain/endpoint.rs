@@ -76,7 +76,7 @@ pub struct EndpointOptions {
 }
 
 impl Endpoint {
-    pub fn parse(address: &str, options: EndpointOptions) -> Result<Self, EndpointError> {
+    pub(crate) fn parse(address: &str, options: EndpointOptions) -> Result<Self, EndpointError> {
         let scheme_err = || EndpointError::Scheme(address.to_owned());
         let (scheme, rest) = address.split_once("://").ok_or_else(scheme_err)?;
         let ssh_given = options.known_hosts.is_some() || options.identity.is_some();
@@ -123,7 +123,7 @@ impl Endpoint {
     /// Whether containers published on this engine are on this machine's loopback, where
     /// Pier itself can probe them. Only a local socket says so: a TCP or SSH engine is
     /// another host, even when its address is this one's.
-    pub fn is_local(&self) -> bool {
+    pub(crate) fn is_local(&self) -> bool {
         matches!(self, Endpoint::Default | Endpoint::Unix(_))
     }
 }

@@ -39,11 +39,11 @@ impl ImageName {
         })
     }
 
-    pub fn registry(&self) -> &str {
+    pub(crate) fn registry(&self) -> &str {
         &self.registry
     }
 
-    pub fn repository(&self) -> &str {
+    pub(crate) fn repository(&self) -> &str {
         &self.repository
     }
 
@@ -51,7 +51,7 @@ impl ImageName {
     /// `docker.io/acme/web@sha256:…`) names this repository at exactly `digest`. Both
     /// sides are normalised by the same grammar: the engine shows Docker Hub images in
     /// their short form, and a string comparison would call the right image a mismatch.
-    pub fn is_repo_digest(&self, reference: &str, digest: &str) -> bool {
+    pub(crate) fn is_repo_digest(&self, reference: &str, digest: &str) -> bool {
         Reference::try_from(reference).is_ok_and(|r| {
             r.registry() == self.registry
                 && r.repository() == self.repository
@@ -62,7 +62,7 @@ impl ImageName {
     /// Whether `reference` (a signature's `docker-reference`: a repository, perhaps with a
     /// tag or digest) names this repository, in any of its written forms. The tag is not
     /// compared: what was signed is the digest, checked apart.
-    pub fn is_same_repository(&self, reference: &str) -> bool {
+    pub(crate) fn is_same_repository(&self, reference: &str) -> bool {
         Reference::try_from(reference)
             .is_ok_and(|r| r.registry() == self.registry && r.repository() == self.repository)
     }

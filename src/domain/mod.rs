@@ -6,11 +6,11 @@
 //!
 //! Nothing here depends on any other module of Pier.
 
-pub mod endpoint;
+pub(crate) mod endpoint;
 pub mod image;
 mod names;
-pub mod platform;
-pub mod tags;
+pub(crate) mod platform;
+pub(crate) mod tags;
 
 pub use endpoint::{Endpoint, EndpointError, EndpointOptions, SshEndpoint, TlsFiles};
 pub use image::ImageName;
@@ -20,4 +20,4 @@ pub use tags::{TagRule, tag_version};
 
 /// The source name of the deliveries the reconcile poller records: no configured webhook
 /// source may take it, so a poller delivery is never mistaken for a sender's.
-pub const POLLER_SOURCE: &str = "poller";
+pub(crate) const POLLER_SOURCE: &str = "poller";

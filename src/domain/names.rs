@@ -31,7 +31,7 @@ pub fn is_digest(d: &str) -> bool {
 pub struct Digest(String);
 
 impl Digest {
-    pub fn parse(d: &str) -> Result<Self, NameError> {
+    pub(crate) fn parse(d: &str) -> Result<Self, NameError> {
         if is_digest(d) {
             Ok(Self(d.to_owned()))
         } else {
@@ -39,12 +39,9 @@ impl Digest {
         }
     }
 
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
     /// The 64 hex digits without `sha256:`.
-    pub fn hex(&self) -> &str {
+    #[cfg(test)]
+    pub(crate) fn hex(&self) -> &str {
         &self.0["sha256:".len()..]
     }
 }
@@ -52,7 +49,7 @@ impl Digest {
 /// A name an operator gives an app, a target, a service, a volume or a trust policy in the
 /// config: lower-case letters, digits, `-` and `_`, 1 to 48 bytes, so it is safe in a
 /// container name, a label, a URL path segment and a log line without quoting.
-pub fn is_name(name: &str) -> bool {
+pub(crate) fn is_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 48
         && name
@@ -69,16 +66,12 @@ pub fn is_name(name: &str) -> bool {
 pub struct AppName(String);
 
 impl AppName {
-    pub fn parse(name: &str) -> Result<Self, NameError> {
+    pub(crate) fn parse(name: &str) -> Result<Self, NameError> {
         if is_name(name) {
             Ok(Self(name.to_owned()))
         } else {
             Err(NameError::Name(name.to_owned()))
         }
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
     }
 }
 

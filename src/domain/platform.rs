@@ -41,7 +41,7 @@ impl fmt::Display for Platform {
 
 /// Picks the index entry for `want`: os and architecture must match; a matching variant
 /// wins over an entry that names none. Entries without a platform (attestations) never match.
-pub fn choose<'a>(
+pub(crate) fn choose<'a>(
     entries: impl Iterator<Item = (&'a str, Option<&'a Platform>)>,
     want: &Platform,
 ) -> Option<&'a str> {

@@ -24,12 +24,13 @@ pub struct SemverRule {
 const MAX_TAG: usize = 128;
 
 impl TagRule {
-    pub fn exact(tag: impl Into<String>) -> Self {
+    #[cfg(test)]
+    pub(crate) fn exact(tag: impl Into<String>) -> Self {
         TagRule::Exact(tag.into())
     }
 
     /// `tag`: exact, or a glob when it holds `*` or `?`.
-    pub fn from_tag(tag: &str) -> Result<Self, String> {
+    pub(crate) fn from_tag(tag: &str) -> Result<Self, String> {
         if tag.is_empty() || tag.len() > MAX_TAG {
             return Err(format!("tag `{tag}` must be 1 to {MAX_TAG} characters"));
         }
@@ -67,7 +68,7 @@ impl TagRule {
 
     /// Whether a pushed tag is one this rule follows. `fold_case` compares ignoring ASCII
     /// case, for senders that lower-case the tags they report.
-    pub fn matches(&self, tag: &str, fold_case: bool) -> bool {
+    pub(crate) fn matches(&self, tag: &str, fold_case: bool) -> bool {
         match self {
             TagRule::Exact(t) if fold_case => t.eq_ignore_ascii_case(tag),
             TagRule::Exact(t) => t == tag,
@@ -81,12 +82,12 @@ impl TagRule {
 
     /// Several tags can match one rule: a range deploys the highest version, never a
     /// lower one over a higher one (see [`TagRule::is_monotonic`]).
-    pub fn is_monotonic(&self) -> bool {
+    pub(crate) fn is_monotonic(&self) -> bool {
         matches!(self, TagRule::Semver(_))
     }
 
     /// The one tag a manual redeploy or the poller resolves, when the rule names one.
-    pub fn fixed(&self) -> Option<&str> {
+    pub(crate) fn fixed(&self) -> Option<&str> {
         match self {
             TagRule::Exact(t) => Some(t),
             _ => None,
@@ -97,7 +98,7 @@ impl TagRule {
     /// range the highest matching version; for a glob the highest match by version when
     /// its tags are versions, else the greatest by string order (a deterministic choice;
     /// a glob over non-version tags is best served by webhooks, see the README).
-    pub fn choose<'a>(&self, tags: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    pub(crate) fn choose<'a>(&self, tags: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
         let matching = tags.into_iter().filter(|t| self.matches(t, false));
         match self {
             TagRule::Exact(_) => matching.into_iter().next(),
@@ -113,7 +114,7 @@ impl TagRule {
     }
 
     /// What the page and API show as the rule: `main`, `glob v1.*`, `semver >=1.2, <2`.
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self {
             TagRule::Exact(_) => "tag",
             TagRule::Glob(_) => "glob",
@@ -121,7 +122,7 @@ impl TagRule {
         }
     }
 
-    pub fn text(&self) -> &str {
+    pub(crate) fn text(&self) -> &str {
         match self {
             TagRule::Exact(t) | TagRule::Glob(t) => t,
             TagRule::Semver(r) => &r.text,
@@ -140,7 +141,7 @@ impl fmt::Display for TagRule {
 /// never matches them: a moving tag must not be mistaken for a release.
 /// The tags cosign and the OCI referrers fallback write beside an image, named after the
 /// digest they are about: `sha256-<64 hex>`, alone or with `.sig`, `.att` or `.sbom`.
-pub fn is_artifact_tag(tag: &str) -> bool {
+pub(crate) fn is_artifact_tag(tag: &str) -> bool {
     let Some(rest) = tag.strip_prefix("sha256-") else {
         return false;
     };

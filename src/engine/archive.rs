@@ -11,7 +11,7 @@ use crate::archive::{LoadBody, VerifiedArchive};
 impl Engine {
     /// Streams the verified archive to the engine; returns what the engine says it loaded
     /// (`Loaded image ID: sha256:…`).
-    pub async fn load_archive(&self, archive: &VerifiedArchive) -> Result<Vec<String>> {
+    pub(crate) async fn load_archive(&self, archive: &VerifiedArchive) -> Result<Vec<String>> {
         let body = LoadBody::open(archive)
             .await
             .map_err(|e| EngineError::Refused {

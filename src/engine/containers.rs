@@ -354,7 +354,7 @@ impl Engine {
         }
     }
 
-    pub async fn stop_container(&self, id: &str, grace: Duration) -> Result<Stopped> {
+    pub(crate) async fn stop_container(&self, id: &str, grace: Duration) -> Result<Stopped> {
         let options = StopContainerOptionsBuilder::default()
             .t(grace.as_secs().min(i32::MAX as u64) as i32)
             .build();
@@ -382,7 +382,7 @@ impl Engine {
     }
 
     /// The last `lines` lines of a container's output, for a failed deployment's record.
-    pub async fn logs_tail(&self, id: &str, lines: usize) -> Result<String> {
+    pub(crate) async fn logs_tail(&self, id: &str, lines: usize) -> Result<String> {
         let options = LogsOptionsBuilder::default()
             .stdout(true)
             .stderr(true)

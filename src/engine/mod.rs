@@ -34,7 +34,8 @@ pub const LABEL_DIGEST: &str = "pier.digest";
 /// The labels by which Pier finds and identifies its containers. Pier sets all of them on
 /// every container it creates (a container's labels override its image's), and refuses an
 /// image that carries any of them: an image cannot make containers look like Pier's.
-pub const RESERVED_LABELS: [&str; 4] = [LABEL_MANAGED, LABEL_APP, LABEL_DEPLOYMENT, LABEL_DIGEST];
+pub(crate) const RESERVED_LABELS: [&str; 4] =
+    [LABEL_MANAGED, LABEL_APP, LABEL_DEPLOYMENT, LABEL_DIGEST];
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -55,7 +56,7 @@ impl EngineError {
     }
 
     /// The same failure without the engine's message, which may quote host paths.
-    pub fn redacted(self) -> Self {
+    pub(crate) fn redacted(self) -> Self {
         const WITHHELD: &str =
             "details withheld: the request carries host mounts or devices (see the engine's log)";
         match self {
@@ -72,7 +73,7 @@ impl EngineError {
     }
 }
 
-pub type Result<T> = std::result::Result<T, EngineError>;
+pub(crate) type Result<T> = std::result::Result<T, EngineError>;
 
 fn err(action: impl Into<String>, e: DockerError) -> EngineError {
     let action = action.into();
@@ -157,7 +158,7 @@ impl Engine {
     }
 
     /// Apps' networks take their subnets from `pool` (see [`Engine::create_network`]).
-    pub fn with_app_subnets(mut self, pool: Option<crate::config::SubnetPool>) -> Self {
+    pub(crate) fn with_app_subnets(mut self, pool: Option<crate::config::SubnetPool>) -> Self {
         self.app_subnets = pool;
         self
     }
@@ -168,7 +169,7 @@ impl Engine {
     }
 
     /// The platform images must be built for to run here.
-    pub async fn platform(&self) -> Result<Platform> {
+    pub(crate) async fn platform(&self) -> Result<Platform> {
         let v = self
             .api()
             .await?
@@ -247,7 +248,10 @@ fn docker_credentials(
 }
 
 /// Filters for containers Pier manages, optionally of one app or one deployment.
-pub fn label_filters(app: Option<&str>, deployment: Option<&str>) -> HashMap<String, Vec<String>> {
+pub(crate) fn label_filters(
+    app: Option<&str>,
+    deployment: Option<&str>,
+) -> HashMap<String, Vec<String>> {
     let mut labels = vec![format!("{LABEL_MANAGED}=true")];
     if let Some(a) = app {
         labels.push(format!("{LABEL_APP}={a}"));

@@ -27,7 +27,7 @@ pub struct Labelled {
 
 impl Labelled {
     /// Made by Pier for `app`, by its labels.
-    pub fn is_apps(&self, app: &str) -> bool {
+    pub(crate) fn is_apps(&self, app: &str) -> bool {
         self.labels.get(LABEL_MANAGED).map(String::as_str) == Some("true")
             && self.labels.get(LABEL_APP).map(String::as_str) == Some(app)
     }
@@ -35,7 +35,7 @@ impl Labelled {
     /// A volume's provenance: made by Pier for `app` in that incarnation, as its ownership
     /// record says. Only a volume that carries the record's labels is the record's: a
     /// hand-made one of the same name is never mounted or deleted on the record's strength.
-    pub fn carries(&self, app: &str, incarnation: uuid::Uuid) -> bool {
+    pub(crate) fn carries(&self, app: &str, incarnation: uuid::Uuid) -> bool {
         self.is_apps(app) && self.labels.get(LABEL_INCARNATION) == Some(&incarnation.to_string())
     }
 }
@@ -50,7 +50,7 @@ pub struct ManagedNetwork {
 
 impl ManagedNetwork {
     /// The app its `pier.app` label names.
-    pub fn app(&self) -> Option<&str> {
+    pub(crate) fn app(&self) -> Option<&str> {
         self.labels.get(LABEL_APP).map(String::as_str)
     }
 }
@@ -72,7 +72,7 @@ pub enum VolumeRemoved {
 }
 
 impl Engine {
-    pub async fn network(&self, name: &str) -> Result<Option<Labelled>> {
+    pub(crate) async fn network(&self, name: &str) -> Result<Option<Labelled>> {
         match self.api().await?.inspect_network(name, None).await {
             Ok(n) => Ok(Some(Labelled {
                 name: n.name.unwrap_or_default(),
@@ -88,7 +88,11 @@ impl Engine {
     /// depends on its name, that no other network on the engine overlaps (the engine
     /// refuses an overlapping one with 403); without it, the engine picks from its default
     /// pools, which run out after about 30 networks.
-    pub async fn create_network(&self, name: &str, labels: HashMap<String, String>) -> Result<()> {
+    pub(crate) async fn create_network(
+        &self,
+        name: &str,
+        labels: HashMap<String, String>,
+    ) -> Result<()> {
         let what = || format!("create network {name}");
         // Agreed once here, so that each try below is one plain request.
         self.api().await?;
@@ -156,7 +160,7 @@ impl Engine {
     }
 
     /// Joins `container` to `network` under `aliases`; joining twice is not an error.
-    pub async fn join_network(
+    pub(crate) async fn join_network(
         &self,
         network: &str,
         container: &str,
@@ -176,21 +180,8 @@ impl Engine {
         }
     }
 
-    /// The networks a container is on, by name.
-    pub async fn container_networks(&self, id: &str) -> Result<Vec<String>> {
-        match self.api().await?.inspect_container(id, None).await {
-            Ok(c) => Ok(c
-                .network_settings
-                .and_then(|n| n.networks)
-                .map(|n| n.into_keys().collect())
-                .unwrap_or_default()),
-            Err(e) if status_of(&e) == Some(404) => Ok(vec![]),
-            Err(e) => Err(err(format!("inspect container {id}"), e)),
-        }
-    }
-
     /// Every network labelled `pier.managed=true`, whoever's app it names.
-    pub async fn managed_networks(&self) -> Result<Vec<ManagedNetwork>> {
+    pub(crate) async fn managed_networks(&self) -> Result<Vec<ManagedNetwork>> {
         let filters = HashMap::from([("label", vec![format!("{LABEL_MANAGED}=true")])]);
         let options = ListNetworksOptionsBuilder::default()
             .filters(&filters)
@@ -216,7 +207,7 @@ impl Engine {
     /// A stopped container is not among the network's endpoints, and the engine removes a
     /// network with only stopped containers on it: that container would then never start
     /// again. So "nothing attached" is asked of the containers, not of the network.
-    pub async fn network_users(&self, network_id: &str) -> Result<Vec<String>> {
+    pub(crate) async fn network_users(&self, network_id: &str) -> Result<Vec<String>> {
         let filters = HashMap::from([("network", vec![network_id.to_owned()])]);
         let options = ListContainersOptionsBuilder::default()
             .all(true)
@@ -232,7 +223,7 @@ impl Engine {
 
     /// Removes a network by id (never by name: a network made meanwhile under the same name
     /// is another one). The engine refuses while an endpoint is active (403).
-    pub async fn remove_network(&self, network_id: &str) -> Result<NetworkRemoved> {
+    pub(crate) async fn remove_network(&self, network_id: &str) -> Result<NetworkRemoved> {
         match self.api().await?.remove_network(network_id).await {
             Ok(()) => Ok(NetworkRemoved::Removed),
             Err(e) if status_of(&e) == Some(404) => Ok(NetworkRemoved::AlreadyGone),
@@ -241,7 +232,7 @@ impl Engine {
         }
     }
 
-    pub async fn volume(&self, name: &str) -> Result<Option<Labelled>> {
+    pub(crate) async fn volume(&self, name: &str) -> Result<Option<Labelled>> {
         match self.api().await?.inspect_volume(name).await {
             Ok(v) => Ok(Some(Labelled {
                 name: v.name,
@@ -253,7 +244,11 @@ impl Engine {
     }
 
     /// Creating an existing volume returns it unchanged: callers check its labels first.
-    pub async fn create_volume(&self, name: &str, labels: HashMap<String, String>) -> Result<()> {
+    pub(crate) async fn create_volume(
+        &self,
+        name: &str,
+        labels: HashMap<String, String>,
+    ) -> Result<()> {
         let req = VolumeCreateRequest {
             name: Some(name.to_owned()),
             driver: Some("local".into()),
@@ -268,7 +263,7 @@ impl Engine {
             .map_err(|e| err(format!("create volume {name}"), e))
     }
 
-    pub async fn remove_volume(&self, name: &str) -> Result<VolumeRemoved> {
+    pub(crate) async fn remove_volume(&self, name: &str) -> Result<VolumeRemoved> {
         let options = RemoveVolumeOptionsBuilder::default().force(false).build();
         match self.api().await?.remove_volume(name, Some(options)).await {
             Ok(()) => Ok(VolumeRemoved::Removed),

@@ -38,7 +38,7 @@ pub enum UpdateState {
 
 impl UpdateState {
     /// Swarm's own word for it (`rollback_completed`), `none` when it said nothing.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             UpdateState::None => "none",
             UpdateState::Updating => "updating",
@@ -52,12 +52,13 @@ impl UpdateState {
 
     /// Swarm has stopped acting on its own: a rollout watcher decides from here. `Paused`
     /// and `RollbackPaused` wait for an operator forever, so they count as settled.
-    pub fn is_settled(self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_settled(self) -> bool {
         !matches!(self, UpdateState::Updating | UpdateState::RollbackStarted)
     }
 
     /// Swarm is rolling back, or has: the update did not take.
-    pub fn is_rollback(self) -> bool {
+    pub(crate) fn is_rollback(self) -> bool {
         matches!(
             self,
             UpdateState::RollbackStarted
@@ -89,7 +90,7 @@ pub struct UpdateStatus {
 }
 
 impl UpdateStatus {
-    pub fn from_engine(status: Option<&ServiceUpdateStatus>) -> Self {
+    pub(crate) fn from_engine(status: Option<&ServiceUpdateStatus>) -> Self {
         UpdateStatus {
             state: UpdateState::from_engine(status.and_then(|s| s.state)),
             message: status
@@ -120,7 +121,7 @@ pub struct ServiceFacts {
 }
 
 impl ServiceFacts {
-    pub fn from_engine(s: Service) -> Self {
+    pub(crate) fn from_engine(s: Service) -> Self {
         let spec = s.spec.unwrap_or_default();
         let image = spec
             .task_template
@@ -253,7 +254,7 @@ impl Engine {
     /// Asks Swarm to put the service `name` back on its previous spec (what `docker service
     /// rollback` does): Swarm swaps the two specs, so the version must be the current one.
     /// The spec sent is the current one, which Swarm ignores for a rollback.
-    pub async fn rollback_service(&self, name: &str) -> Result<()> {
+    pub(crate) async fn rollback_service(&self, name: &str) -> Result<()> {
         let action = format!("roll back service {name}");
         let docker = self.api().await?;
         let current = match within(&action, docker.inspect_service(name, None)).await? {
@@ -274,7 +275,7 @@ impl Engine {
 
     /// The last `lines` lines a task wrote (from whichever node ran it, through the
     /// manager), within [`CALL_TIMEOUT`]; empty if the task or its logs are gone.
-    pub async fn task_logs(&self, task: &str, lines: usize) -> Result<String> {
+    pub(crate) async fn task_logs(&self, task: &str, lines: usize) -> Result<String> {
         use futures_util::StreamExt;
         let action = format!("logs of task {task}");
         let options = bollard::query_parameters::LogsOptionsBuilder::default()

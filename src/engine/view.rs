@@ -12,12 +12,12 @@ impl EngineView {
         Self(engine)
     }
 
-    pub async fn ping(&self) -> Result<()> {
+    pub(crate) async fn ping(&self) -> Result<()> {
         self.0.ping().await
     }
 
     /// Pier's containers (by label), optionally of one app or one deployment.
-    pub async fn managed_containers(
+    pub(crate) async fn managed_containers(
         &self,
         app: Option<&str>,
         deployment: Option<&str>,
@@ -27,7 +27,7 @@ impl EngineView {
 
     /// The service `name` of a swarm manager, its tasks and the swarm's nodes; `None`
     /// when there is no such service.
-    pub async fn service(
+    pub(crate) async fn service(
         &self,
         name: &str,
     ) -> Result<

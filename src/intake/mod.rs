@@ -15,7 +15,7 @@ use sha2::{Digest as _, Sha256};
 use uuid::Uuid;
 
 use crate::config::{ArtifactoryAccess, Config, SourceConfig, SourceKind, SourceMode};
-pub(crate) use crate::senders::malformed;
+pub use crate::senders::malformed;
 /// The senders' vocabulary, under the names intake has always given it.
 pub use crate::senders::{Incoming, Malformed, Parsed, PushEvent, Rejected, generic, verify};
 use crate::senders::{SourceView, form_payload};
@@ -61,7 +61,7 @@ pub struct Accepted {
 
 impl Accepted {
     /// A delivery that queued at least one new deployment is a 202, anything else a 200.
-    pub fn queued_any(&self) -> bool {
+    pub(crate) fn queued_any(&self) -> bool {
         self.deployments
             .iter()
             .any(|d| matches!(d, Enqueued::Queued { .. }))
@@ -107,12 +107,12 @@ fn unix_now() -> i64 {
 
 /// Most events one delivery may carry. Senders send one or a few; hundreds are an error
 /// or an attack, refused with 413 rather than stored.
-pub const MAX_EVENTS: usize = 100;
+pub(crate) const MAX_EVENTS: usize = 100;
 
 /// The source a request is for, if its head alone lets it in: a configured name, a URL
 /// token only where the kind takes one, every credential header once, every token right.
 /// Runs before a byte of the body is read.
-pub fn admit<'c>(
+pub(crate) fn admit<'c>(
     config: &'c Config,
     source_name: &str,
     path_token: Option<&str>,
@@ -130,7 +130,7 @@ pub fn admit<'c>(
 
 /// Verifies the body's signature, parses, matches and stores one delivery from a source
 /// [`admit`] let in. Nothing is stored unless the delivery is authentic and well-formed.
-pub async fn receive(
+pub(crate) async fn receive(
     config: &Config,
     store: &Store,
     source: &SourceConfig,
@@ -219,7 +219,7 @@ pub struct IntakeSource<'a> {
 }
 
 impl<'a> IntakeSource<'a> {
-    pub fn of(source: &'a SourceConfig) -> Self {
+    pub(crate) fn of(source: &'a SourceConfig) -> Self {
         IntakeSource {
             name: &source.name,
             registry: source.registry.as_deref(),
@@ -231,7 +231,7 @@ impl<'a> IntakeSource<'a> {
 /// Runs intake again on a stored delivery's events, as a new delivery marked as a
 /// redelivery of it: the apps as configured now decide, and the queue's rules hold (the
 /// same digest already queued is not queued twice).
-pub async fn redeliver(
+pub(crate) async fn redeliver(
     config: &Config,
     store: &Store,
     original: &crate::store::Delivery,

@@ -22,7 +22,7 @@ struct VolumeIntent {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Volumes {
+pub(crate) struct Volumes {
     /// Volumes this step created; the others existed already and are the app's.
     pub created: Vec<String>,
     pub reused: Vec<String>,

@@ -17,7 +17,7 @@ mod image;
 mod journal;
 mod outcome;
 mod plan;
-pub mod records;
+pub(crate) mod records;
 mod redact;
 mod rollback;
 mod rollout;
@@ -42,7 +42,7 @@ pub use crate::store::Step;
 use crate::store::{Deployment, DeploymentState, Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
-pub enum PipelineError {
+pub(crate) enum PipelineError {
     /// A step failed for good: roll back (a no-op when nothing was changed yet).
     #[error("{step}: {source}")]
     Failed { step: Step, source: StepError },
@@ -83,7 +83,7 @@ impl PipelineError {
 
 /// Errors of the registry or the engine inside a step, before being tied to the step.
 #[derive(Debug, thiserror::Error)]
-pub enum StepError {
+pub(crate) enum StepError {
     #[error(transparent)]
     Registry(#[from] RegistryError),
     #[error(transparent)]
@@ -105,7 +105,7 @@ pub enum StepError {
 }
 
 impl StepError {
-    pub fn is_transient(&self) -> bool {
+    pub(crate) fn is_transient(&self) -> bool {
         match self {
             StepError::Registry(e) => e.is_transient(),
             StepError::Engine(e) => e.is_transient(),
@@ -118,7 +118,7 @@ impl StepError {
     }
 
     /// The least a retry must wait, when the peer said so (a registry's `Retry-After`).
-    pub fn retry_after(&self) -> Option<Duration> {
+    pub(crate) fn retry_after(&self) -> Option<Duration> {
         match self {
             StepError::Registry(e) => e.retry_after(),
             _ => None,
@@ -127,7 +127,7 @@ impl StepError {
 }
 
 /// What everything a pipeline run needs, shared by all workers of a process.
-pub struct Context {
+pub(crate) struct Context {
     pub store: Store,
     /// Every engine apps run on, by target name.
     pub targets: crate::target::Targets,
@@ -148,7 +148,7 @@ pub struct Context {
     pub live: crate::config::LiveConfig,
 }
 
-pub struct Run<'a> {
+pub(crate) struct Run<'a> {
     ctx: &'a Context,
     /// The lease holder this run writes as: the worker that claimed the deployment.
     owner: &'a str,
@@ -167,7 +167,7 @@ pub struct Run<'a> {
 
 /// How a run ended.
 #[derive(Debug)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     Finished(DeploymentState),
     /// The lease was lost or the database stayed away: the run stopped without deciding.
     Abandoned(String),
@@ -177,7 +177,7 @@ pub enum Outcome {
 pub const MAX_ATTEMPTS: i32 = 5;
 
 /// Runs (or resumes) one claimed deployment to a final state.
-pub async fn run(ctx: &Context, owner: &str, dep: &Deployment, app: &AppConfig) -> Outcome {
+pub(crate) async fn run(ctx: &Context, owner: &str, dep: &Deployment, app: &AppConfig) -> Outcome {
     let plan = match plan::Plan::pick(app, &ctx.targets) {
         Ok(plan) => plan,
         // Not this process's to decide: another one (restarted with the target) may run it.

@@ -17,13 +17,13 @@ pub use super::blue_green::{Previous, Switched};
 pub use super::container::{Candidate, OldGeneration, Retired};
 pub use super::health::{Healthy, Probe};
 pub use super::image::VerifiedImage;
-pub use super::rollback::{RollbackIntent, RolledBack};
+pub use super::rollback::RollbackIntent;
 pub use super::signature::{SignatureIntent, Signed};
 pub use crate::registry::Resolved;
 
 /// `resolve` of the app's own image: a tag to look up, or a pinned digest.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ResolveIntent {
+pub(crate) struct ResolveIntent {
     pub image: String,
     pub tag: Option<String>,
     pub digest: Option<String>,
@@ -33,7 +33,7 @@ pub struct ResolveIntent {
 /// `resolve` of a further service; `from_deployment` names the deployment whose journal
 /// gave a pinned digest. Also reads a primary's [`ResolveIntent`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ServiceResolveIntent {
+pub(crate) struct ServiceResolveIntent {
     pub image: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tag: Option<String>,
@@ -46,7 +46,7 @@ pub struct ServiceResolveIntent {
 
 /// `resolve` of a `pier import`: the archive to load and the image id it must hold.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ImportIntent {
+pub(crate) struct ImportIntent {
     pub archive: String,
     pub image_id: String,
     pub platform: String,
@@ -54,7 +54,7 @@ pub struct ImportIntent {
 
 /// `pull` and `verify`: `repo@sha256:…`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ImageIntent {
+pub(crate) struct ImageIntent {
     pub reference: String,
 }
 
@@ -62,7 +62,7 @@ pub struct ImageIntent {
 /// the installation's key): a changed value shows as a change, but a plain hash would let
 /// anyone who reads the page confirm a guessed secret.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CreateIntent {
+pub(crate) struct CreateIntent {
     pub name: String,
     pub image: String,
     pub env_names: Vec<String>,
@@ -94,7 +94,7 @@ pub struct CreateIntent {
 
 /// `start`; a blue-green candidate is published on an ephemeral loopback port.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StartIntent {
+pub(crate) struct StartIntent {
     pub container: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub publish: Option<String>,
@@ -102,7 +102,7 @@ pub struct StartIntent {
 
 /// `health` of a further service: its container, and how it is judged.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ServiceHealthIntent {
+pub(crate) struct ServiceHealthIntent {
     pub container: String,
     #[serde(flatten)]
     pub probe: ServiceProbe,
@@ -111,7 +111,7 @@ pub struct ServiceHealthIntent {
 /// How a further service is judged healthy: it has no port to probe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "mode", rename_all = "snake_case")]
-pub enum ServiceProbe {
+pub(crate) enum ServiceProbe {
     /// The image's own HEALTHCHECK, as the engine reports it.
     Healthcheck { timeout_ms: u64 },
     /// Running, and still running (never restarted) after `settle_ms`.
@@ -120,7 +120,7 @@ pub enum ServiceProbe {
 
 /// `switch`: the candidate becomes the serving generation (blue-green: at `upstream`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SwitchIntent {
+pub(crate) struct SwitchIntent {
     pub container: String,
     pub digest: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -129,7 +129,7 @@ pub struct SwitchIntent {
 
 /// A recreate's `switch` result: the container that serves now.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SwitchedTo {
+pub(crate) struct SwitchedTo {
     pub container: String,
     pub name: String,
     /// What served on this engine before, read inside the step (before its transaction
@@ -140,7 +140,7 @@ pub struct SwitchedTo {
 
 /// A serving generation as the journal names it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GenerationRef {
+pub(crate) struct GenerationRef {
     pub deployment: uuid::Uuid,
     pub digest: String,
     pub container: String,
@@ -148,26 +148,26 @@ pub struct GenerationRef {
 
 /// `applied`: the route version the proxy must serve.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AppliedIntent {
+pub(crate) struct AppliedIntent {
     pub version: i64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Applied {
+pub(crate) struct Applied {
     pub version: i64,
     pub waited_ms: u64,
 }
 
 /// `drain`: the old generation's upstream, whose requests in flight are waited for.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DrainIntent {
+pub(crate) struct DrainIntent {
     pub upstream: String,
 }
 
 /// `soak`: how long the new generation is watched, and how many failed checks in a row
 /// fail it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SoakIntent {
+pub(crate) struct SoakIntent {
     pub container: String,
     pub soak_ms: u64,
     pub failures: u32,
@@ -175,30 +175,30 @@ pub struct SoakIntent {
 
 /// `network`: the app's private network.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct NetworkIntent {
+pub(crate) struct NetworkIntent {
     pub network: String,
 }
 
 /// `connect`: the shared networks the candidate joins.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ConnectIntent {
+pub(crate) struct ConnectIntent {
     pub container: String,
     pub networks: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Connected {
+pub(crate) struct Connected {
     pub joined: Vec<String>,
 }
 
 /// `revert`: the generation traffic goes back to.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RevertIntent {
+pub(crate) struct RevertIntent {
     pub to: Previous,
 }
 
 /// `retire`: the old generation's containers, removed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RetireIntent {
+pub(crate) struct RetireIntent {
     pub containers: Vec<String>,
 }

@@ -11,7 +11,7 @@ const MIN_ENCODED: usize = 8;
 
 /// Masks every secret in `text`, as written and as base64 (standard or URL-safe alphabet,
 /// at any of the three byte alignments it can have inside a longer encoded blob).
-pub fn redact<'a>(text: &str, secrets: impl IntoIterator<Item = &'a str>) -> String {
+pub(crate) fn redact<'a>(text: &str, secrets: impl IntoIterator<Item = &'a str>) -> String {
     let mut out = text.to_owned();
     for secret in secrets {
         if secret.len() < MIN_SECRET {
@@ -54,7 +54,7 @@ fn encodings(secret: &[u8]) -> Vec<String> {
 
 /// Postgres `text` cannot hold NUL: a log line with one would fail the write that records
 /// the deployment's end. NUL becomes U+FFFD; nothing else changes.
-pub fn storable(text: &str) -> String {
+pub(crate) fn storable(text: &str) -> String {
     text.replace('\0', "\u{fffd}")
 }
 

@@ -17,7 +17,7 @@ pub struct RolledBack {
 }
 
 impl RolledBack {
-    pub fn summary(&self) -> String {
+    pub(crate) fn summary(&self) -> String {
         let mut parts = Vec::new();
         if self.removed_candidates.is_empty() {
             parts.push("no candidate container to remove".to_owned());

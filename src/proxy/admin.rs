@@ -17,7 +17,7 @@ use super::Shared;
 use super::table::Entry;
 
 #[derive(Serialize, serde::Deserialize, Debug, Clone, PartialEq)]
-pub struct Upstream {
+pub(crate) struct Upstream {
     pub in_flight: u64,
     pub served: u64,
 }
@@ -28,7 +28,7 @@ struct Routes {
     upstreams: BTreeMap<String, Upstream>,
 }
 
-pub async fn serve(listener: TcpListener, shared: Arc<Shared>, shutdown: CancellationToken) {
+pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, shutdown: CancellationToken) {
     let app = Router::new()
         .route("/routes", get(routes))
         .route("/healthz", get(|| async { "ok\n" }))

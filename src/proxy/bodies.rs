@@ -20,7 +20,7 @@ use super::table::InFlight;
 /// How a streamed request body failed, as the proxy answers it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
-pub enum BodyFailure {
+pub(crate) enum BodyFailure {
     None = 0,
     /// The client's framing was broken (a malformed chunk, a short body): 400.
     Malformed = 1,
@@ -30,14 +30,14 @@ pub enum BodyFailure {
 
 /// Where a streamed body records how it failed, for the answer to the client.
 #[derive(Debug, Default, Clone)]
-pub struct Failure(Arc<AtomicU8>);
+pub(crate) struct Failure(Arc<AtomicU8>);
 
 impl Failure {
     fn set(&self, f: BodyFailure) {
         self.0.store(f as u8, Ordering::SeqCst);
     }
 
-    pub fn get(&self) -> BodyFailure {
+    pub(crate) fn get(&self) -> BodyFailure {
         match self.0.load(Ordering::SeqCst) {
             1 => BodyFailure::Malformed,
             2 => BodyFailure::TooLarge,
@@ -47,14 +47,14 @@ impl Failure {
 }
 
 /// A request body as read ahead: whole, or its first bytes and the rest still to come.
-pub enum Ahead {
+pub(crate) enum Ahead {
     Whole(Bytes),
     Partial(Vec<Bytes>, Incoming),
 }
 
 /// Reads `body` until it ends or more than `limit` bytes came. Trailers of a chunked
 /// upload are not forwarded (nginx drops them too).
-pub async fn read_ahead(mut body: Incoming, limit: usize) -> Result<Ahead, hyper::Error> {
+pub(crate) async fn read_ahead(mut body: Incoming, limit: usize) -> Result<Ahead, hyper::Error> {
     let mut got = Vec::new();
     let mut len = 0;
     while let Some(frame) = body.frame().await {
@@ -79,14 +79,14 @@ pub async fn read_ahead(mut body: Incoming, limit: usize) -> Result<Ahead, hyper
 
 /// The request body for the app: whole (sent again as it is on a retry) or streamed
 /// (sent once).
-pub enum Prepared {
+pub(crate) enum Prepared {
     Whole(Bytes),
     Streamed(Option<ProxyBody>),
 }
 
 impl Prepared {
     /// The body for one attempt; `None` once a streamed body has been used.
-    pub fn take(&mut self) -> Option<ProxyBody> {
+    pub(crate) fn take(&mut self) -> Option<ProxyBody> {
         match self {
             Prepared::Whole(b) => Some(
                 Full::new(b.clone())
@@ -100,7 +100,12 @@ impl Prepared {
 
 /// The read-ahead bytes, then the rest of the client's body, at most `max` bytes in
 /// all. Its size is exact when the client's was (a `Content-Length` goes on as one).
-pub fn streamed(prefix: Vec<Bytes>, rest: Incoming, max: u64, failure: &Failure) -> ProxyBody {
+pub(crate) fn streamed(
+    prefix: Vec<Bytes>,
+    rest: Incoming,
+    max: u64,
+    failure: &Failure,
+) -> ProxyBody {
     let seen = prefix.iter().map(|b| b.len() as u64).sum();
     BoxBody::new(Streamed {
         prefix: prefix.into(),
@@ -172,7 +177,7 @@ impl Body for Streamed {
 }
 
 /// The app's answer body, counted in flight until it ends or is dropped.
-pub struct Counted {
+pub(crate) struct Counted {
     pub inner: Incoming,
     pub _guard: InFlight,
 }

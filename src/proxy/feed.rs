@@ -15,7 +15,7 @@ use crate::config::Config;
 use crate::error::error_chain;
 use crate::store::{Route, Store};
 
-pub fn load_state(path: &Path) -> Result<Option<Vec<Route>>, String> {
+pub(crate) fn load_state(path: &Path) -> Result<Option<Vec<Route>>, String> {
     match std::fs::read(path) {
         Ok(bytes) => serde_json::from_slice(&bytes)
             .map(Some)
@@ -36,7 +36,7 @@ fn save_state(path: &Path, routes: &[Route]) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
-pub async fn follow(config: Arc<Config>, shared: Arc<Shared>, shutdown: CancellationToken) {
+pub(crate) async fn follow(config: Arc<Config>, shared: Arc<Shared>, shutdown: CancellationToken) {
     let store = match Store::connect_lazy_many(&config.server.database_urls()) {
         Ok(s) => s,
         Err(e) => {

@@ -34,7 +34,7 @@ const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host")
 
 /// What every request of one client connection shares, built once per connection: the
 /// peer's address as a header value is not formatted again for each request.
-pub struct Client {
+pub(crate) struct Client {
     pub shared: Arc<Shared>,
     pub upstreams: Upstreams,
     pub local: SocketAddr,
@@ -46,7 +46,7 @@ pub struct Client {
 }
 
 impl Client {
-    pub fn new(
+    pub(crate) fn new(
         shared: Arc<Shared>,
         upstreams: Upstreams,
         local: SocketAddr,
@@ -67,7 +67,7 @@ impl Client {
     }
 }
 
-pub async fn handle(
+pub(crate) async fn handle(
     client: Arc<Client>,
     req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
@@ -451,7 +451,7 @@ fn empty() -> ProxyBody {
 }
 
 /// A short page of the proxy's own, for when no app answers: never a hang.
-pub fn page(status: StatusCode, text: &str) -> Response<ProxyBody> {
+pub(crate) fn page(status: StatusCode, text: &str) -> Response<ProxyBody> {
     let html = page_html(status, text);
     Response::builder()
         .status(status)

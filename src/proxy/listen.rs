@@ -10,7 +10,7 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 /// Connections waiting to be accepted, per listener.
 const BACKLOG: u32 = 1024;
 
-pub fn bind_shared(addr: SocketAddr) -> std::io::Result<TcpListener> {
+pub(crate) fn bind_shared(addr: SocketAddr) -> std::io::Result<TcpListener> {
     let socket = if addr.is_ipv4() {
         TcpSocket::new_v4()?
     } else {
@@ -26,7 +26,7 @@ pub fn bind_shared(addr: SocketAddr) -> std::io::Result<TcpListener> {
 /// Closes `listener` after taking every connection already in its queue: those are the
 /// kernel's promise to clients, and closing a listener resets the ones it still holds.
 /// From here on the kernel gives new connections to the other listeners on the address.
-pub fn close_taking_backlog(listener: TcpListener) -> Vec<(TcpStream, SocketAddr)> {
+pub(crate) fn close_taking_backlog(listener: TcpListener) -> Vec<(TcpStream, SocketAddr)> {
     let Ok(std) = listener.into_std() else {
         return Vec::new();
     };

@@ -50,7 +50,7 @@ pub use table::{Entry, Table};
 /// closed after it.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(15);
 
-pub struct Shared {
+pub(crate) struct Shared {
     config: Arc<Config>,
     table: RwLock<Arc<Table>>,
     counters: table::Counters,
@@ -101,7 +101,7 @@ impl Shared {
 }
 
 /// Runs the proxy until SIGTERM or Ctrl-C.
-pub async fn run(config: Config) -> anyhow::Result<()> {
+pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     let on_signal = shutdown.clone();
     tokio::spawn(async move {
@@ -111,7 +111,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     run_until(config, shutdown).await
 }
 
-pub async fn run_until(config: Config, shutdown: CancellationToken) -> anyhow::Result<()> {
+pub(crate) async fn run_until(config: Config, shutdown: CancellationToken) -> anyhow::Result<()> {
     let config = Arc::new(config);
     crate::serve::install_crypto_provider();
     let acceptors = tls::acceptors(&config)?;

@@ -24,7 +24,7 @@ const MAX_PROBES: usize = 32;
 const WRITE_PATIENCE: Duration = Duration::from_secs(10);
 
 /// Who this proxy is in the requests it takes and the reports it writes.
-pub fn identity(target: &str) -> String {
+pub(crate) fn identity(target: &str) -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_owned())
         .unwrap_or_default();
@@ -35,7 +35,7 @@ pub fn identity(target: &str) -> String {
     )
 }
 
-pub async fn serve(store: Store, target: String, shutdown: CancellationToken) {
+pub(crate) async fn serve(store: Store, target: String, shutdown: CancellationToken) {
     let by = identity(&target);
     let client = crate::probe::probe_client();
     let mut probes = JoinSet::new();

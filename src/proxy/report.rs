@@ -57,7 +57,7 @@ impl Shared {
     }
 }
 
-pub async fn serve(store: Store, shared: Arc<Shared>, shutdown: CancellationToken) {
+pub(crate) async fn serve(store: Store, shared: Arc<Shared>, shutdown: CancellationToken) {
     let target = shared.config.proxy.target.clone();
     let proxy = super::probe::identity(&target);
     // This process's liveness lock: random, so that proxies never share one.

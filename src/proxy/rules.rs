@@ -16,7 +16,7 @@
 use hyper::StatusCode;
 
 /// Headers that describe one hop, never forwarded.
-pub const HOP_BY_HOP: [&str; 9] = [
+pub(crate) const HOP_BY_HOP: [&str; 9] = [
     "connection",
     "keep-alive",
     "proxy-connection",
@@ -29,10 +29,10 @@ pub const HOP_BY_HOP: [&str; 9] = [
 ];
 
 /// Headers a `Connection` header can never turn into hop-by-hop ones.
-pub const MESSAGE_DEFINING: [&str; 3] = ["host", "content-length", "transfer-encoding"];
+pub(crate) const MESSAGE_DEFINING: [&str; 3] = ["host", "content-length", "transfer-encoding"];
 
 /// Forwarding headers Pier writes itself; what a client sent under these names is dropped.
-pub const PIER_OWNED: [&str; 5] = [
+pub(crate) const PIER_OWNED: [&str; 5] = [
     "x-forwarded-for",
     "x-forwarded-proto",
     "x-forwarded-host",
@@ -46,7 +46,7 @@ fn is(name: &[u8], list: &[&str]) -> bool {
 
 /// The comma-separated tokens of a message's `Connection` headers.
 #[derive(Default)]
-pub struct Connection<'a> {
+pub(crate) struct Connection<'a> {
     tokens: Vec<&'a [u8]>,
 }
 
@@ -55,7 +55,7 @@ const MAX_CONNECTION_TOKENS: usize = 32;
 
 impl<'a> Connection<'a> {
     /// From every `(name, value)` of a head; `None` when it names absurdly many headers.
-    pub fn of<I>(headers: I) -> Option<Connection<'a>>
+    pub(crate) fn of<I>(headers: I) -> Option<Connection<'a>>
     where
         I: IntoIterator<Item = (&'a [u8], &'a [u8])>,
     {
@@ -76,7 +76,7 @@ impl<'a> Connection<'a> {
         Some(c)
     }
 
-    pub fn names(&self, token: &str) -> bool {
+    pub(crate) fn names(&self, token: &str) -> bool {
         self.tokens
             .iter()
             .any(|t| t.eq_ignore_ascii_case(token.as_bytes()))
@@ -84,7 +84,7 @@ impl<'a> Connection<'a> {
 
     /// Whether `name` is hop-by-hop in this message: listed, or named in `Connection`
     /// and not one of the headers that define the message.
-    pub fn hop_by_hop(&self, name: &[u8]) -> bool {
+    pub(crate) fn hop_by_hop(&self, name: &[u8]) -> bool {
         is(name, &HOP_BY_HOP)
             || (!is(name, &MESSAGE_DEFINING)
                 && self.tokens.iter().any(|t| t.eq_ignore_ascii_case(name)))
@@ -93,7 +93,7 @@ impl<'a> Connection<'a> {
 
 /// What a request header becomes on its way to the app.
 #[derive(Debug, PartialEq, Eq)]
-pub enum ToApp {
+pub(crate) enum ToApp {
     Keep,
     Drop,
     /// A prior `X-Forwarded-For`: kept (and the peer appended) only from a trusted proxy.
@@ -102,7 +102,7 @@ pub enum ToApp {
     PriorProto,
 }
 
-pub fn request_header(name: &[u8], conn: &Connection) -> ToApp {
+pub(crate) fn request_header(name: &[u8], conn: &Connection) -> ToApp {
     if name.contains(&b'_') {
         ToApp::Drop
     } else if name.eq_ignore_ascii_case(b"x-forwarded-for") {
@@ -118,12 +118,12 @@ pub fn request_header(name: &[u8], conn: &Connection) -> ToApp {
 
 /// Whether an answer header goes on to the client. The byte path keeps the app's
 /// framing headers (it passes the body through as framed); hyper frames its own.
-pub fn answer_header(name: &[u8], conn: &Connection) -> bool {
+pub(crate) fn answer_header(name: &[u8], conn: &Connection) -> bool {
     !conn.hop_by_hop(name)
 }
 
 /// A value a trusted proxy may give for `X-Forwarded-Proto`.
-pub fn valid_proto(value: &[u8]) -> bool {
+pub(crate) fn valid_proto(value: &[u8]) -> bool {
     value == b"http" || value == b"https"
 }
 
@@ -138,23 +138,24 @@ const fn refuse(status: StatusCode, text: &'static str) -> Refusal {
     Refusal { status, text }
 }
 
-pub const BAD_REQUEST: Refusal = refuse(StatusCode::BAD_REQUEST, "The request is malformed.");
-pub const BAD_HOST: Refusal = refuse(
+pub(crate) const BAD_REQUEST: Refusal =
+    refuse(StatusCode::BAD_REQUEST, "The request is malformed.");
+pub(crate) const BAD_HOST: Refusal = refuse(
     StatusCode::BAD_REQUEST,
     "The request needs exactly one valid Host header.",
 );
-pub const TOO_LARGE: Refusal = refuse(
+pub(crate) const TOO_LARGE: Refusal = refuse(
     StatusCode::PAYLOAD_TOO_LARGE,
     "The request body is too large.",
 );
-pub const BAD_BODY: Refusal = refuse(
+pub(crate) const BAD_BODY: Refusal = refuse(
     StatusCode::BAD_REQUEST,
     "The request body could not be read.",
 );
 
 /// The checks every request passes before it is forwarded, on either path, given its
 /// method, whether it is HTTP/1.1 (which must name a host) and its header lines as sent.
-pub fn check_request<'a, I>(method: &[u8], http11: bool, headers: I) -> Result<(), Refusal>
+pub(crate) fn check_request<'a, I>(method: &[u8], http11: bool, headers: I) -> Result<(), Refusal>
 where
     I: IntoIterator<Item = (&'a [u8], &'a [u8])>,
 {
@@ -210,7 +211,7 @@ where
 
 /// A body length as RFC 9110 writes it: one or more digits, nothing else (no sign, no
 /// spaces, no list), that fits a u64.
-pub fn parse_length(value: &[u8]) -> Option<u64> {
+pub(crate) fn parse_length(value: &[u8]) -> Option<u64> {
     if value.is_empty() || value.len() > 19 || !value.iter().all(u8::is_ascii_digit) {
         return None;
     }
@@ -221,7 +222,7 @@ pub fn parse_length(value: &[u8]) -> Option<u64> {
 
 /// A `Host` value: a registered name, IPv4 or bracketed IPv6 literal, with an optional
 /// port; no path, no empty labels.
-pub fn valid_host(value: &[u8]) -> bool {
+pub(crate) fn valid_host(value: &[u8]) -> bool {
     let (host, port) = match value.strip_prefix(b"[") {
         Some(rest) => match rest.iter().position(|b| *b == b']') {
             Some(end) => {

@@ -40,7 +40,7 @@ pub struct Entry {
 }
 
 /// One place a request may go: the serving generation, or after it the standby.
-pub struct Attempt<'a> {
+pub(crate) struct Attempt<'a> {
     pub target: &'a str,
     counter: Option<&'a Arc<Counter>>,
     /// No other place is left to try after this one.
@@ -49,7 +49,7 @@ pub struct Attempt<'a> {
 
 impl Attempt<'_> {
     /// Counts the request in flight to this target until the guard is dropped.
-    pub fn start(&self, counters: &Counters) -> InFlight {
+    pub(crate) fn start(&self, counters: &Counters) -> InFlight {
         match self.counter {
             Some(c) => c.start(),
             None => counters.start(self.target),
@@ -60,7 +60,7 @@ impl Attempt<'_> {
 impl Entry {
     /// Where a request goes, in order: the serving generation, then the standby (the
     /// previous generation during a soak) for a request that cannot have reached it.
-    pub fn attempts(&self) -> impl Iterator<Item = Attempt<'_>> {
+    pub(crate) fn attempts(&self) -> impl Iterator<Item = Attempt<'_>> {
         let standby = self.standby.as_deref().zip(self.counters.1.as_ref());
         let first = self.upstream.as_deref().map(|target| Attempt {
             target,
@@ -83,7 +83,12 @@ pub struct Table {
 impl Table {
     /// Every blue-green app of the config, served by the route the database (or the last
     /// known state) gives it.
-    pub fn build(config: &Config, routes: &[Route], counters: &Counters, limits: &Limits) -> Table {
+    pub(crate) fn build(
+        config: &Config,
+        routes: &[Route],
+        counters: &Counters,
+        limits: &Limits,
+    ) -> Table {
         let mut by_listen: HashMap<SocketAddr, Vec<Arc<Entry>>> = HashMap::new();
         for app in &config.apps {
             let Some(r) = &app.route else { continue };
@@ -112,7 +117,7 @@ impl Table {
 
     /// The entry for a request that arrived on `listen` for `host` (lower-cased, without
     /// port, in any case): an exact host match first, else the address's catch-all app.
-    pub fn find(&self, listen: SocketAddr, host: Option<&str>) -> Option<&Arc<Entry>> {
+    pub(crate) fn find(&self, listen: SocketAddr, host: Option<&str>) -> Option<&Arc<Entry>> {
         let entries = self.by_listen.get(&listen)?;
         host.and_then(|h| {
             entries
@@ -122,13 +127,13 @@ impl Table {
         .or_else(|| entries.iter().find(|e| e.hosts.is_empty()))
     }
 
-    pub fn listens(&self) -> Vec<SocketAddr> {
+    pub(crate) fn listens(&self) -> Vec<SocketAddr> {
         let mut l: Vec<SocketAddr> = self.by_listen.keys().copied().collect();
         l.sort();
         l
     }
 
-    pub fn entries(&self) -> impl Iterator<Item = &Entry> {
+    pub(crate) fn entries(&self) -> impl Iterator<Item = &Entry> {
         self.by_listen.values().flatten().map(|e| e.as_ref())
     }
 }
@@ -136,7 +141,7 @@ impl Table {
 /// The connection limit of each app, made on first use and kept for the process's life
 /// (apps come from the config, which the proxy reads once).
 #[derive(Debug, Default)]
-pub struct Limits {
+pub(crate) struct Limits {
     map: Mutex<HashMap<String, Arc<Semaphore>>>,
 }
 
@@ -152,7 +157,7 @@ impl Limits {
 /// Requests in flight and served, per upstream address: what the pipeline's drain step
 /// waits on.
 #[derive(Debug, Default)]
-pub struct Counters {
+pub(crate) struct Counters {
     map: Mutex<HashMap<String, Arc<Counter>>>,
 }
 
@@ -163,7 +168,7 @@ pub struct Counter {
 }
 
 /// Held while a request to an upstream is in flight, through the end of the answer's body.
-pub struct InFlight(Arc<Counter>);
+pub(crate) struct InFlight(Arc<Counter>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
@@ -173,7 +178,7 @@ impl Drop for InFlight {
 }
 
 impl Counter {
-    pub fn start(self: &Arc<Self>) -> InFlight {
+    pub(crate) fn start(self: &Arc<Self>) -> InFlight {
         self.in_flight.fetch_add(1, Ordering::SeqCst);
         InFlight(self.clone())
     }
@@ -181,16 +186,16 @@ impl Counter {
 
 impl Counters {
     /// The counter of `upstream`, made on first use.
-    pub fn counter(&self, upstream: &str) -> Arc<Counter> {
+    pub(crate) fn counter(&self, upstream: &str) -> Arc<Counter> {
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         map.entry(upstream.to_owned()).or_default().clone()
     }
 
-    pub fn start(&self, upstream: &str) -> InFlight {
+    pub(crate) fn start(&self, upstream: &str) -> InFlight {
         self.counter(upstream).start()
     }
 
-    pub fn snapshot(&self) -> HashMap<String, (u64, u64)> {
+    pub(crate) fn snapshot(&self) -> HashMap<String, (u64, u64)> {
         let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         map.iter()
             .map(|(k, c)| {
@@ -207,7 +212,7 @@ impl Counters {
 
     /// Forgets upstreams that no route names any more and that have nothing in flight, so
     /// the map does not grow with every deploy.
-    pub fn prune(&self, keep: &[&str]) {
+    pub(crate) fn prune(&self, keep: &[&str]) {
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         map.retain(|k, c| keep.contains(&k.as_str()) || c.in_flight.load(Ordering::SeqCst) > 0);
     }

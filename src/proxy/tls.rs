@@ -50,7 +50,7 @@ fn load(files: &TlsFiles) -> anyhow::Result<Arc<CertifiedKey>> {
 }
 
 /// One acceptor per TLS listen address of the config.
-pub fn acceptors(config: &Config) -> anyhow::Result<HashMap<SocketAddr, TlsAcceptor>> {
+pub(crate) fn acceptors(config: &Config) -> anyhow::Result<HashMap<SocketAddr, TlsAcceptor>> {
     let mut by_listen: HashMap<SocketAddr, BySni> = HashMap::new();
     for app in &config.apps {
         let Some(route) = &app.route else { continue };

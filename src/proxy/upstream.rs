@@ -37,10 +37,10 @@ const MAX_IDLE: usize = 8;
 /// An upstream connection unused this long is closed.
 pub(super) const UPSTREAM_IDLE: Duration = Duration::from_secs(15);
 
-pub type Driving = Pin<Box<dyn Future<Output = ()> + Send>>;
+pub(crate) type Driving = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 #[derive(Debug, thiserror::Error)]
-pub enum SendError {
+pub(crate) enum SendError {
     /// Nothing reached the app: the connection could not be made.
     #[error("cannot connect")]
     Connect,
@@ -66,19 +66,19 @@ struct Idle {
     since: Instant,
 }
 
-pub struct Upstreams {
+pub(crate) struct Upstreams {
     idle: Mutex<Vec<Idle>>,
     drive: mpsc::UnboundedSender<Driving>,
 }
 
 /// Polled by the client connection's task beside the connection itself.
-pub struct Driver {
+pub(crate) struct Driver {
     new: mpsc::UnboundedReceiver<Driving>,
     running: FuturesUnordered<Driving>,
 }
 
 impl Upstreams {
-    pub fn new() -> (Upstreams, Driver) {
+    pub(crate) fn new() -> (Upstreams, Driver) {
         let (drive, new) = mpsc::unbounded_channel();
         (
             Upstreams {
@@ -95,7 +95,7 @@ impl Upstreams {
     /// Sends `req` to `target` on an idle connection, or on a new one. A pooled
     /// connection the app closed meanwhile gives the request back unsent; it then goes
     /// out on a fresh connection.
-    pub async fn send(
+    pub(crate) async fn send(
         &self,
         target: &str,
         limit: &Arc<Semaphore>,
@@ -131,7 +131,7 @@ impl Upstreams {
 
     /// An upgrade (WebSocket) gets a connection of its own, driven by its own task: once
     /// switched, its bytes belong to the splice, not to this client's pool.
-    pub async fn send_upgrade(
+    pub(crate) async fn send_upgrade(
         &self,
         target: &str,
         limit: &Arc<Semaphore>,
@@ -170,7 +170,7 @@ impl Upstreams {
 
     /// Drops the idle connections unused for [`UPSTREAM_IDLE`] (all of them with
     /// `everything`): a connection whose last sender is gone closes once idle.
-    pub fn close_idle(&self, everything: bool) {
+    pub(crate) fn close_idle(&self, everything: bool) {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         idle.retain(|i| !everything && i.since.elapsed() < UPSTREAM_IDLE);
     }
@@ -197,7 +197,7 @@ impl Driver {
     /// Runs `conn` (the client connection) to its end while driving the upstream
     /// connections it opens; then lets those finish what they carry. They end as soon as
     /// their last sender is gone, which the end of `conn` brings about.
-    pub async fn run<F: Future>(&mut self, upstreams: &Upstreams, conn: F) -> F::Output {
+    pub(crate) async fn run<F: Future>(&mut self, upstreams: &Upstreams, conn: F) -> F::Output {
         let mut conn = std::pin::pin!(conn);
         let mut sweep = tokio::time::interval(UPSTREAM_IDLE / 3);
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -213,7 +213,7 @@ impl Driver {
 
     /// What is left to drive once the client connection has ended (after `close_idle`,
     /// this is only answers still being passed on).
-    pub async fn finish(mut self) {
+    pub(crate) async fn finish(mut self) {
         self.new.close();
         while let Ok(c) = self.new.try_recv() {
             self.running.push(c);

@@ -7,11 +7,11 @@ use tokio::time::Instant;
 
 /// The body is larger than the cap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TooLarge;
+pub(crate) struct TooLarge;
 
 /// Collects a body of at most `limit` bytes.
 #[derive(Debug)]
-pub struct Capped {
+pub(crate) struct Capped {
     buf: Vec<u8>,
     limit: usize,
 }
@@ -19,7 +19,7 @@ pub struct Capped {
 impl Capped {
     /// Refuses at once a body whose announced length is over the cap. The buffer is sized
     /// by the announcement only up to the cap, so a lie costs at most the cap.
-    pub fn new(limit: usize, announced: Option<u64>) -> Result<Self, TooLarge> {
+    pub(crate) fn new(limit: usize, announced: Option<u64>) -> Result<Self, TooLarge> {
         let announced = announced.map(|n| usize::try_from(n).unwrap_or(usize::MAX));
         if announced.is_some_and(|n| n > limit) {
             return Err(TooLarge);
@@ -31,7 +31,7 @@ impl Capped {
     }
 
     /// Appends `chunk`, or refuses it (without copying) if it would cross the cap.
-    pub fn push(&mut self, chunk: &[u8]) -> Result<(), TooLarge> {
+    pub(crate) fn push(&mut self, chunk: &[u8]) -> Result<(), TooLarge> {
         if chunk.len() > self.limit - self.buf.len() {
             return Err(TooLarge);
         }
@@ -39,17 +39,17 @@ impl Capped {
         Ok(())
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.buf.len()
     }
 
-    pub fn into_bytes(self) -> Bytes {
+    pub(crate) fn into_bytes(self) -> Bytes {
         Bytes::from(self.buf)
     }
 }
 
 #[derive(Debug)]
-pub enum ReadError {
+pub(crate) enum ReadError {
     TooLarge,
     /// The deadline passed with this many bytes read.
     Deadline(usize),
@@ -58,7 +58,7 @@ pub enum ReadError {
 
 /// Reads `resp`'s body, at most `limit` bytes, all of it before `deadline`. Dropping the
 /// response on an error closes its connection, so the rest of a huge body is never read.
-pub async fn read_capped(
+pub(crate) async fn read_capped(
     mut resp: reqwest::Response,
     limit: usize,
     deadline: Instant,

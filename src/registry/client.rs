@@ -29,7 +29,7 @@ const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 
 /// Hops followed per request: enough for a registry behind a CDN or a moved host; a loop
 /// ends here instead of at the deadline.
-pub const MAX_REDIRECTS: usize = 5;
+pub(crate) const MAX_REDIRECTS: usize = 5;
 /// Token answers are a JSON object with a JWT or two: a few KiB.
 const MAX_TOKEN_BYTES: usize = 256 << 10;
 /// An error answer is read only to tell "manifest unknown" from other refusals.
@@ -57,7 +57,7 @@ pub struct Session {
 }
 
 /// A manifest's bytes, and the digest of exactly those bytes.
-pub struct Manifest {
+pub(crate) struct Manifest {
     pub body: Bytes,
     pub digest: String,
 }
@@ -113,7 +113,7 @@ fn secs(d: Duration) -> String {
 }
 
 impl Endpoint {
-    pub fn new(
+    pub(crate) fn new(
         host: &str,
         insecure: bool,
         basic: Option<(&str, &str)>,
@@ -154,7 +154,7 @@ impl Endpoint {
     /// GETs `repo`'s manifest `reference` (a tag or a digest) and checks its digest: that
     /// of the bytes read, equal to the digest asked for and to `Docker-Content-Digest`.
     /// `shown` names the reference in errors.
-    pub async fn manifest(
+    pub(crate) async fn manifest(
         &self,
         session: &mut Session,
         repo: &str,
@@ -194,7 +194,7 @@ impl Endpoint {
     /// GETs the blob `digest` (a sha256 digest) of `repo`, under the manifest cap, and
     /// checks that its bytes are that digest: a signature's payload is believed only as
     /// the bytes its layer names.
-    pub async fn blob(
+    pub(crate) async fn blob(
         &self,
         session: &mut Session,
         repo: &str,
@@ -216,7 +216,7 @@ impl Endpoint {
 
     /// GETs the OCI 1.1 referrers index of `digest` in `repo`. A registry without the
     /// referrers API answers 404: [`RegistryError::ManifestUnknown`].
-    pub async fn referrers(
+    pub(crate) async fn referrers(
         &self,
         session: &mut Session,
         repo: &str,

@@ -7,11 +7,11 @@ use std::time::{Duration, SystemTime};
 /// Longest back-off a registry can ask for. A larger `Retry-After` (or an absurd date)
 /// would overflow the deadline arithmetic; the step's retry budget is far shorter anyway,
 /// so a clamped wish still ends the step at once with the registry's answer.
-pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 3600);
 
 /// One challenge of a `WWW-Authenticate` header (RFC 9110 §11.6.1).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Challenge {
+pub(crate) struct Challenge {
     /// Lower-cased: `bearer`, `basic`.
     pub scheme: String,
     /// Names lower-cased, values unquoted.
@@ -19,7 +19,7 @@ pub struct Challenge {
 }
 
 impl Challenge {
-    pub fn param(&self, name: &str) -> Option<&str> {
+    pub(crate) fn param(&self, name: &str) -> Option<&str> {
         self.params
             .iter()
             .find(|(k, _)| k == name)
@@ -76,7 +76,7 @@ impl Cursor<'_> {
 /// Every challenge in one `WWW-Authenticate` value, e.g.
 /// `Bearer realm="https://auth.example/token",service="registry",scope="repository:a/b:pull"`.
 /// Several challenges may share a value, separated by commas. Garbage is skipped, not fatal.
-pub fn parse_challenges(value: &str) -> Vec<Challenge> {
+pub(crate) fn parse_challenges(value: &str) -> Vec<Challenge> {
     let mut c = Cursor {
         s: value.as_bytes(),
         i: 0,
@@ -129,7 +129,7 @@ pub fn parse_challenges(value: &str) -> Vec<Challenge> {
 
 /// `Retry-After` as a delay from `now`: delay-seconds or an HTTP date (RFC 9110 §10.2.3).
 /// A date in the past is no delay; anything else unreadable is `None` (back off as usual).
-pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+pub(crate) fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     let value = value.trim();
     if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
         // More digits than a u64 holds is still "a very long time".

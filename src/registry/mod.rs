@@ -20,7 +20,7 @@ use client::{Endpoint, Session};
 pub use signatures::Place;
 
 #[derive(Debug, thiserror::Error)]
-pub enum RegistryError {
+pub(crate) enum RegistryError {
     /// Network trouble, a deadline passed, or a 5xx: worth retrying.
     #[error("registry {host} unreachable: {message}")]
     Unreachable { host: String, message: String },
@@ -66,7 +66,7 @@ fn size(bytes: usize) -> String {
 }
 
 impl RegistryError {
-    pub fn is_transient(&self) -> bool {
+    pub(crate) fn is_transient(&self) -> bool {
         matches!(
             self,
             RegistryError::Unreachable { .. } | RegistryError::RateLimited { .. }
@@ -74,7 +74,7 @@ impl RegistryError {
     }
 
     /// How long the registry asked to be left alone, if it did.
-    pub fn retry_after(&self) -> Option<Duration> {
+    pub(crate) fn retry_after(&self) -> Option<Duration> {
         match self {
             RegistryError::RateLimited { retry_after, .. } => *retry_after,
             _ => None,
@@ -95,7 +95,7 @@ pub struct Resolved {
 
 /// Which manifest a deployment asks for.
 #[derive(Debug, Clone)]
-pub enum Wanted<'a> {
+pub(crate) enum Wanted<'a> {
     Tag(&'a str),
     Digest(&'a str),
 }
@@ -167,13 +167,13 @@ impl Registry {
     }
 
     /// Basic credentials for the engine's pull, if configured.
-    pub fn credentials(&self, host: &str) -> Option<(String, String)> {
+    pub(crate) fn credentials(&self, host: &str) -> Option<(String, String)> {
         self.credentials.get(host).cloned()
     }
 
     /// Resolves to one platform manifest digest. For an index, the entry for `platform`
     /// is chosen and the index digest recorded beside it.
-    pub async fn resolve(
+    pub(crate) async fn resolve(
         &self,
         app: &AppConfig,
         wanted: Wanted<'_>,
@@ -254,7 +254,7 @@ impl Registry {
     /// digest (its bytes checked against it): an index's entries (attestations, which name
     /// no real platform, left out), or none for a single image manifest. `member`, the
     /// platform manifest a deployment resolved, must be one of the index's entries.
-    pub async fn platforms(
+    pub(crate) async fn platforms(
         &self,
         app: &AppConfig,
         digest: &str,

@@ -56,7 +56,7 @@ struct Descriptor {
 impl Registry {
     /// The signatures stored for `digest` (of the app's repository) at `place`; an empty
     /// list when there are none there.
-    pub async fn signatures(
+    pub(crate) async fn signatures(
         &self,
         app: &AppConfig,
         digest: &str,
@@ -189,7 +189,7 @@ impl Registry {
 
     /// The manifests the index `digest` lists: a platform manifest deployed under a signed
     /// index must be one of them.
-    pub async fn index_entries(
+    pub(crate) async fn index_entries(
         &self,
         app: &AppConfig,
         digest: &str,

@@ -19,7 +19,7 @@ const MAX_PAGE_BYTES: usize = 1 << 20;
 const REQUEST_DEADLINE: Duration = Duration::from_secs(30);
 
 #[derive(Debug, thiserror::Error)]
-pub enum TagsError {
+pub(crate) enum TagsError {
     /// 429: wait at least `retry_after` (when the registry says) before asking again.
     #[error("registry {host} rate-limits tag listing")]
     RateLimited {
@@ -31,7 +31,7 @@ pub enum TagsError {
 }
 
 /// The repository's tags, in the registry's order, at most `MAX_PAGES * PAGE_SIZE`.
-pub struct TagList {
+pub(crate) struct TagList {
     pub tags: Vec<String>,
     /// The listing stopped at the page cap; more tags exist.
     pub truncated: bool,
@@ -83,7 +83,7 @@ impl TagLister {
     }
 
     /// Every tag of the app's repository, following `Link: <…>; rel="next"` up to the caps.
-    pub async fn list(&self, app: &AppConfig) -> Result<TagList, TagsError> {
+    pub(crate) async fn list(&self, app: &AppConfig) -> Result<TagList, TagsError> {
         let host = app.registry_host();
         let base = self.base(host);
         let mut url = format!("{base}/v2/{}/tags/list?n={PAGE_SIZE}", app.repository());
@@ -310,7 +310,7 @@ fn next_link(header: &str) -> Option<String> {
 
 /// `Retry-After` in seconds (the HTTP-date form is treated as absent: the backoff still
 /// applies). Capped at an hour, so a hostile header cannot park the poller for days.
-pub fn parse_retry_after(v: &str) -> Option<Duration> {
+pub(crate) fn parse_retry_after(v: &str) -> Option<Duration> {
     v.trim()
         .parse::<u64>()
         .ok()

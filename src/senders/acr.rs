@@ -65,7 +65,7 @@ fn parse(json: &[u8]) -> Result<Parsed, Malformed> {
 
 /// An Azure Container Registry webhook: it cannot sign, so a token in a custom
 /// `Authorization` header is required.
-pub struct Acr;
+pub(crate) struct Acr;
 
 impl Sender for Acr {
     fn name(&self) -> &'static str {

@@ -102,7 +102,7 @@ fn parse(access: ArtifactoryAccess, json: &[u8]) -> Result<Parsed, Malformed> {
 
 /// Artifactory: `X-JFrog-Event-Auth` carries the secret verbatim (`mode = "token"`, the
 /// default) or a hex HMAC-SHA256 of the body (`mode = "signing"`).
-pub struct Artifactory;
+pub(crate) struct Artifactory;
 
 const AUTH: &str = "x-jfrog-event-auth";
 

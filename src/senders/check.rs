@@ -13,7 +13,7 @@ pub(super) const DEFAULT_SIGNATURE_HEADER: &str = "X-Hub-Signature-256";
 /// What a `[[sources]]` entry says, its credentials resolved (empty ones dropped): the
 /// input of [`super::Sender::check`].
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Spec<'a> {
+pub struct Spec<'a> {
     pub mode: Option<SourceMode>,
     pub tokens: &'a [&'a str],
     pub secrets: &'a [&'a str],
@@ -23,7 +23,7 @@ pub(crate) struct Spec<'a> {
 
 /// A sender's configuration, checked, with its defaults filled in.
 #[derive(Debug, Clone)]
-pub(crate) struct Settings {
+pub struct Settings {
     pub mode: SourceMode,
     pub keys: Vec<HmacKey>,
     pub signature_header: String,
@@ -51,7 +51,7 @@ impl Settings {
 
 /// What a source's `registry` must be, where its sender's deliveries name no host.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum RegistryRule {
+pub enum RegistryRule {
     /// Deliveries name their host; `registry` only replaces it (an alias).
     Optional,
     /// The host every delivery means when `registry` is not given.
@@ -62,7 +62,7 @@ pub(crate) enum RegistryRule {
 
 /// Whether a kind takes a credential of one sort (tokens or HMAC secrets).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Need {
+pub enum Need {
     /// It cannot use one: giving one is a mistake that would look like protection.
     Refused,
     Optional,
@@ -73,7 +73,7 @@ pub(crate) enum Need {
 /// Why a source's configuration is refused. Config prefixes `source `NAME`: ` (or the
 /// field, see [`CheckError::field`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum CheckError {
+pub enum CheckError {
     #[error("mode {mode:?} is not a mode of kind {kind}")]
     NotAMode {
         mode: SourceMode,

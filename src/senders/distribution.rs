@@ -103,7 +103,7 @@ fn host_of_url(url: &str) -> Option<String> {
 /// CNCF Distribution: no signature of its own, only static `endpoints[].headers`. Pier
 /// takes a token in `Authorization`, an HMAC in a header a proxy adds, or both; never
 /// neither.
-pub struct Distribution;
+pub(crate) struct Distribution;
 
 impl Sender for Distribution {
     fn name(&self) -> &'static str {

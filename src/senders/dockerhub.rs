@@ -49,7 +49,7 @@ fn parse(json: &[u8]) -> Result<Parsed, Malformed> {
 
 /// Docker Hub: no secret, no signature, no header option. The token is the URL's last
 /// segment, so it must be long and URL-safe.
-pub struct DockerHub;
+pub(crate) struct DockerHub;
 
 impl Sender for DockerHub {
     fn name(&self) -> &'static str {

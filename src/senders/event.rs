@@ -19,7 +19,7 @@ pub struct PushEvent {
 
 impl PushEvent {
     /// A tagged push; `tag` may be empty or a digest, which makes it an ignored event.
-    pub fn push(
+    pub(crate) fn push(
         registry: Option<String>,
         repository: String,
         tag: Option<String>,
@@ -45,7 +45,7 @@ impl PushEvent {
     }
 
     /// An event that deploys nothing, and why.
-    pub fn ignored(repository: impl Into<String>, reason: impl Into<String>) -> Self {
+    pub(crate) fn ignored(repository: impl Into<String>, reason: impl Into<String>) -> Self {
         PushEvent {
             event_id: None,
             registry: None,
@@ -70,14 +70,14 @@ pub struct Parsed {
 }
 
 impl Parsed {
-    pub fn events(delivery_id: Option<String>, events: Vec<PushEvent>) -> Self {
+    pub(crate) fn events(delivery_id: Option<String>, events: Vec<PushEvent>) -> Self {
         Parsed {
             delivery_id,
             events,
             reason: None,
         }
     }
-    pub fn nothing(delivery_id: Option<String>, reason: impl Into<String>) -> Self {
+    pub(crate) fn nothing(delivery_id: Option<String>, reason: impl Into<String>) -> Self {
         Parsed {
             delivery_id,
             events: vec![],
@@ -90,7 +90,7 @@ impl Parsed {
 pub struct Malformed(pub String);
 
 /// `serde_json` errors name a line and column, never the input, so they are safe to return.
-pub(crate) fn malformed(what: &str, e: impl std::fmt::Display) -> Malformed {
+pub fn malformed(what: &str, e: impl std::fmt::Display) -> Malformed {
     let text = e.to_string();
     Malformed(format!(
         "{what}: {}",

@@ -81,7 +81,7 @@ fn event(b: Body) -> Result<PushEvent, Malformed> {
 
 /// Any sender that signs its body: HMAC-SHA256 in a header of the user's choice
 /// (`mode = "hmac"`, the default), or Standard Webhooks (`mode = "standard-webhooks"`).
-pub struct Generic;
+pub(crate) struct Generic;
 
 /// Where `mode = "hmac"` looks for the signature unless `signature_header` says otherwise.
 const SIGNATURE: &str = "X-Pier-Signature";

@@ -15,7 +15,7 @@ use super::{
 
 /// Gitea, or its fork Forgejo: the same payload, each with its own header names (Forgejo
 /// also sends Gitea's, which are read when its own are missing).
-pub struct Family {
+pub(crate) struct Family {
     name: &'static str,
     /// The bare hex HMAC-SHA256 of the JSON text.
     signature: &'static str,
@@ -23,14 +23,14 @@ pub struct Family {
     delivery: &'static str,
 }
 
-pub static GITEA: Family = Family {
+pub(crate) static GITEA: Family = Family {
     name: "gitea",
     signature: "x-gitea-signature",
     event: "x-gitea-event",
     delivery: "x-gitea-delivery",
 };
 
-pub static FORGEJO: Family = Family {
+pub(crate) static FORGEJO: Family = Family {
     name: "forgejo",
     signature: "x-forgejo-signature",
     event: "x-forgejo-event",

@@ -154,7 +154,7 @@ fn image_of(package_url: Option<&str>, pkg: Package, name: String) -> (Option<St
 }
 
 /// GitHub: `X-Hub-Signature-256: sha256=<hex HMAC-SHA256>`, required.
-pub struct GitHub;
+pub(crate) struct GitHub;
 
 const SIGNATURE: &str = "x-hub-signature-256";
 

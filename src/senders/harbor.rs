@@ -110,7 +110,7 @@ fn parse(_headers: &HeaderMap, json: &[u8]) -> Result<Parsed, Malformed> {
 }
 
 /// Harbor: no signature, an optional "Auth Header" sent verbatim, which Pier requires.
-pub struct Harbor;
+pub(crate) struct Harbor;
 
 impl Sender for Harbor {
     fn name(&self) -> &'static str {

@@ -50,8 +50,8 @@ use axum::http::HeaderMap;
 use serde::Deserialize;
 
 pub use crate::domain::is_digest;
-pub(crate) use check::{CheckError, Need, RegistryRule, Settings, Spec};
-pub(crate) use event::malformed;
+pub use check::{CheckError, Need, RegistryRule, Settings, Spec};
+pub use event::malformed;
 pub use event::{Malformed, Parsed, PushEvent, host_of_url, split_host};
 pub use request::{FORM, Incoming, form_payload};
 pub use verify::Rejected;
@@ -174,7 +174,7 @@ senders! {
 }
 
 impl SourceKind {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         self.sender().name()
     }
 
@@ -183,15 +183,15 @@ impl SourceKind {
         SourceKind::ALL.iter().copied().find(|k| k.as_str() == name)
     }
 
-    pub fn token_in_path(self) -> bool {
+    pub(crate) fn token_in_path(self) -> bool {
         self.sender().token_in_path()
     }
 
-    pub fn folds_tag_case(self) -> bool {
+    pub(crate) fn folds_tag_case(self) -> bool {
         self.sender().folds_tag_case()
     }
 
-    pub fn body_is_unique(self) -> bool {
+    pub(crate) fn body_is_unique(self) -> bool {
         self.sender().body_is_unique()
     }
 }
@@ -247,7 +247,7 @@ impl HmacKey {
     pub fn new(bytes: impl Into<Vec<u8>>) -> Self {
         Self(bytes.into())
     }
-    pub fn expose(&self) -> &[u8] {
+    pub(crate) fn expose(&self) -> &[u8] {
         &self.0
     }
 }
@@ -261,7 +261,7 @@ impl fmt::Debug for HmacKey {
 /// A configured source as its sender sees it when a delivery arrives: what it checks
 /// the delivery against, and the settings its parser reads.
 #[derive(Debug)]
-pub(crate) struct SourceView<'a> {
+pub struct SourceView<'a> {
     pub mode: SourceMode,
     /// Static tokens; any one of them is accepted (rotation without a gap).
     pub tokens: Vec<&'a str>,
@@ -289,7 +289,7 @@ impl SourceView<'_> {
 
 /// What the request head must show before the body is read: no credential header twice,
 /// then the sender's own head check.
-pub(crate) fn check_head(
+pub fn check_head(
     kind: SourceKind,
     source: &SourceView<'_>,
     headers: &HeaderMap,

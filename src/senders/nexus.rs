@@ -62,7 +62,7 @@ fn parse(headers: &HeaderMap, json: &[u8]) -> Result<Parsed, Malformed> {
 }
 
 /// Nexus: a hex HMAC-SHA1 of the body in `X-Nexus-Webhook-Signature`, and no host.
-pub struct Nexus;
+pub(crate) struct Nexus;
 
 const SIGNATURE: &str = "x-nexus-webhook-signature";
 

@@ -46,7 +46,7 @@ fn parse(json: &[u8]) -> Result<Parsed, Malformed> {
 }
 
 /// Quay: no signature and no header of its own: the token is the URL's last segment.
-pub struct Quay;
+pub(crate) struct Quay;
 
 impl Sender for Quay {
     fn name(&self) -> &'static str {

@@ -14,12 +14,12 @@ pub struct Incoming<'a> {
 }
 
 impl<'a> Incoming<'a> {
-    pub fn header(&self, name: &str) -> Option<&'a str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&'a str> {
         header(self.headers, name)
     }
 
     /// The media type without parameters, lower-cased.
-    pub fn media_type(&self) -> String {
+    pub(crate) fn media_type(&self) -> String {
         self.header(axum::http::header::CONTENT_TYPE.as_str())
             .unwrap_or("")
             .split(';')
@@ -29,7 +29,7 @@ impl<'a> Incoming<'a> {
             .to_ascii_lowercase()
     }
 
-    pub fn is_form(&self) -> bool {
+    pub(crate) fn is_form(&self) -> bool {
         self.media_type() == FORM
     }
 }

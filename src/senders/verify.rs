@@ -28,7 +28,7 @@ pub enum Rejected {
 }
 
 impl Rejected {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Rejected::MissingToken => "missing_token",
             Rejected::WrongToken => "wrong_token",
@@ -44,7 +44,7 @@ impl Rejected {
 
 /// A static token, as `Authorization: Bearer <token>` or the bare token. Compared in
 /// constant time so that response timing reveals nothing of the secret.
-pub fn token(header: Option<&str>, expected: &str) -> Result<(), Rejected> {
+pub(crate) fn token(header: Option<&str>, expected: &str) -> Result<(), Rejected> {
     tokens(header, &[expected])
 }
 
@@ -140,7 +140,8 @@ pub fn hmac_hex(
 }
 
 /// HMAC-SHA256 of the raw body, given as `sha256=<hex>` (or bare hex).
-pub fn hmac_sha256(header: Option<&str>, secret: &str, body: &[u8]) -> Result<(), Rejected> {
+#[cfg(test)]
+pub(crate) fn hmac_sha256(header: Option<&str>, secret: &str, body: &[u8]) -> Result<(), Rejected> {
     let given = header.ok_or(Rejected::MissingSignature)?.trim();
     let bare = given.strip_prefix("sha256=").unwrap_or(given);
     hmac_hex(
@@ -153,7 +154,8 @@ pub fn hmac_sha256(header: Option<&str>, secret: &str, body: &[u8]) -> Result<()
 }
 
 /// `sha256=<hex>` for `body`: what a sender puts in its signature header.
-pub fn sign(secret: &str, body: &[u8]) -> String {
+#[cfg(test)]
+pub(crate) fn sign(secret: &str, body: &[u8]) -> String {
     format!(
         "sha256={}",
         hex::encode(mac(Algorithm::Sha256, secret.as_bytes(), &[body]))
@@ -225,7 +227,8 @@ pub fn standard_webhooks(
 }
 
 /// `v1,<base64>` for a Standard Webhooks delivery: what a sender puts in `webhook-signature`.
-pub fn sign_standard_webhooks(key: &[u8], id: &str, timestamp: i64, body: &[u8]) -> String {
+#[cfg(test)]
+pub(crate) fn sign_standard_webhooks(key: &[u8], id: &str, timestamp: i64, body: &[u8]) -> String {
     let ts = timestamp.to_string();
     let m = mac(
         Algorithm::Sha256,

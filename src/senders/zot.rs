@@ -44,7 +44,7 @@ fn parse(headers: &HeaderMap, json: &[u8]) -> Result<Parsed, Malformed> {
 }
 
 /// Zot: no signature, a sink's `Authorization` header, and no host in its events.
-pub struct Zot;
+pub(crate) struct Zot;
 
 impl Sender for Zot {
     fn name(&self) -> &'static str {

@@ -62,7 +62,7 @@ struct DsseSignature {
 }
 
 /// DSSE's pre-authentication encoding: `DSSEv1 <len> <type> <len> <body>`.
-pub fn pae(payload_type: &str, payload: &[u8]) -> Vec<u8> {
+pub(crate) fn pae(payload_type: &str, payload: &[u8]) -> Vec<u8> {
     let mut out = format!(
         "DSSEv1 {} {payload_type} {} ",
         payload_type.len(),

@@ -47,7 +47,7 @@ impl Fingerprint {
     }
 
     /// A bundle's key hint (base64 of the same hash), as a fingerprint.
-    pub fn from_hint(hint: &str) -> Option<Self> {
+    pub(crate) fn from_hint(hint: &str) -> Option<Self> {
         let raw = base64::engine::general_purpose::STANDARD
             .decode(hint.trim())
             .ok()?;
@@ -57,10 +57,6 @@ impl Fingerprint {
                 base64::engine::general_purpose::STANDARD.encode(raw)
             ))
         })
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
     }
 }
 
@@ -103,7 +99,7 @@ impl PublicKey {
         Self::from_der(&der)
     }
 
-    pub fn from_der(der: &[u8]) -> Result<Self, KeyError> {
+    pub(crate) fn from_der(der: &[u8]) -> Result<Self, KeyError> {
         if let Ok(k) = p256::ecdsa::VerifyingKey::from_public_key_der(der) {
             // Named by the canonical (uncompressed) encoding, as Go's MarshalPKIXPublicKey
             // writes it for cosign's hint, whatever encoding the file used.
@@ -126,7 +122,7 @@ impl PublicKey {
         &self.fingerprint
     }
 
-    pub fn algorithm(&self) -> &'static str {
+    pub(crate) fn algorithm(&self) -> &'static str {
         match self.key {
             Verifying::P256(_) => "ECDSA P-256",
             Verifying::Ed25519(_) => "Ed25519",
@@ -136,7 +132,7 @@ impl PublicKey {
     /// Whether `signature` is this key's over `message`: ECDSA P-256 with SHA-256 and an
     /// ASN.1 DER signature (what cosign writes), or Ed25519 over the message itself, checked
     /// strictly (no malleable encodings).
-    pub fn verifies(&self, message: &[u8], signature: &[u8]) -> bool {
+    pub(crate) fn verifies(&self, message: &[u8], signature: &[u8]) -> bool {
         if signature.len() > MAX_SIGNATURE_BYTES {
             return false;
         }
@@ -152,7 +148,7 @@ impl PublicKey {
 /// The keys an ECDSA P-256 signature over `message` could have been made with: a legacy
 /// cosign signature does not name its key, but ECDSA lets it be recovered up to a choice of
 /// two (four in theory). Only for saying who signed; never for trusting anyone.
-pub fn recover_p256(message: &[u8], signature: &[u8]) -> Vec<Fingerprint> {
+pub(crate) fn recover_p256(message: &[u8], signature: &[u8]) -> Vec<Fingerprint> {
     if signature.len() > MAX_SIGNATURE_BYTES {
         return vec![];
     }

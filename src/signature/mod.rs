@@ -49,7 +49,7 @@ pub struct Policy {
 
 impl Policy {
     /// Every key of every rule, once each, as `SHA256:… (trust ci)`.
-    pub fn keys(&self) -> Vec<String> {
+    pub(crate) fn keys(&self) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
         for r in &self.rules {
             for k in &r.keys {
@@ -83,7 +83,7 @@ pub enum Format {
 }
 
 impl Format {
-    pub fn describe(self) -> &'static str {
+    pub(crate) fn describe(self) -> &'static str {
         match self {
             Format::SigTag => "cosign signature in the .sig tag",
             Format::Bundle => "sigstore bundle (OCI referrer)",

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use super::verify::{Opened, Signer};
 use super::{Claim, PublicKey, Signed};
 
-pub const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
+pub(crate) const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
 const REKOR_BUNDLE_ANNOTATION: &str = "dev.sigstore.cosign/bundle";
 const CERTIFICATE_ANNOTATION: &str = "dev.sigstore.cosign/certificate";
 /// `critical.type` of an image signature: cosign 1 and 2 write the first; tools that show

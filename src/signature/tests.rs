@@ -176,7 +176,7 @@ fn a_cosign_3_bundle_passes_with_either_kind_of_key() {
 fn the_fingerprint_is_the_hint_cosign_writes() {
     let key = Signing::p256();
     let fp = key.public().fingerprint().clone();
-    assert_eq!(fp.as_str(), format!("SHA256:{}", key.hint()));
+    assert_eq!(fp.to_string(), format!("SHA256:{}", key.hint()));
     assert_eq!(Fingerprint::from_hint(&key.hint()), Some(fp));
     assert_eq!(Fingerprint::from_hint("c2hvcnQ="), None, "not 32 bytes");
 }

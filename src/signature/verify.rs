@@ -90,7 +90,7 @@ pub struct Rejected {
 
 impl Finding {
     /// The first finding (and how many more), for a quarantine's reason.
-    pub fn summary(found: &[Finding]) -> String {
+    pub(crate) fn summary(found: &[Finding]) -> String {
         match found {
             [] => "no signature".into(),
             [one] => one.to_string(),
@@ -102,7 +102,7 @@ impl Finding {
 impl Rejected {
     /// Nothing at all was found: worth waiting a moment for (the signer may still be at
     /// work), unlike a wrong signature.
-    pub fn found_nothing(&self) -> bool {
+    pub(crate) fn found_nothing(&self) -> bool {
         self.found.is_empty()
     }
 }

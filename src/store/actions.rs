@@ -58,7 +58,7 @@ impl Store {
     }
 
     /// Whether `digest` ever deployed successfully for `app` (and only for it).
-    pub async fn succeeded_for(&self, app: &str, digest: &str) -> Result<bool> {
+    pub(crate) async fn succeeded_for(&self, app: &str, digest: &str) -> Result<bool> {
         Ok(sqlx::query_scalar(
             "SELECT EXISTS (SELECT 1 FROM deployments
                             WHERE app = $1 AND resolved_digest = $2 AND state = 'succeeded')",
@@ -71,7 +71,11 @@ impl Store {
 
     /// The app's digests that deployed successfully, newest success first: the rollback
     /// choices (the serving one among them).
-    pub async fn succeeded_digests(&self, app: &str, limit: i64) -> Result<Vec<SucceededDigest>> {
+    pub(crate) async fn succeeded_digests(
+        &self,
+        app: &str,
+        limit: i64,
+    ) -> Result<Vec<SucceededDigest>> {
         Ok(sqlx::query_as(
             "SELECT * FROM (
                SELECT DISTINCT ON (resolved_digest)
@@ -140,7 +144,7 @@ impl Store {
     }
 
     /// Queues a deployment asked for by hand, recording who asked.
-    pub async fn enqueue_by(&self, d: NewDeployment, by: &str) -> Result<Enqueued> {
+    pub(crate) async fn enqueue_by(&self, d: NewDeployment, by: &str) -> Result<Enqueued> {
         let mut tx = self.begin().await?;
         let out = enqueue_as(&mut tx, d, Some(by)).await?;
         tx.commit().await?;
@@ -150,7 +154,7 @@ impl Store {
     /// Cancels a queued deployment at once, or records a stop for a running one (the
     /// worker honours it at its next step boundary). Row-locked, so a worker claiming the
     /// deployment at this moment either sees it cancelled or runs with the stop recorded.
-    pub async fn cancel(&self, id: Uuid, by: &str) -> Result<CancelOutcome> {
+    pub(crate) async fn cancel(&self, id: Uuid, by: &str) -> Result<CancelOutcome> {
         let mut tx = self.begin().await?;
         let row: Option<(DeploymentState, String)> =
             sqlx::query_as("SELECT state, app FROM deployments WHERE id = $1 FOR UPDATE")
@@ -206,7 +210,7 @@ impl Store {
 
     /// Who asked to stop this running deployment, if anyone: what the pipeline checks at
     /// each step boundary.
-    pub async fn stop_requested(&self, id: Uuid) -> Result<Option<String>> {
+    pub(crate) async fn stop_requested(&self, id: Uuid) -> Result<Option<String>> {
         Ok(sqlx::query_scalar::<_, Option<String>>(
             "SELECT cancel_requested_by FROM deployments WHERE id = $1",
         )
@@ -227,7 +231,7 @@ impl Store {
     /// such deployment). Woken by the queue's NOTIFY, which the `deployments` trigger sends
     /// at the commit of every state change from any process; the row is read again only
     /// when its app's channel message arrives. No polling: an idle wait sends nothing.
-    pub async fn wait_final(
+    pub(crate) async fn wait_final(
         &self,
         id: Uuid,
         within: std::time::Duration,
@@ -301,7 +305,7 @@ impl Store {
 
 impl Store {
     /// Deployments waiting and running now, all apps together.
-    pub async fn queue_depth(&self) -> Result<[(&'static str, i64); 2]> {
+    pub(crate) async fn queue_depth(&self) -> Result<[(&'static str, i64); 2]> {
         let (queued, running): (i64, i64) = sqlx::query_as(
             "SELECT count(*) FILTER (WHERE state = 'queued'),
                     count(*) FILTER (WHERE state = 'running')

@@ -23,7 +23,7 @@ pub enum Channel {
 }
 
 impl Channel {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Channel::Queue => "pier_queue",
             Channel::Live => "pier_live",

@@ -47,7 +47,7 @@ pub struct HeldBack {
 }
 
 impl HeldBack {
-    pub fn reason(&self) -> String {
+    pub(crate) fn reason(&self) -> String {
         format!(
             "{}: {} not deployed, {} is newer (running or queued); a version range never rolls back",
             self.app, self.tag, self.newer
@@ -184,7 +184,7 @@ pub(super) struct DeliveryRequest {
 
 impl DeliveryRequest {
     /// The apps whose enqueue locks recording this delivery needs.
-    pub fn apps(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn apps(&self) -> impl Iterator<Item = &str> {
         self.wanted.iter().map(|w| w.deployment.app.as_str())
     }
 }
@@ -347,7 +347,7 @@ impl Store {
     /// One page of deliveries, newest first. Each filter shape is its own statement
     /// (built, never concatenated from input: every value is bound) so that each is planned
     /// against its own index; `limit` is capped at [`MAX_PAGE`].
-    pub async fn deliveries_page(
+    pub(crate) async fn deliveries_page(
         &self,
         filter: &DeliveryFilter,
         limit: i64,
@@ -394,7 +394,7 @@ impl Store {
     }
 
     /// The deployments the given deliveries created: `(delivery, deployment, app)`.
-    pub async fn deployments_of_deliveries(
+    pub(crate) async fn deployments_of_deliveries(
         &self,
         ids: &[Uuid],
     ) -> Result<Vec<(Uuid, Uuid, String)>> {

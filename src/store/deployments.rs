@@ -52,7 +52,7 @@ pub struct Deployment {
 }
 
 impl Deployment {
-    pub fn short_id(&self) -> String {
+    pub(crate) fn short_id(&self) -> String {
         self.id.simple().to_string()[..8].to_owned()
     }
 }
@@ -249,7 +249,7 @@ impl Store {
     /// connection broke after the commit, as in a failover): the same claim taken up
     /// again, not a new attempt, instead of leaving the row to wait out its lease as if
     /// its worker had died. Asked only after a claim that failed.
-    pub async fn retake_unanswered_claim(
+    pub(crate) async fn retake_unanswered_claim(
         &self,
         owner: &str,
         liveness_key: i64,
@@ -338,7 +338,7 @@ impl Store {
 
     /// Gives a deployment back to the queue on shutdown: its lease ends now, so the next
     /// worker resumes it from the journal without waiting for the lease to expire.
-    pub async fn release(&self, id: Uuid, owner: &str) -> Result<()> {
+    pub(crate) async fn release(&self, id: Uuid, owner: &str) -> Result<()> {
         sqlx::query(
             "UPDATE deployments
              SET lease_expires_at = now() - interval '1 second', lease_key = NULL, updated_at = now()
@@ -379,7 +379,7 @@ impl Store {
 
     /// A page of the app's history older than `before` (keyset on `(created_at, id)`, read
     /// through `deployments_app_recent`).
-    pub async fn app_deployments_before(
+    pub(crate) async fn app_deployments_before(
         &self,
         app: &str,
         before: (DateTime<Utc>, Uuid),
@@ -398,7 +398,7 @@ impl Store {
     }
 
     /// What serves `app` on `target`.
-    pub async fn generation(&self, app: &str, target: &str) -> Result<Option<Generation>> {
+    pub(crate) async fn generation(&self, app: &str, target: &str) -> Result<Option<Generation>> {
         Ok(
             sqlx::query_as("SELECT * FROM app_generations WHERE app = $1 AND target = $2")
                 .bind(app)
@@ -409,7 +409,7 @@ impl Store {
     }
 
     /// What serves the app on each of its engines, by target name.
-    pub async fn generations_of(&self, app: &str) -> Result<Vec<Generation>> {
+    pub(crate) async fn generations_of(&self, app: &str) -> Result<Vec<Generation>> {
         Ok(
             sqlx::query_as("SELECT * FROM app_generations WHERE app = $1 ORDER BY target")
                 .bind(app)
@@ -418,7 +418,7 @@ impl Store {
         )
     }
 
-    pub async fn generations(&self) -> Result<Vec<Generation>> {
+    pub(crate) async fn generations(&self) -> Result<Vec<Generation>> {
         Ok(
             sqlx::query_as("SELECT * FROM app_generations ORDER BY app, target")
                 .fetch_all(&self.pool)
@@ -430,7 +430,7 @@ impl Store {
 impl Store {
     /// The tag the app's serving generation resolved (else its newest succeeded deployment
     /// that named one): what a manual redeploy of a glob or range app resolves again.
-    pub async fn serving_tag(&self, app: &str) -> Result<Option<String>> {
+    pub(crate) async fn serving_tag(&self, app: &str) -> Result<Option<String>> {
         Ok(sqlx::query_scalar(
             "SELECT d.requested_tag FROM deployments d
              LEFT JOIN app_generations g ON g.deployment_id = d.id
@@ -458,7 +458,7 @@ pub enum DigestStatus {
 }
 
 impl Store {
-    pub async fn digest_status(&self, app: &str, digest: &str) -> Result<DigestStatus> {
+    pub(crate) async fn digest_status(&self, app: &str, digest: &str) -> Result<DigestStatus> {
         let (serving, pending, failed): (bool, bool, bool) = sqlx::query_as(
             "SELECT
                EXISTS (SELECT 1 FROM app_generations WHERE app = $1 AND digest = $2),

@@ -20,7 +20,7 @@ pub struct Freeze {
 
 impl Store {
     /// Freezes `app` until `until` (a freeze in force is replaced): new deployments wait.
-    pub async fn freeze(
+    pub(crate) async fn freeze(
         &self,
         app: &str,
         until: DateTime<Utc>,
@@ -53,7 +53,7 @@ impl Store {
 
     /// Lifts the app's freeze; what waited for it is looked at again at once (the workers
     /// are woken, and a window still closed holds it again).
-    pub async fn unfreeze(&self, app: &str, by: &str) -> Result<Option<Freeze>> {
+    pub(crate) async fn unfreeze(&self, app: &str, by: &str) -> Result<Option<Freeze>> {
         let mut tx = self.begin().await?;
         lock_app(&mut tx, app).await?;
         let f: Option<Freeze> = sqlx::query_as(
@@ -81,7 +81,7 @@ impl Store {
     }
 
     /// The app's freeze in force now, if any.
-    pub async fn freeze_of(&self, app: &str) -> Result<Option<Freeze>> {
+    pub(crate) async fn freeze_of(&self, app: &str) -> Result<Option<Freeze>> {
         Ok(sqlx::query_as(
             "SELECT app, until, reason, frozen_by, frozen_at FROM freezes
              WHERE app = $1 AND lifted_at IS NULL AND until > now()",

@@ -163,7 +163,7 @@ async fn release_in(tx: &mut Transaction<'_, Postgres>, id: Uuid, app: &str) -> 
 impl Store {
     /// The approval gate of a deployment this worker claimed: approved, held (in
     /// `awaiting_approval` until `expires` from its first hold), or expired.
-    pub async fn approval_gate(
+    pub(crate) async fn approval_gate(
         &self,
         id: Uuid,
         owner: &str,
@@ -213,7 +213,7 @@ impl Store {
     }
 
     /// Holds a claimed deployment in `awaiting_window` until `until`, saying why.
-    pub async fn hold_for_window(
+    pub(crate) async fn hold_for_window(
         &self,
         id: Uuid,
         owner: &str,
@@ -237,7 +237,7 @@ impl Store {
 
     /// Records that the claimed deployment passed its gates: from here on it runs, and a
     /// resumed run is never held.
-    pub async fn pass_gates(&self, id: Uuid, owner: &str) -> Result<()> {
+    pub(crate) async fn pass_gates(&self, id: Uuid, owner: &str) -> Result<()> {
         let n = sqlx::query(
             "UPDATE deployments SET gated_at = now(), waiting_for = NULL, waiting_until = NULL
              WHERE id = $1 AND lease_owner = $2 AND state = 'running'",
@@ -255,7 +255,7 @@ impl Store {
     }
 
     /// The override recorded for this deployment, if any.
-    pub async fn override_of(&self, id: Uuid) -> Result<Option<Decision>> {
+    pub(crate) async fn override_of(&self, id: Uuid) -> Result<Option<Decision>> {
         Ok(sqlx::query_as(
             "SELECT kind, admin, reason, at FROM deployment_decisions
              WHERE deployment_id = $1 AND kind = 'override' ORDER BY at LIMIT 1",
@@ -266,7 +266,7 @@ impl Store {
     }
 
     /// Every decision on a deployment, oldest first (the timeline shows them).
-    pub async fn decisions(&self, id: Uuid) -> Result<Vec<Decision>> {
+    pub(crate) async fn decisions(&self, id: Uuid) -> Result<Vec<Decision>> {
         Ok(sqlx::query_as(
             "SELECT kind, admin, reason, at FROM deployment_decisions
              WHERE deployment_id = $1 ORDER BY at, id",
@@ -314,7 +314,7 @@ async fn record(
 impl Store {
     /// `admin` approves a deployment waiting for approval; once `required` distinct
     /// admins of `from` have, it goes back to the queue.
-    pub async fn approve(
+    pub(crate) async fn approve(
         &self,
         id: Uuid,
         admin: &str,
@@ -354,7 +354,12 @@ impl Store {
     }
 
     /// `admin` rejects a deployment waiting for approval: it ends `cancelled`, saying who.
-    pub async fn reject(&self, id: Uuid, admin: &str, reason: Option<&str>) -> Result<Decided> {
+    pub(crate) async fn reject(
+        &self,
+        id: Uuid,
+        admin: &str,
+        reason: Option<&str>,
+    ) -> Result<Decided> {
         let mut tx = self.begin().await?;
         match lock_for_decision(&mut tx, id).await? {
             None => return Ok(Decided::NotFound),
@@ -381,7 +386,12 @@ impl Store {
 
     /// `admin` lets a deployment waiting for its window (or a freeze) run now, for the
     /// recorded reason.
-    pub async fn override_wait(&self, id: Uuid, admin: &str, reason: &str) -> Result<Decided> {
+    pub(crate) async fn override_wait(
+        &self,
+        id: Uuid,
+        admin: &str,
+        reason: &str,
+    ) -> Result<Decided> {
         let mut tx = self.begin().await?;
         let app = match lock_for_decision(&mut tx, id).await? {
             None => return Ok(Decided::NotFound),

@@ -14,7 +14,11 @@ pub struct Import {
 }
 
 impl Store {
-    pub async fn enqueue_import(&self, d: NewDeployment, import: &Import) -> Result<Enqueued> {
+    pub(crate) async fn enqueue_import(
+        &self,
+        d: NewDeployment,
+        import: &Import,
+    ) -> Result<Enqueued> {
         let mut tx = self.begin().await?;
         let out = enqueue_in(&mut tx, d).await?;
         if let Enqueued::Queued { id, .. } = &out {
@@ -29,7 +33,7 @@ impl Store {
         Ok(out)
     }
 
-    pub async fn import_of(&self, deployment: Uuid) -> Result<Option<Import>> {
+    pub(crate) async fn import_of(&self, deployment: Uuid) -> Result<Option<Import>> {
         let row: Option<(Option<String>, Option<String>)> =
             sqlx::query_as("SELECT archive, archive_platform FROM deployments WHERE id = $1")
                 .bind(deployment)

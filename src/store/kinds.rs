@@ -33,7 +33,8 @@ impl UnknownValue {
 macro_rules! stored_as_text {
     ($($name:ident),+ $(,)?) => {$(
         impl $name {
-            pub const ALL: &'static [$name] = <$name as strum::VariantArray>::VARIANTS;
+            #[cfg(test)]
+            pub(crate) const ALL: &'static [$name] = <$name as strum::VariantArray>::VARIANTS;
 
             pub fn as_str(self) -> &'static str {
                 self.into()
@@ -109,7 +110,7 @@ fn unknown_deployment_state(value: &str) -> UnknownValue {
 }
 
 impl DeploymentState {
-    pub fn is_final(self) -> bool {
+    pub(crate) fn is_final(self) -> bool {
         !matches!(
             self,
             Self::Queued | Self::Running | Self::AwaitingApproval | Self::AwaitingWindow
@@ -117,7 +118,7 @@ impl DeploymentState {
     }
 
     /// Held by a gate (issue 26): a row in Postgres, no task sleeps for it.
-    pub fn is_waiting(self) -> bool {
+    pub(crate) fn is_waiting(self) -> bool {
         matches!(self, Self::AwaitingApproval | Self::AwaitingWindow)
     }
 }
@@ -154,7 +155,7 @@ fn unknown_trigger(value: &str) -> UnknownValue {
 
 impl Trigger {
     /// An operator named what to deploy: it runs even when that digest already serves.
-    pub fn is_operator(self) -> bool {
+    pub(crate) fn is_operator(self) -> bool {
         matches!(self, Self::Manual | Self::Rollback)
     }
 }
@@ -221,7 +222,7 @@ impl Step {
     /// Steps of the whole deployment, which no engine runs: journaled once, with the empty
     /// target, however many engines the rollout crosses. One resolved digest for all, and
     /// one signature check of it (issue 25).
-    pub fn is_shared(self) -> bool {
+    pub(crate) fn is_shared(self) -> bool {
         matches!(self, Self::Resolve | Self::Signature)
     }
 
@@ -229,7 +230,7 @@ impl Step {
     /// Until then a failure leaves the previous generation serving (the candidate is
     /// removed, a stopped old generation started again); from the switch on, the
     /// deployment finishes or rolls back on its own.
-    pub fn stoppable(self) -> bool {
+    pub(crate) fn stoppable(self) -> bool {
         matches!(
             self,
             Self::Resolve

@@ -35,7 +35,7 @@ pub(super) struct Lanes {
 }
 
 impl Lanes {
-    pub fn new(keep: usize) -> Self {
+    pub(crate) fn new(keep: usize) -> Self {
         Self {
             idle: Mutex::new(Vec::with_capacity(keep)),
             keep,
@@ -44,7 +44,7 @@ impl Lanes {
 
     /// A connection for one statement: an idle lane (pinged first if it sat idle), or a
     /// new one. Every failure to get one means the database cannot be reached.
-    pub async fn take(&self, cluster: &Cluster) -> Result<Lane> {
+    pub(crate) async fn take(&self, cluster: &Cluster) -> Result<Lane> {
         // Bounded: each turn removes one of at most `keep` idle lanes.
         while let Some((mut lane, since)) = self.pop() {
             if cluster.predates_move(lane.born.elapsed()) {
@@ -68,7 +68,7 @@ impl Lanes {
     }
 
     /// Gives back a lane whose statement succeeded. Beyond `keep` idle lanes it is closed.
-    pub fn give_back(&self, lane: Lane) {
+    pub(crate) fn give_back(&self, lane: Lane) {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         if idle.len() < self.keep {
             idle.push((lane, Instant::now()));

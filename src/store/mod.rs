@@ -3,14 +3,14 @@
 mod actions;
 mod batch;
 mod channels;
-pub mod cluster;
+pub(crate) mod cluster;
 mod deliveries;
 mod deployments;
 mod freezes;
 mod gates;
 mod holders;
 mod imports;
-pub mod kinds;
+pub(crate) mod kinds;
 mod lanes;
 mod notify;
 mod probes;
@@ -73,7 +73,7 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    pub fn is_unavailable(&self) -> bool {
+    pub(crate) fn is_unavailable(&self) -> bool {
         matches!(self, StoreError::Unavailable(_))
     }
 }
@@ -106,7 +106,7 @@ impl From<sqlx::Error> for StoreError {
 /// A pooled connection idle this long is pinged before it is lent.
 const PING_IF_IDLE_FOR: Duration = Duration::from_secs(1);
 
-pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 #[derive(Clone, Debug)]
 pub struct Store {
@@ -175,11 +175,7 @@ impl Store {
         res
     }
 
-    pub fn pool(&self) -> &PgPool {
-        &self.pool
-    }
-
-    pub async fn migrate(&self) -> Result<()> {
+    pub(crate) async fn migrate(&self) -> Result<()> {
         let res = sqlx::migrate!("./migrations")
             .run(&self.pool)
             .await
@@ -209,7 +205,7 @@ impl Store {
 
     /// This installation's secret key for the journaled env hash, made on first use. Two
     /// processes starting at once agree on one: the first insert wins.
-    pub async fn installation_key(&self) -> Result<Vec<u8>> {
+    pub(crate) async fn installation_key(&self) -> Result<Vec<u8>> {
         let (a, b) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
         let fresh: Vec<u8> = a.as_bytes().iter().chain(b.as_bytes()).copied().collect();
         sqlx::query("INSERT INTO installation (env_key) VALUES ($1) ON CONFLICT DO NOTHING")
@@ -228,7 +224,7 @@ impl Store {
     /// It never reconnects by itself (`eager_reconnect` off): a lost connection is
     /// `Ok(None)` from `try_recv` at once, and its owner opens a new listener here, on the
     /// host that is usable then, and reads again what it may have missed.
-    pub async fn own_listener(
+    pub(crate) async fn own_listener(
         &self,
         channel: Channel,
     ) -> std::result::Result<sqlx::postgres::PgListener, sqlx::Error> {
@@ -249,7 +245,7 @@ impl Store {
         Ok(listener)
     }
 
-    pub async fn ping(&self) -> Result<()> {
+    pub(crate) async fn ping(&self) -> Result<()> {
         let res = sqlx::query("SELECT 1").execute(&self.pool).await;
         self.noticed(res.map(drop).map_err(StoreError::from))
     }

@@ -63,7 +63,7 @@ fn millis(d: Duration) -> i64 {
 
 impl Store {
     /// Makes the endpoints table say what the config says, in one transaction.
-    pub async fn sync_endpoints(&self, endpoints: &[Endpoint]) -> Result<()> {
+    pub(crate) async fn sync_endpoints(&self, endpoints: &[Endpoint]) -> Result<()> {
         let mut tx = self.begin().await?;
         sqlx::query("DELETE FROM notification_endpoints")
             .execute(&mut *tx)
@@ -85,7 +85,7 @@ impl Store {
     /// Claims up to `limit` due notifications of the given endpoints for one attempt each:
     /// their next attempt is moved `hold` ahead, so that another process does not send
     /// them meanwhile, and a sender that dies mid-send leaves them due again after it.
-    pub async fn claim_notifications(
+    pub(crate) async fn claim_notifications(
         &self,
         endpoints: &[String],
         hold: Duration,
@@ -112,7 +112,7 @@ impl Store {
 
     /// Logs one attempt and moves the notification on: `sent`, due again after `retry_in`,
     /// or `failed` for good (`retry_in` is `None` and it was not sent).
-    pub async fn record_attempt(
+    pub(crate) async fn record_attempt(
         &self,
         n: &DueNotification,
         status: Option<u16>,
@@ -157,7 +157,10 @@ impl Store {
 
     /// How long until the earliest pending notification of these endpoints is due; `None`
     /// when none is pending (then the sender sleeps until a NOTIFY).
-    pub async fn next_notification_due(&self, endpoints: &[String]) -> Result<Option<Duration>> {
+    pub(crate) async fn next_notification_due(
+        &self,
+        endpoints: &[String],
+    ) -> Result<Option<Duration>> {
         let secs: Option<f64> = sqlx::query_scalar(
             "SELECT EXTRACT(EPOCH FROM (min(next_attempt_at) - now()))::float8
              FROM notifications WHERE state = 'pending' AND endpoint = ANY($1)",
@@ -169,7 +172,7 @@ impl Store {
     }
 
     /// The newest notifications, for the API and the pages; `deployment` narrows to one.
-    pub async fn recent_notifications(
+    pub(crate) async fn recent_notifications(
         &self,
         deployment: Option<Uuid>,
         limit: i64,
@@ -187,7 +190,7 @@ impl Store {
     }
 
     /// The attempts of the given notifications, in order.
-    pub async fn notification_attempts(&self, ids: &[Uuid]) -> Result<Vec<AttemptRow>> {
+    pub(crate) async fn notification_attempts(&self, ids: &[Uuid]) -> Result<Vec<AttemptRow>> {
         Ok(sqlx::query_as(
             "SELECT notification_id, attempt, at, status, error, took_ms
              FROM notification_attempts WHERE notification_id = ANY($1)

@@ -58,7 +58,7 @@ pub struct ProbeRequest {
 impl ProbeRequest {
     /// The state column as written by migration 0023's CHECK; anything else reads as
     /// failed, never as healthy.
-    pub fn state(&self) -> ProbeState {
+    pub(crate) fn state(&self) -> ProbeState {
         [
             ProbeState::Requested,
             ProbeState::Probing,
@@ -70,11 +70,11 @@ impl ProbeRequest {
         .unwrap_or(ProbeState::Failed)
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}{}", self.address, self.path)
     }
 
-    pub fn timeout(&self) -> Duration {
+    pub(crate) fn timeout(&self) -> Duration {
         Duration::from_millis(self.timeout_ms.max(1) as u64)
     }
 }
@@ -110,7 +110,11 @@ fn millis(d: Duration) -> i64 {
 impl Store {
     /// Records a probe request, fenced by the lease like a journal write: a worker that
     /// lost the deployment asks nothing of anyone.
-    pub async fn request_probe(&self, owner: &str, p: &NewProbe<'_>) -> Result<ProbeRequest> {
+    pub(crate) async fn request_probe(
+        &self,
+        owner: &str,
+        p: &NewProbe<'_>,
+    ) -> Result<ProbeRequest> {
         let row: Option<ProbeRequest> = sqlx::query_as(
             "INSERT INTO remote_probes (deployment_id, target, service, container_id, address,
                                         path, json, timeout_ms, take_by)
@@ -134,7 +138,7 @@ impl Store {
     }
 
     /// The newest request for this container of this deployment, on this target.
-    pub async fn latest_probe(
+    pub(crate) async fn latest_probe(
         &self,
         deployment: Uuid,
         target: &str,
@@ -154,7 +158,7 @@ impl Store {
         .await?)
     }
 
-    pub async fn probe_request(&self, id: Uuid) -> Result<Option<ProbeRequest>> {
+    pub(crate) async fn probe_request(&self, id: Uuid) -> Result<Option<ProbeRequest>> {
         Ok(sqlx::query_as("SELECT * FROM remote_probes WHERE id = $1")
             .bind(id)
             .fetch_optional(&self.pool)
@@ -162,7 +166,7 @@ impl Store {
     }
 
     /// Gives up on a request nobody took: `false` when a proxy took it meanwhile.
-    pub async fn lapse_probe(&self, id: Uuid) -> Result<bool> {
+    pub(crate) async fn lapse_probe(&self, id: Uuid) -> Result<bool> {
         let n = sqlx::query(
             "UPDATE remote_probes SET state = 'lapsed', finished_at = now()
              WHERE id = $1 AND state = 'requested'",
@@ -176,7 +180,7 @@ impl Store {
 
     /// Takes up to `limit` requests for `target` still within their time to be taken; each
     /// is taken by one proxy only, however many run for the target.
-    pub async fn take_probes(
+    pub(crate) async fn take_probes(
         &self,
         target: &str,
         by: &str,
@@ -200,7 +204,12 @@ impl Store {
     }
 
     /// The outcome of a request this proxy took; `false` if it is no longer its to write.
-    pub async fn finish_probe(&self, id: Uuid, by: &str, o: &ProbeOutcome<'_>) -> Result<bool> {
+    pub(crate) async fn finish_probe(
+        &self,
+        id: Uuid,
+        by: &str,
+        o: &ProbeOutcome<'_>,
+    ) -> Result<bool> {
         let n = sqlx::query(
             "UPDATE remote_probes
              SET state = $3, attempts = $4, elapsed_ms = $5, detail = $6, finished_at = now()

@@ -29,7 +29,7 @@ const PROVEN: &str = "SELECT d.id AS deployment_id, d.resolved_digest AS digest,
      ORDER BY g.switched_at DESC LIMIT 1";
 
 impl Store {
-    pub async fn proven(&self, source: &str, target: &str) -> Result<Option<Proven>> {
+    pub(crate) async fn proven(&self, source: &str, target: &str) -> Result<Option<Proven>> {
         Ok(sqlx::query_as(PROVEN)
             .bind(source)
             .bind(target)
@@ -41,7 +41,7 @@ impl Store {
     /// still the one serving and has served for `after`, under the target's enqueue lock:
     /// however many Pier processes look at once, it is queued once. Promotions of other
     /// digests still waiting are superseded: the newer staging success wins.
-    pub async fn promote(
+    pub(crate) async fn promote(
         &self,
         source: &str,
         from: Uuid,

@@ -39,7 +39,7 @@ impl Store {
     /// A connection of its own (not the pool's: a lock on a pooled connection would outlive
     /// the proxy) with the advisory lock `holder` taken; `Ok(None)` when another session
     /// holds it. Rows of the target's proxies that are gone are pruned.
-    pub async fn report_connection(
+    pub(crate) async fn report_connection(
         &self,
         holder: i64,
         target: &str,
@@ -62,7 +62,7 @@ impl Store {
     }
 
     /// The reports of the target's proxies that are alive now.
-    pub async fn live_proxy_reports(&self, target: &str) -> Result<Vec<ProxyReport>> {
+    pub(crate) async fn live_proxy_reports(&self, target: &str) -> Result<Vec<ProxyReport>> {
         let rows: Vec<Row> = sqlx::query_as(
             "SELECT proxy, routes, in_flight FROM proxy_reports
              WHERE target = $1 AND pier_holder_alive(holder) ORDER BY proxy",
@@ -83,7 +83,7 @@ impl Store {
 
 impl ReportConnection {
     /// Writes the proxy's report (its trigger NOTIFYs the pipeline).
-    pub async fn write(&mut self, target: &str, report: &ProxyReport) -> Result<()> {
+    pub(crate) async fn write(&mut self, target: &str, report: &ProxyReport) -> Result<()> {
         sqlx::query(
             "INSERT INTO proxy_reports (holder, target, proxy, routes, in_flight)
              VALUES ($1, $2, $3, $4, $5)
@@ -101,7 +101,7 @@ impl ReportConnection {
     }
 
     /// A proxy stopping on purpose takes its row with it.
-    pub async fn remove(mut self) -> Result<()> {
+    pub(crate) async fn remove(mut self) -> Result<()> {
         sqlx::query("DELETE FROM proxy_reports WHERE holder = $1")
             .bind(self.holder)
             .execute(&mut self.conn)

@@ -25,7 +25,10 @@ pub struct ReconcileAction {
 
 impl Store {
     /// The states of the given deployments; ids the database does not know are absent.
-    pub async fn deployment_states(&self, ids: &[Uuid]) -> Result<HashMap<Uuid, DeploymentState>> {
+    pub(crate) async fn deployment_states(
+        &self,
+        ids: &[Uuid],
+    ) -> Result<HashMap<Uuid, DeploymentState>> {
         let rows: Vec<(Uuid, DeploymentState)> =
             sqlx::query_as("SELECT id, state FROM deployments WHERE id = ANY($1)")
                 .bind(ids)
@@ -54,7 +57,7 @@ impl Store {
     }
 
     /// Whether the app has a deployment queued or running.
-    pub async fn app_busy(&self, app: &str) -> Result<bool> {
+    pub(crate) async fn app_busy(&self, app: &str) -> Result<bool> {
         Ok(sqlx::query_scalar(
             "SELECT EXISTS (SELECT 1 FROM deployments WHERE app = $1 AND state IN ('queued', 'running'))",
         )
@@ -73,7 +76,7 @@ impl Store {
     /// or a serving generation of that target): an engine other Piers deploy to as well
     /// holds networks this one never made. (`local`'s rows from before targets existed
     /// are all `local`'s, so there the deployment rows alone decide, as they always did.)
-    pub async fn apps_deployed_and_idle(
+    pub(crate) async fn apps_deployed_and_idle(
         &self,
         apps: &[String],
         target: &str,
@@ -98,7 +101,7 @@ impl Store {
         Ok(found.into_iter().collect())
     }
 
-    pub async fn record_network_removed(
+    pub(crate) async fn record_network_removed(
         &self,
         target: &str,
         app: &str,
@@ -119,7 +122,7 @@ impl Store {
         Ok(())
     }
 
-    pub async fn record_reconcile(
+    pub(crate) async fn record_reconcile(
         &self,
         target: &str,
         app: &str,
@@ -143,7 +146,11 @@ impl Store {
         Ok(())
     }
 
-    pub async fn reconcile_actions(&self, app: &str, limit: i64) -> Result<Vec<ReconcileAction>> {
+    pub(crate) async fn reconcile_actions(
+        &self,
+        app: &str,
+        limit: i64,
+    ) -> Result<Vec<ReconcileAction>> {
         Ok(sqlx::query_as(
             "SELECT * FROM reconcile_actions WHERE app = $1 ORDER BY at DESC LIMIT $2",
         )

@@ -37,18 +37,8 @@ pub struct Quarantined {
 }
 
 impl Store {
-    /// Every route of every engine.
-    pub async fn routes(&self) -> Result<Vec<Route>> {
-        Ok(sqlx::query_as(
-            "SELECT app, target, version, upstream, container_id, deployment_id, standby
-             FROM proxy_routes ORDER BY app, target",
-        )
-        .fetch_all(&self.pool)
-        .await?)
-    }
-
     /// The routes one engine's proxy serves.
-    pub async fn routes_of_target(&self, target: &str) -> Result<Vec<Route>> {
+    pub(crate) async fn routes_of_target(&self, target: &str) -> Result<Vec<Route>> {
         Ok(sqlx::query_as(
             "SELECT app, target, version, upstream, container_id, deployment_id, standby
              FROM proxy_routes WHERE target = $1 ORDER BY app",
@@ -58,7 +48,7 @@ impl Store {
         .await?)
     }
 
-    pub async fn route(&self, app: &str, target: &str) -> Result<Option<Route>> {
+    pub(crate) async fn route(&self, app: &str, target: &str) -> Result<Option<Route>> {
         Ok(sqlx::query_as(
             "SELECT app, target, version, upstream, container_id, deployment_id, standby
              FROM proxy_routes WHERE app = $1 AND target = $2",
@@ -71,7 +61,7 @@ impl Store {
 
     /// A fresh route version, drawn before the write that uses it so that the journal can
     /// record which version to wait for.
-    pub async fn next_route_version(&self) -> Result<i64> {
+    pub(crate) async fn next_route_version(&self) -> Result<i64> {
         Ok(sqlx::query_scalar("SELECT nextval('proxy_route_versions')")
             .fetch_one(&self.pool)
             .await?)
@@ -79,7 +69,7 @@ impl Store {
 
     /// Reconciliation's repair: a route whose container is gone points nowhere; it is
     /// removed (the app has no serving generation to point it at).
-    pub async fn delete_route(&self, route: &Route) -> Result<bool> {
+    pub(crate) async fn delete_route(&self, route: &Route) -> Result<bool> {
         let n =
             sqlx::query("DELETE FROM proxy_routes WHERE app = $1 AND target = $2 AND version = $3")
                 .bind(&route.app)
@@ -91,7 +81,7 @@ impl Store {
         Ok(n == 1)
     }
 
-    pub async fn quarantine(
+    pub(crate) async fn quarantine(
         &self,
         app: &str,
         digest: &str,
@@ -111,7 +101,7 @@ impl Store {
         Ok(())
     }
 
-    pub async fn quarantined(&self, app: &str, digest: &str) -> Result<Option<Quarantined>> {
+    pub(crate) async fn quarantined(&self, app: &str, digest: &str) -> Result<Option<Quarantined>> {
         Ok(
             sqlx::query_as("SELECT * FROM quarantine WHERE app = $1 AND digest = $2")
                 .bind(app)
@@ -121,7 +111,7 @@ impl Store {
         )
     }
 
-    pub async fn quarantine_of(&self, app: &str) -> Result<Vec<Quarantined>> {
+    pub(crate) async fn quarantine_of(&self, app: &str) -> Result<Vec<Quarantined>> {
         Ok(
             sqlx::query_as("SELECT * FROM quarantine WHERE app = $1 ORDER BY at DESC LIMIT 50")
                 .bind(app)
@@ -131,7 +121,7 @@ impl Store {
     }
 
     /// An admin deployed exactly this digest: they vouch for it.
-    pub async fn clear_quarantine(&self, app: &str, digest: &str) -> Result<bool> {
+    pub(crate) async fn clear_quarantine(&self, app: &str, digest: &str) -> Result<bool> {
         let n = sqlx::query("DELETE FROM quarantine WHERE app = $1 AND digest = $2")
             .bind(app)
             .bind(digest)

@@ -43,7 +43,7 @@ fn id_hash(id: &str) -> Vec<u8> {
 impl Store {
     /// Stores a new session for the cookie value `id` (random, made by the caller), and
     /// deletes expired ones: the table holds live sessions only, without a timer.
-    pub async fn create_session(
+    pub(crate) async fn create_session(
         &self,
         id: &str,
         user: &str,
@@ -69,7 +69,7 @@ impl Store {
     }
 
     /// The live session the cookie value `id` names; `None` when unknown or expired.
-    pub async fn session(&self, id: &str) -> Result<Option<Session>> {
+    pub(crate) async fn session(&self, id: &str) -> Result<Option<Session>> {
         Ok(sqlx::query_as(
             "SELECT user_name, method, created_at, expires_at FROM sessions
              WHERE id_hash = $1 AND expires_at > now()",
@@ -79,7 +79,7 @@ impl Store {
         .await?)
     }
 
-    pub async fn end_session(&self, id: &str) -> Result<()> {
+    pub(crate) async fn end_session(&self, id: &str) -> Result<()> {
         sqlx::query("DELETE FROM sessions WHERE id_hash = $1")
             .bind(id_hash(id))
             .execute(&self.pool)

@@ -103,7 +103,7 @@ impl Store {
     }
 
     /// One journal entry.
-    pub async fn step(
+    pub(crate) async fn step(
         &self,
         deployment: Uuid,
         step: Step,
@@ -151,7 +151,7 @@ impl Store {
     }
 
     /// Marks a started step as being replayed after a crash or a lost lease.
-    pub async fn step_replay(
+    pub(crate) async fn step_replay(
         &self,
         deployment: Uuid,
         owner: &str,
@@ -307,7 +307,7 @@ impl Store {
     /// The resolve result (`Resolved`) journaled for further service `service` of image
     /// `image` by the latest succeeded deployment of `app` whose primary service ran
     /// `digest`, and that deployment: what a digest-pinned deploy of `digest` runs again.
-    pub async fn service_resolved_with(
+    pub(crate) async fn service_resolved_with(
         &self,
         app: &str,
         digest: &str,

@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use serde_json::Value;
 
 /// NUL becomes U+FFFD; any other text is returned as it is, without a copy.
-pub fn pg_text(s: &str) -> Cow<'_, str> {
+pub(crate) fn pg_text(s: &str) -> Cow<'_, str> {
     if s.contains('\0') {
         Cow::Owned(s.replace('\0', "\u{fffd}"))
     } else {
@@ -15,12 +15,12 @@ pub fn pg_text(s: &str) -> Cow<'_, str> {
     }
 }
 
-pub fn pg_opt(s: Option<&str>) -> Option<Cow<'_, str>> {
+pub(crate) fn pg_opt(s: Option<&str>) -> Option<Cow<'_, str>> {
     s.map(pg_text)
 }
 
 /// Every string (and key) of a JSON value made storable as `jsonb`.
-pub fn pg_json(v: &Value) -> Cow<'_, Value> {
+pub(crate) fn pg_json(v: &Value) -> Cow<'_, Value> {
     if !has_nul(v) {
         return Cow::Borrowed(v);
     }

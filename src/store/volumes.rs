@@ -23,7 +23,7 @@ pub struct VolumeOwner {
 
 impl Store {
     /// The app's incarnation, made on first use; two callers at once agree on one.
-    pub async fn incarnation(&self, app: &str) -> Result<Uuid> {
+    pub(crate) async fn incarnation(&self, app: &str) -> Result<Uuid> {
         sqlx::query(
             "INSERT INTO app_incarnations (app, incarnation) VALUES ($1, $2)
              ON CONFLICT (app) DO NOTHING",
@@ -42,7 +42,7 @@ impl Store {
 
     /// Records `app` as the owner of volume `name` unless someone already is, and returns
     /// the owner on record: the caller compares it with itself and refuses another's.
-    pub async fn claim_volume(
+    pub(crate) async fn claim_volume(
         &self,
         target: &str,
         name: &str,
@@ -69,7 +69,11 @@ impl Store {
             .expect("a volume row just inserted or already present"))
     }
 
-    pub async fn volume_owner(&self, target: &str, name: &str) -> Result<Option<VolumeOwner>> {
+    pub(crate) async fn volume_owner(
+        &self,
+        target: &str,
+        name: &str,
+    ) -> Result<Option<VolumeOwner>> {
         Ok(sqlx::query_as(
             "SELECT target, name, app, incarnation, service, deployment_id, created_at
              FROM volumes WHERE target = $1 AND name = $2",
@@ -80,7 +84,7 @@ impl Store {
         .await?)
     }
 
-    pub async fn volume_owners(&self) -> Result<Vec<VolumeOwner>> {
+    pub(crate) async fn volume_owners(&self) -> Result<Vec<VolumeOwner>> {
         Ok(sqlx::query_as(
             "SELECT target, name, app, incarnation, service, deployment_id, created_at
              FROM volumes ORDER BY app, name, target LIMIT 10000",
@@ -92,7 +96,7 @@ impl Store {
     /// Undoes the record `deployment` wrote for `name`, and no other: the step that wrote
     /// it found a volume of that name that Pier did not make, and a record left behind
     /// would give that volume (and its data) to the app.
-    pub async fn unclaim_volume(
+    pub(crate) async fn unclaim_volume(
         &self,
         target: &str,
         name: &str,
@@ -114,7 +118,7 @@ impl Store {
     }
 
     /// `pier volumes rm`: the record goes only after the volume itself is gone.
-    pub async fn forget_volume(&self, target: &str, name: &str) -> Result<bool> {
+    pub(crate) async fn forget_volume(&self, target: &str, name: &str) -> Result<bool> {
         Ok(
             sqlx::query("DELETE FROM volumes WHERE target = $1 AND name = $2")
                 .bind(target)

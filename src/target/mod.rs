@@ -14,7 +14,7 @@ use crate::engine::{Engine, EngineError};
 
 /// One place apps run.
 #[derive(Debug)]
-pub struct Target {
+pub(crate) struct Target {
     pub name: String,
     pub kind: TargetKind,
     pub endpoint: Endpoint,
@@ -25,7 +25,7 @@ impl Target {
     /// Whether what its containers publish on 127.0.0.1 is this process's loopback, where
     /// Pier probes health and its local `pier proxy` routes. A remote engine's are that
     /// host's, reached only by the `pier proxy --target` running there.
-    pub fn is_local(&self) -> bool {
+    pub(crate) fn is_local(&self) -> bool {
         self.endpoint.is_local()
     }
 }
@@ -62,27 +62,16 @@ impl Targets {
         Ok(Self(Arc::new(all)))
     }
 
-    /// One engine as the only target `local`: for tools and tests that have one client.
-    pub fn single(engine: Engine) -> Self {
-        let t = Target {
-            name: LOCAL.to_owned(),
-            kind: TargetKind::Engine,
-            endpoint: Endpoint::Default,
-            engine,
-        };
-        Self(Arc::new(BTreeMap::from([(LOCAL.to_owned(), Arc::new(t))])))
-    }
-
-    pub fn get(&self, name: &str) -> Option<&Arc<Target>> {
+    pub(crate) fn get(&self, name: &str) -> Option<&Arc<Target>> {
         self.0.get(name)
     }
 
     /// The `local` target, where a config without `[[targets]]` runs everything.
-    pub fn local(&self) -> Option<&Arc<Target>> {
+    pub(crate) fn local(&self) -> Option<&Arc<Target>> {
         self.get(LOCAL)
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = &Arc<Target>> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Arc<Target>> {
         self.0.values()
     }
 }

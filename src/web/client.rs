@@ -14,7 +14,7 @@ use crate::config::{ClientIpHeader, TrustedProxies};
 
 /// The client's address, for brakes and log lines (never for authentication).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ClientAddr(pub Option<IpAddr>);
+pub(crate) struct ClientAddr(pub Option<IpAddr>);
 
 /// As log lines write it: the address, or `unknown` (a peer the server could not name).
 impl std::fmt::Display for ClientAddr {
@@ -26,7 +26,7 @@ impl std::fmt::Display for ClientAddr {
     }
 }
 
-pub fn client_addr(
+pub(crate) fn client_addr(
     trusted: &TrustedProxies,
     peer: Option<SocketAddr>,
     headers: &HeaderMap,

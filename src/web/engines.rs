@@ -23,7 +23,7 @@ use crate::store::{Deployment, Generation, Step, StepRecord, StepState};
 use crate::target::Targets;
 
 /// How long one engine may take to list Pier's containers for a page.
-pub const ENGINE_DEADLINE: Duration = Duration::from_secs(2);
+pub(crate) const ENGINE_DEADLINE: Duration = Duration::from_secs(2);
 /// How long an engine that failed is shown as unreachable without being asked again.
 const DOWN_MEMO: Duration = Duration::from_secs(5);
 
@@ -43,7 +43,7 @@ pub struct TargetViews {
 }
 
 impl TargetViews {
-    pub fn of(targets: &Targets) -> Self {
+    pub(crate) fn of(targets: &Targets) -> Self {
         let all = targets
             .iter()
             .map(|t| {
@@ -76,7 +76,7 @@ impl TargetViews {
 
     /// Pier's containers (of `app`, or all) on each of `names`, every engine asked at
     /// once and each within [`ENGINE_DEADLINE`].
-    pub async fn snapshot<'a>(
+    pub(crate) async fn snapshot<'a>(
         &self,
         names: impl IntoIterator<Item = &'a str>,
         app: Option<&str>,
@@ -153,7 +153,7 @@ fn kind_name(kind: TargetKind) -> &'static str {
 /// What each engine asked said: its containers, or why it could not be asked; and, once
 /// [`Snapshot::add_services`] ran, each swarm app's service.
 #[derive(Default)]
-pub struct Snapshot(
+pub(crate) struct Snapshot(
     BTreeMap<String, Result<Vec<ContainerFacts>, String>>,
     BTreeMap<(String, String), Result<Option<ServiceSeen>, String>>,
 );
@@ -161,7 +161,7 @@ pub struct Snapshot(
 impl Snapshot {
     /// Asks each swarm target of `apps` for the app's service, all at once, each within
     /// [`ENGINE_DEADLINE`].
-    pub async fn add_services<'a>(
+    pub(crate) async fn add_services<'a>(
         &mut self,
         views: &TargetViews,
         apps: impl IntoIterator<Item = &'a AppConfig>,
@@ -189,7 +189,7 @@ impl Snapshot {
     }
 
     /// The containers `target`'s engine listed, or why it is unreachable.
-    pub fn of(&self, target: &str) -> Result<&[ContainerFacts], &str> {
+    pub(crate) fn of(&self, target: &str) -> Result<&[ContainerFacts], &str> {
         match self.0.get(target) {
             Some(Ok(c)) => Ok(c),
             Some(Err(e)) => Err(e),
@@ -198,7 +198,7 @@ impl Snapshot {
     }
 
     /// `target: reason` for every engine that could not be asked.
-    pub fn failures(&self) -> Vec<String> {
+    pub(crate) fn failures(&self) -> Vec<String> {
         self.0
             .iter()
             .filter_map(|(t, r)| r.as_ref().err().map(|e| format!("{t}: {e}")))
@@ -208,7 +208,7 @@ impl Snapshot {
 
 /// An engine's failure in words a page may show: the engine's own message, with every
 /// absolute path withheld (a transport's message may name a key or known_hosts file).
-pub fn public_reason(message: &str) -> String {
+pub(crate) fn public_reason(message: &str) -> String {
     message
         .split(' ')
         .map(|word| {
@@ -225,7 +225,7 @@ pub fn public_reason(message: &str) -> String {
 
 /// One engine of an app: what its journal says serves there and what the engine says.
 #[derive(Serialize, Debug, Clone)]
-pub struct EngineRow {
+pub(crate) struct EngineRow {
     pub target: String,
     pub kind: String,
     /// The engine's address as configured, without the paths of key files.
@@ -256,7 +256,7 @@ pub struct EngineRow {
 
 /// A running deployment on one engine: its last journaled step there.
 #[derive(Serialize, Debug, Clone)]
-pub struct EngineProgress {
+pub(crate) struct EngineProgress {
     pub deployment_id: Uuid,
     /// None: no step has run on this engine yet (its batch has not started).
     pub step: Option<String>,
@@ -266,7 +266,7 @@ pub struct EngineProgress {
 
 impl EngineProgress {
     /// `health started`, `switch succeeded`, `waiting for its batch`.
-    pub fn words(&self) -> String {
+    pub(crate) fn words(&self) -> String {
         match (&self.step, &self.step_state) {
             (Some(step), Some(state)) => format!("{step} {state}"),
             _ => "waiting for its batch".to_owned(),
@@ -276,7 +276,7 @@ impl EngineProgress {
 
 /// A row per target of `app`, in the app's order. `running` is the deployment in
 /// progress and its journal, if one runs.
-pub fn engine_rows(
+pub(crate) fn engine_rows(
     views: &TargetViews,
     app: &AppConfig,
     snapshot: &Snapshot,

@@ -110,7 +110,7 @@ impl WebError {
     }
 
     /// The same error as an HTML page, for browser routes.
-    pub fn html(self) -> Response {
+    pub(crate) fn html(self) -> Response {
         let msg = self.public_message();
         let body = format!(
             "<!doctype html><title>Pier: {code}</title><link rel=stylesheet href=/static/pier.css>\
@@ -139,7 +139,7 @@ pub(crate) fn html_escape(s: &str) -> String {
 }
 
 /// A browser route's error, rendered as HTML.
-pub struct PageError(pub WebError);
+pub(crate) struct PageError(pub WebError);
 
 impl<E: Into<WebError>> From<E> for PageError {
     fn from(e: E) -> Self {

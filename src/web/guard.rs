@@ -46,7 +46,11 @@ impl Guard {
 
     /// Reads a webhook body of at most `max` bytes, each byte counted against the shared
     /// buffer as it arrives. The returned hold gives the bytes back when dropped.
-    pub async fn read_body(&self, mut body: Body, max: usize) -> Result<(Bytes, Hold), BodyError> {
+    pub(crate) async fn read_body(
+        &self,
+        mut body: Body,
+        max: usize,
+    ) -> Result<(Bytes, Hold), BodyError> {
         let mut buf = Vec::new();
         let mut hold = Hold(Vec::new());
         while let Some(frame) = body.frame().await {
@@ -70,14 +74,14 @@ impl Guard {
     }
 
     /// Whether `addr` failed to authenticate too often lately.
-    pub fn throttled(&self, addr: Option<IpAddr>) -> bool {
+    pub(crate) fn throttled(&self, addr: Option<IpAddr>) -> bool {
         let Some(addr) = addr else { return false };
         let map = self.failures.lock().unwrap_or_else(|e| e.into_inner());
         map.get(&addr)
             .is_some_and(|(since, n)| since.elapsed() < WINDOW && *n >= FAILURES_PER_WINDOW)
     }
 
-    pub fn record_failure(&self, addr: Option<IpAddr>) {
+    pub(crate) fn record_failure(&self, addr: Option<IpAddr>) {
         let Some(addr) = addr else { return };
         let mut map = self.failures.lock().unwrap_or_else(|e| e.into_inner());
         if map.len() >= MAX_ADDRESSES && !map.contains_key(&addr) {
@@ -95,7 +99,7 @@ impl Guard {
 
     /// Whether this rejection gets its own log line. When a new window starts, the number
     /// left out of the previous one is logged once, as a summary.
-    pub fn log_rejection(&self) -> bool {
+    pub(crate) fn log_rejection(&self) -> bool {
         let admit = self.log.admit();
         if admit.left_out > 0 {
             tracing::warn!(
@@ -110,10 +114,10 @@ impl Guard {
 
 /// Body bytes counted against the shared buffer until this is dropped.
 #[derive(Debug)]
-pub struct Hold(#[allow(dead_code)] Vec<OwnedSemaphorePermit>);
+pub(crate) struct Hold(#[allow(dead_code)] Vec<OwnedSemaphorePermit>);
 
 #[derive(Debug, PartialEq, Eq)]
-pub enum BodyError {
+pub(crate) enum BodyError {
     /// Larger than the route takes: 413.
     TooLarge,
     /// The shared buffer is full: 503, the sender retries.

@@ -22,17 +22,17 @@ use crate::backoff::Backoff;
 use crate::store::Store;
 
 /// Event streams open at once, all pages together.
-pub const MAX_STREAMS: usize = 64;
+pub(crate) const MAX_STREAMS: usize = 64;
 /// A stream (of the overview, or of a deployment that runs for long) ends after this; the
 /// browser's `EventSource` opens a new one.
-pub const MAX_STREAM_LIFE: Duration = Duration::from_secs(600);
+pub(crate) const MAX_STREAM_LIFE: Duration = Duration::from_secs(600);
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// Changes arriving together (a step's result and the next step's intent) are shown once.
 const SETTLE: Duration = Duration::from_millis(150);
 
 /// A change to this deployment; [`Uuid::nil`] means "anything may have changed" (the
 /// listener reconnected, or this stream fell behind).
-pub type Change = Uuid;
+pub(crate) type Change = Uuid;
 
 pub struct Hub {
     store: Store,
@@ -46,7 +46,7 @@ pub struct Hub {
 }
 
 impl Hub {
-    pub fn new(store: Store, shutdown: CancellationToken) -> Arc<Self> {
+    pub(crate) fn new(store: Store, shutdown: CancellationToken) -> Arc<Self> {
         Arc::new(Self {
             store,
             changes: broadcast::channel(256).0,
@@ -58,13 +58,13 @@ impl Hub {
     }
 
     /// A slot for one more stream, or `None` when [`MAX_STREAMS`] are open.
-    pub fn slot(&self) -> Option<OwnedSemaphorePermit> {
+    pub(crate) fn slot(&self) -> Option<OwnedSemaphorePermit> {
         self.slots.clone().try_acquire_owned().ok()
     }
 
     /// Subscribes to changes, starting the listener if none runs, and waits (a few seconds
     /// at most) until it listens.
-    pub async fn subscribe(self: &Arc<Self>) -> broadcast::Receiver<Change> {
+    pub(crate) async fn subscribe(self: &Arc<Self>) -> broadcast::Receiver<Change> {
         let rx = {
             let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
             let rx = self.changes.subscribe();
@@ -145,7 +145,7 @@ impl Hub {
 
 /// What a stream renders each time something changed: the HTML fragment to show, and
 /// whether it is the last (the deployment is final).
-pub struct Frame {
+pub(crate) struct Frame {
     pub html: String,
     pub last: bool,
 }
@@ -154,7 +154,7 @@ pub struct Frame {
 /// frame is the last, the stream's life ends, or Pier shuts down. A render that fails
 /// ends the stream (the browser reconnects and tries again). `wanted` may ask the
 /// database (whose app a deployment is): the payload names only a deployment.
-pub async fn stream<W, WF, R, F>(
+pub(crate) async fn stream<W, WF, R, F>(
     hub: &Arc<Hub>,
     slot: OwnedSemaphorePermit,
     event: &'static str,

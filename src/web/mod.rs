@@ -7,14 +7,14 @@
 
 mod api;
 mod api_actions;
-pub mod client;
+pub(crate) mod client;
 pub mod engines;
 mod error;
 pub mod guard;
 mod hooks;
 mod pages;
 pub mod server;
-pub mod swarm_rows;
+pub(crate) mod swarm_rows;
 mod views;
 // The browser side (issue 11): sign-in, live pages.
 mod forms;
@@ -64,7 +64,7 @@ impl AppState {
     /// the API and intake read it per request, so that an app added by a reload is shown,
     /// matched by pushes and deployable at once, and a removed one is not. `[server]`
     /// settings stay those of `config` (start-up) until a restart.
-    pub fn current(&self) -> Arc<Config> {
+    pub(crate) fn current(&self) -> Arc<Config> {
         match &self.live {
             Some(live) => live.load(),
             None => self.config.clone(),

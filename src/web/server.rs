@@ -33,7 +33,7 @@ pub struct Limits {
 /// malformed (400) may have left body bytes unread: the connection is closed after the
 /// answer instead of being drained for reuse, which a trickling client could make last
 /// forever.
-pub async fn refuse_oversize_and_close_after_errors(
+pub(crate) async fn refuse_oversize_and_close_after_errors(
     State(max_body): State<usize>,
     req: Request,
     next: Next,

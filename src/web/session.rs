@@ -25,7 +25,7 @@ use crate::store::SignInMethod;
 /// Who is looking at a page: a signed-in admin (with the form token their forms carry), or
 /// nobody. Put in every browser request's extensions by [`load_session`].
 #[derive(Debug, Clone, Default)]
-pub struct Viewer {
+pub(crate) struct Viewer {
     pub user: Option<String>,
     /// The session's form token: a hash of the session id, so a page of another site
     /// (which cannot read the cookie) cannot make it.
@@ -37,14 +37,14 @@ pub struct Viewer {
 }
 
 impl Viewer {
-    pub fn signed_in(&self) -> bool {
+    pub(crate) fn signed_in(&self) -> bool {
         self.user.is_some()
     }
 }
 
 /// Who asked for an action: a signed-in admin by name, or a script holding the token.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Admin {
+pub(crate) enum Admin {
     Session { user: String },
     Token,
 }
@@ -54,7 +54,7 @@ const COOKIE: &str = "pier_session";
 /// `Secure`, host-only and for `/`, so a sibling subdomain cannot plant or shadow it.
 const SECURE_COOKIE: &str = "__Host-pier_session";
 /// Longest sign-in form accepted (a name, a token or password, a path).
-pub const MAX_LOGIN_FORM: usize = 8 * 1024;
+pub(crate) const MAX_LOGIN_FORM: usize = 8 * 1024;
 const MAX_USER: usize = 64;
 
 fn cookie_name(s: &AppState) -> &'static str {
@@ -86,7 +86,11 @@ fn cookie_value(headers: &HeaderMap, name: &str) -> Option<String> {
 /// Reads the session cookie (one query, only when a cookie is sent) and puts the
 /// [`Viewer`] in the request. A page that needs a session and has none is sent to
 /// `/login`, with the way back.
-pub async fn load_session(State(s): State<AppState>, mut req: Request, next: Next) -> Response {
+pub(crate) async fn load_session(
+    State(s): State<AppState>,
+    mut req: Request,
+    next: Next,
+) -> Response {
     let mut viewer = Viewer::default();
     if let Some(id) = cookie_value(req.headers(), cookie_name(&s)) {
         match s.store.session(&id).await {
@@ -150,7 +154,7 @@ impl IntoResponse for Refused {
 /// The admin behind a form that changes something: the API's bearer token (scripts), or a
 /// session plus its form token (`form_token` field). Without either the browser is sent
 /// to sign in; a session whose form token is missing or wrong gets 403.
-pub fn admin_form(
+pub(crate) fn admin_form(
     s: &AppState,
     viewer: &Viewer,
     headers: &HeaderMap,

@@ -10,10 +10,10 @@ use serde::Serialize;
 use crate::engine::{NodeFacts, ServiceFacts, TaskFacts, TaskState, UpdateState};
 
 /// What the manager said of one service: the facts the row is made from.
-pub type ServiceSeen = (ServiceFacts, Vec<TaskFacts>, Vec<NodeFacts>);
+pub(crate) type ServiceSeen = (ServiceFacts, Vec<TaskFacts>, Vec<NodeFacts>);
 
 #[derive(Serialize, Debug, Clone, PartialEq)]
-pub struct ServiceRow {
+pub(crate) struct ServiceRow {
     pub name: String,
     /// The spec's image: `repo:tag@sha256:…`.
     pub image: String,
@@ -30,7 +30,7 @@ pub struct ServiceRow {
 }
 
 #[derive(Serialize, Debug, Clone, PartialEq)]
-pub struct NodeRow {
+pub(crate) struct NodeRow {
     /// The node's hostname (its id when it has none).
     pub node: String,
     pub role: crate::engine::NodeRole,
@@ -41,7 +41,7 @@ pub struct NodeRow {
 
 impl ServiceRow {
     /// `3/3 running, 3 on the serving digest`.
-    pub fn words(&self) -> String {
+    pub(crate) fn words(&self) -> String {
         let desired = self
             .desired
             .map_or_else(|| "global".to_owned(), |n| n.to_string());
@@ -52,13 +52,13 @@ impl ServiceRow {
     }
 
     /// Every replica runs, and runs the serving digest.
-    pub fn whole(&self) -> bool {
+    pub(crate) fn whole(&self) -> bool {
         let want = self.desired.unwrap_or(self.running.max(1));
         self.running == want && self.on_digest == want
     }
 }
 
-pub fn service_row(seen: &ServiceSeen, serving: Option<&str>) -> ServiceRow {
+pub(crate) fn service_row(seen: &ServiceSeen, serving: Option<&str>) -> ServiceRow {
     let (facts, tasks, nodes) = seen;
     let up: Vec<&TaskFacts> = tasks.iter().filter(|t| t.is_up()).collect();
     let on = |t: &TaskFacts| serving.is_some() && t.digest.as_deref() == serving;

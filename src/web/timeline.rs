@@ -16,7 +16,7 @@ use crate::pipeline::records::{
 };
 use crate::store::{Deployment, Step, StepRecord, StepState};
 
-pub struct TimelineRow {
+pub(crate) struct TimelineRow {
     pub step: StepRecord,
     /// Where the bar starts and how wide it is, in percent of the whole deployment.
     pub left: f64,
@@ -30,7 +30,7 @@ pub struct TimelineRow {
 
 /// Rows for the steps, to the scale of the deployment: from its first step's start to its
 /// end (or now, while it runs).
-pub fn rows(d: &Deployment, steps: &[StepRecord], now: DateTime<Utc>) -> Vec<TimelineRow> {
+pub(crate) fn rows(d: &Deployment, steps: &[StepRecord], now: DateTime<Utc>) -> Vec<TimelineRow> {
     let Some(start) = steps.iter().map(|s| s.started_at).min() else {
         return vec![];
     };
@@ -104,7 +104,7 @@ fn read<T: serde::de::DeserializeOwned>(v: &Value) -> Option<T> {
 }
 
 /// What the step set out to do, in a sentence.
-pub fn intent_words(step: Step, i: &Value) -> String {
+pub(crate) fn intent_words(step: Step, i: &Value) -> String {
     intent_sentence(step, i).unwrap_or_else(|| generic_intent(step).to_owned())
 }
 
@@ -331,7 +331,7 @@ fn health_sentence(i: &Value) -> Option<String> {
 }
 
 /// What came of it, in a sentence; `None` while it runs.
-pub fn result_words(s: &StepRecord) -> Option<String> {
+pub(crate) fn result_words(s: &StepRecord) -> Option<String> {
     match s.state {
         StepState::Started => return Some("running…".into()),
         StepState::Failed => {
@@ -398,7 +398,7 @@ fn result_sentence(step: Step, r: &Value) -> Option<String> {
 }
 
 /// Who signed what runs, in words: the page's "Signed by" and the step's result.
-pub fn signed_by(s: &Signed) -> String {
+pub(crate) fn signed_by(s: &Signed) -> String {
     format!(
         "Signed by {} ({}, trust {}), {} over {}",
         s.key,

@@ -42,7 +42,7 @@ impl PageState {
     }
 }
 
-pub fn routes(state: &AppState) -> Router<AppState> {
+pub(crate) fn routes(state: &AppState) -> Router<AppState> {
     let csrf = CsrfLayer::new()
         .add_trusted_origin(&state.config.server.sign_in.public_url)
         .unwrap_or_else(|e| {

@@ -12,7 +12,7 @@ use crate::engine::{ContainerFacts, LABEL_APP, LABEL_DEPLOYMENT, LABEL_DIGEST, L
 use crate::store::{Deployment, Generation, Quarantined, ReconcileAction, Route, StepRecord};
 
 #[derive(Serialize)]
-pub struct AppView {
+pub(crate) struct AppView {
     pub name: String,
     pub image: String,
     pub tag: String,
@@ -56,7 +56,7 @@ pub struct AppView {
 
 impl AppView {
     /// The serving container as the engine sees it, if it exists.
-    pub fn serving(&self) -> Option<&ContainerFacts> {
+    pub(crate) fn serving(&self) -> Option<&ContainerFacts> {
         let g = self.generation.as_ref()?;
         self.containers
             .iter()
@@ -65,7 +65,7 @@ impl AppView {
     }
 
     /// One line for the page: does the engine agree with the journal?
-    pub fn serving_state(&self) -> String {
+    pub(crate) fn serving_state(&self) -> String {
         if self.engines.len() > 1 {
             return self.engines_state();
         }
@@ -78,7 +78,7 @@ impl AppView {
         }
     }
 
-    pub fn is_healthy_view(&self) -> bool {
+    pub(crate) fn is_healthy_view(&self) -> bool {
         if self.engines.len() > 1 {
             return self.engines.iter().all(|e| e.running);
         }
@@ -107,12 +107,12 @@ impl AppView {
     }
 
     /// Whether any of the app's engines has a rollout row to show.
-    pub fn rolling_out(&self) -> bool {
+    pub(crate) fn rolling_out(&self) -> bool {
         self.engines.iter().any(|e| e.rollout.is_some())
     }
 
     /// The tag the serving deployment resolved, when it is among those shown.
-    pub fn serving_tag(&self) -> Option<&str> {
+    pub(crate) fn serving_tag(&self) -> Option<&str> {
         let g = self.generation.as_ref()?;
         self.deployments
             .iter()
@@ -121,17 +121,17 @@ impl AppView {
     }
 
     /// "Signed by …" for what serves, in words.
-    pub fn signed_by(&self) -> Option<String> {
+    pub(crate) fn signed_by(&self) -> Option<String> {
         self.signature.as_ref().map(super::timeline::signed_by)
     }
 
     /// The newest deployment that has ended.
-    pub fn latest_final(&self) -> Option<&Deployment> {
+    pub(crate) fn latest_final(&self) -> Option<&Deployment> {
         self.deployments.iter().find(|d| d.state.is_final())
     }
 
     /// A deployment waiting or running, the running one first.
-    pub fn in_progress(&self) -> Option<&Deployment> {
+    pub(crate) fn in_progress(&self) -> Option<&Deployment> {
         let mut open = self.deployments.iter().filter(|d| !d.state.is_final());
         let first = open.next()?;
         Some(
@@ -146,7 +146,7 @@ impl AppView {
 /// One service of an app and its container of the serving generation (none: nothing
 /// deployed yet, or the container is gone).
 #[derive(Serialize)]
-pub struct ServiceView {
+pub(crate) struct ServiceView {
     pub name: String,
     /// The repository the service runs (the app's own, or the service's `image`).
     pub image: String,
@@ -200,7 +200,7 @@ fn services_of(
 /// A container labelled for an app, and whether Pier's journal created it. One it did not
 /// (started by hand with Pier's labels) is shown, and never stopped or removed.
 #[derive(Serialize)]
-pub struct ContainerView {
+pub(crate) struct ContainerView {
     #[serde(flatten)]
     pub facts: ContainerFacts,
     pub accounted_for: bool,
@@ -216,7 +216,7 @@ impl std::ops::Deref for ContainerView {
 }
 
 #[derive(Serialize)]
-pub struct DeploymentView {
+pub(crate) struct DeploymentView {
     #[serde(flatten)]
     pub deployment: Deployment,
     pub steps: Vec<StepRecord>,
@@ -226,7 +226,7 @@ pub struct DeploymentView {
 
 /// Pier's containers on every engine some app runs on, each engine asked at once within
 /// its deadline: for the overview and the apps list.
-pub async fn containers_of_all(s: &AppState, apps: &[AppConfig]) -> Snapshot {
+pub(crate) async fn containers_of_all(s: &AppState, apps: &[AppConfig]) -> Snapshot {
     let targets = apps
         .iter()
         .flat_map(|a| a.targets.iter().map(String::as_str));
@@ -234,12 +234,12 @@ pub async fn containers_of_all(s: &AppState, apps: &[AppConfig]) -> Snapshot {
 }
 
 /// The overview's line for engines that could not be asked, if any could not.
-pub fn unreachable_line(snapshot: &Snapshot) -> Option<String> {
+pub(crate) fn unreachable_line(snapshot: &Snapshot) -> Option<String> {
     let failed = snapshot.failures();
     (!failed.is_empty()).then(|| failed.join("; "))
 }
 
-pub async fn app_view(
+pub(crate) async fn app_view(
     s: &AppState,
     app: &AppConfig,
     snapshot: &Snapshot,
@@ -350,14 +350,14 @@ async fn signature_of(
 }
 
 /// The app as the config says now (after any reload).
-pub fn find_app(s: &AppState, name: &str) -> Result<AppConfig, WebError> {
+pub(crate) fn find_app(s: &AppState, name: &str) -> Result<AppConfig, WebError> {
     s.current()
         .app(name)
         .cloned()
         .ok_or_else(|| WebError::NotFound(format!("app `{name}`")))
 }
 
-pub async fn one_app(s: &AppState, name: &str, history: i64) -> Result<AppView, WebError> {
+pub(crate) async fn one_app(s: &AppState, name: &str, history: i64) -> Result<AppView, WebError> {
     let app = find_app(s, name)?;
     let targets = app.targets.iter().map(String::as_str);
     let mut snapshot = s.targets.snapshot(targets, Some(name)).await;
@@ -367,7 +367,7 @@ pub async fn one_app(s: &AppState, name: &str, history: i64) -> Result<AppView, 
 
 /// The app's page: its view with one page of history, newest first, older than `before`
 /// when given (keyset on `(created_at, id)`).
-pub async fn app_page(
+pub(crate) async fn app_page(
     s: &AppState,
     name: &str,
     before: Option<Uuid>,
@@ -394,7 +394,7 @@ pub async fn app_page(
     Ok((view, next))
 }
 
-pub async fn deployment_view(s: &AppState, id: Uuid) -> Result<DeploymentView, WebError> {
+pub(crate) async fn deployment_view(s: &AppState, id: Uuid) -> Result<DeploymentView, WebError> {
     let deployment = s
         .store
         .deployment(id)
@@ -414,11 +414,11 @@ pub fn short_digest(d: &str) -> String {
     format!("sha256:{}", hex.chars().take(12).collect::<String>())
 }
 
-pub fn when(t: &DateTime<Utc>) -> String {
+pub(crate) fn when(t: &DateTime<Utc>) -> String {
     t.format("%Y-%m-%d %H:%M:%S UTC").to_string()
 }
 
-pub fn took(from: Option<&DateTime<Utc>>, to: Option<&DateTime<Utc>>) -> String {
+pub(crate) fn took(from: Option<&DateTime<Utc>>, to: Option<&DateTime<Utc>>) -> String {
     match (from, to) {
         (Some(a), Some(b)) => {
             let ms = (*b - *a).num_milliseconds().max(0);
@@ -435,7 +435,7 @@ pub fn took(from: Option<&DateTime<Utc>>, to: Option<&DateTime<Utc>>) -> String 
 
 /// `<time>` with the relative age (the page's script keeps it current) and the absolute
 /// time. Only digits and fixed words: safe to insert unescaped.
-pub fn time_html(t: &DateTime<Utc>) -> String {
+pub(crate) fn time_html(t: &DateTime<Utc>) -> String {
     format!(
         "<time datetime=\"{iso}\" title=\"{abs}\"><span class=\"rel\">{rel}</span> <span class=\"abs\">{abs}</span></time>",
         iso = t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
@@ -445,7 +445,7 @@ pub fn time_html(t: &DateTime<Utc>) -> String {
 }
 
 /// `3 min ago`, `in 5 s`, `2 days ago`.
-pub fn relative(t: DateTime<Utc>, now: DateTime<Utc>) -> String {
+pub(crate) fn relative(t: DateTime<Utc>, now: DateTime<Utc>) -> String {
     let secs = (now - t).num_seconds();
     let (n, unit) = match secs.unsigned_abs() {
         s if s < 60 => (s, "s"),
@@ -462,7 +462,7 @@ pub fn relative(t: DateTime<Utc>, now: DateTime<Utc>) -> String {
 
 /// A digest, shortened, with the full value on hover and a copy button. The digest is
 /// escaped: a sender may name any text as its digest.
-pub fn digest_html(d: &str) -> String {
+pub(crate) fn digest_html(d: &str) -> String {
     let full = super::error::html_escape(d);
     let short = super::error::html_escape(&short_digest(d));
     format!(
@@ -472,7 +472,7 @@ pub fn digest_html(d: &str) -> String {
 
 /// What started a deployment, in words, linking the delivery it came from, naming who
 /// asked for it by hand (escaped: a user names themselves at sign-in).
-pub fn trigger_html(d: &Deployment) -> String {
+pub(crate) fn trigger_html(d: &Deployment) -> String {
     use crate::store::Trigger;
     let delivery = d
         .delivery_id

@@ -38,7 +38,7 @@ pub fn liveness_key() -> i64 {
     ((hi >> 2) | (1 << 40)) as i64
 }
 
-pub struct Workers {
+pub(crate) struct Workers {
     pub ctx: Arc<Context>,
     pub config: Arc<Config>,
     pub liveness_key: i64,
@@ -49,7 +49,7 @@ pub struct Workers {
 }
 
 /// A lease holder's name: unique per worker and process, readable in the journal.
-pub fn owner_name(index: usize) -> String {
+pub(crate) fn owner_name(index: usize) -> String {
     let host = std::fs::read_to_string("/etc/hostname")
         .map(|h| h.trim().to_owned())
         .unwrap_or_else(|_| "host".into());
@@ -58,7 +58,7 @@ pub fn owner_name(index: usize) -> String {
 }
 
 impl Workers {
-    pub async fn run(self) {
+    pub(crate) async fn run(self) {
         let mut tasks = tokio::task::JoinSet::new();
         // A NOTIFY wakes ONE idle worker, not all of them: a burst of new deployments used to
         // send every idle worker to claim (and all but one to find nothing) for each one. A
@@ -287,8 +287,11 @@ impl Worker {
     }
 
     fn report(&self, outcome: Outcome) {
-        if let Outcome::Abandoned(reason) = outcome {
-            tracing::warn!(%reason, "run abandoned; another worker resumes it");
+        match outcome {
+            Outcome::Abandoned(reason) => {
+                tracing::warn!(%reason, "run abandoned; another worker resumes it")
+            }
+            Outcome::Finished(state) => tracing::debug!(%state, "run finished"),
         }
     }
 

@@ -35,7 +35,7 @@ pub struct Deploying(Arc<Mutex<HashMap<String, usize>>>);
 
 impl Deploying {
     /// Marks `app` as deployed here until the guard is dropped.
-    pub fn enter(&self, app: &str) -> DeployingGuard {
+    pub(crate) fn enter(&self, app: &str) -> DeployingGuard {
         *self.map().entry(app.to_owned()).or_default() += 1;
         DeployingGuard {
             set: self.clone(),
@@ -43,7 +43,7 @@ impl Deploying {
         }
     }
 
-    pub fn contains(&self, app: &str) -> bool {
+    pub(crate) fn contains(&self, app: &str) -> bool {
         self.map().contains_key(app)
     }
 
@@ -52,7 +52,7 @@ impl Deploying {
     }
 }
 
-pub struct DeployingGuard {
+pub(crate) struct DeployingGuard {
     set: Deploying,
     app: String,
 }

@@ -18,7 +18,7 @@ use crate::engine::{LABEL_APP, LABEL_MANAGED};
 impl Engine {
     /// Creates the secret `name` of `app` holding `data`, unless it exists; its id (a
     /// service's spec must name a secret by id as well as by name).
-    pub async fn ensure_secret(&self, app: &str, name: &str, data: &[u8]) -> Result<String> {
+    pub(crate) async fn ensure_secret(&self, app: &str, name: &str, data: &[u8]) -> Result<String> {
         let action = format!("create secret {name}");
         let spec = SecretSpec {
             name: Some(name.to_owned()),
@@ -58,7 +58,7 @@ impl Engine {
     }
 
     /// The names of the secrets Pier made for `app`.
-    pub async fn app_secrets(&self, app: &str) -> Result<Vec<String>> {
+    pub(crate) async fn app_secrets(&self, app: &str) -> Result<Vec<String>> {
         let action = format!("list secrets of {app}");
         let label = format!("{LABEL_APP}={app}");
         let filters = HashMap::from([("label", vec![label.as_str()])]);
@@ -75,7 +75,7 @@ impl Engine {
 
     /// Removes the secret `name`; `false` if there was none. One still mounted by a task
     /// is refused by Swarm.
-    pub async fn remove_secret(&self, name: &str) -> Result<bool> {
+    pub(crate) async fn remove_secret(&self, name: &str) -> Result<bool> {
         let action = format!("remove secret {name}");
         let docker = self.api().await?;
         match within(&action, docker.delete_secret(name)).await? {

@@ -29,7 +29,7 @@ pub enum TaskState {
 }
 
 impl TaskState {
-    pub fn from_engine(state: Option<EngineTaskState>) -> Self {
+    pub(crate) fn from_engine(state: Option<EngineTaskState>) -> Self {
         use EngineTaskState as S;
         match state {
             None => TaskState::Unknown,
@@ -52,7 +52,7 @@ impl TaskState {
     }
 
     /// The task ended and will not run again (Swarm starts a new task instead).
-    pub fn is_final(self) -> bool {
+    pub(crate) fn is_final(self) -> bool {
         matches!(
             self,
             TaskState::Complete
@@ -96,7 +96,7 @@ pub struct TaskFacts {
 }
 
 impl TaskFacts {
-    pub fn from_engine(t: Task) -> Self {
+    pub(crate) fn from_engine(t: Task) -> Self {
         let status = t.status.unwrap_or_default();
         let nonempty = |s: Option<String>| s.filter(|s| !s.is_empty());
         let container = t.spec.and_then(|s| s.container_spec);
@@ -172,7 +172,7 @@ pub struct NodeFacts {
 }
 
 impl NodeFacts {
-    pub fn from_engine(n: Node) -> Self {
+    pub(crate) fn from_engine(n: Node) -> Self {
         let spec = n.spec.unwrap_or_default();
         let status = n.status.unwrap_or_default();
         NodeFacts {

@@ -40,14 +40,14 @@ pub(super) struct TransportError {
 }
 
 impl TransportError {
-    pub fn transient(message: impl Into<String>) -> Self {
+    pub(crate) fn transient(message: impl Into<String>) -> Self {
         Self {
             retry: Retry::Transient,
             message: message.into(),
         }
     }
 
-    pub fn permanent(message: impl Into<String>) -> Self {
+    pub(crate) fn permanent(message: impl Into<String>) -> Self {
         Self {
             retry: Retry::Permanent,
             message: message.into(),
@@ -61,7 +61,7 @@ impl TransportError {
         }
     }
 
-    pub fn into_engine(self, action: impl Into<String>) -> EngineError {
+    pub(crate) fn into_engine(self, action: impl Into<String>) -> EngineError {
         let action = action.into();
         match self.retry {
             Retry::Transient => EngineError::Unavailable {

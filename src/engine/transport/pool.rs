@@ -81,7 +81,10 @@ struct Idle {
 }
 
 impl Pool {
-    pub fn new(dialer: impl Dialer, authority: &str) -> Result<Arc<Self>, bollard::errors::Error> {
+    pub(crate) fn new(
+        dialer: impl Dialer,
+        authority: &str,
+    ) -> Result<Arc<Self>, bollard::errors::Error> {
         let host = HeaderValue::from_str(authority).map_err(|_| {
             bollard::errors::Error::UnsupportedURISchemeError {
                 uri: authority.to_owned(),
@@ -99,7 +102,10 @@ impl Pool {
 
     /// Sends `req` on an idle connection or a new one. The response's body streams from
     /// the connection, which returns to the pool only once that body was read to its end.
-    pub async fn send(&self, req: BollardRequest) -> Result<Response<Incoming>, TransportError> {
+    pub(crate) async fn send(
+        &self,
+        req: BollardRequest,
+    ) -> Result<Response<Incoming>, TransportError> {
         let mut req = origin_form(req, &self.host);
         for _ in 0..STALE_RETRIES {
             let Some(mut sender) = self.checkout() else {

@@ -41,7 +41,7 @@ pub(crate) struct SshDialer {
 impl SshDialer {
     /// Checks the endpoint and its files now, so that a typo stops Pier with the file
     /// named; `target` is the endpoint as shown.
-    pub fn new(ssh: &SshEndpoint, target: String) -> Result<Self, TransportError> {
+    pub(crate) fn new(ssh: &SshEndpoint, target: String) -> Result<Self, TransportError> {
         let bad = |m: String| TransportError::permanent(format!("{target}: {m}"));
         check_word("host", &ssh.host).map_err(bad)?;
         if let Some(user) = &ssh.user {

@@ -31,7 +31,7 @@ pub(crate) struct TlsDialer {
 
 impl TlsDialer {
     /// Reads and checks the target's three files; `target` is the endpoint as shown.
-    pub fn new(
+    pub(crate) fn new(
         host: &str,
         port: u16,
         files: &TlsFiles,

@@ -42,7 +42,7 @@ enum Up {
 
 /// The generation an engine served before this deployment's switch, as `revert` puts back.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RevertToIntent {
+pub(crate) struct RevertToIntent {
     /// `None`: the engine served nothing of the app before; the revert forgets the
     /// generation after removing the candidate.
     pub to: Option<super::records::GenerationRef>,
@@ -52,18 +52,18 @@ pub struct RevertToIntent {
 
 /// `reach`: the engine answered its `/_ping` before any engine of the rollout changed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ReachIntent {
+pub(crate) struct ReachIntent {
     pub target: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Reached {
+pub(crate) struct Reached {
     /// From the step's start to the engine's answer, retries within the budget included.
     pub waited_ms: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct RevertedTo {
+pub(crate) struct RevertedTo {
     pub removed: Vec<String>,
     pub restarted: Vec<String>,
 }

@@ -24,7 +24,7 @@ use crate::config::{AppConfig, FailureAction, SwarmApp, SwarmMode, UpdateOrder};
 use crate::engine::{LABEL_APP, LABEL_DEPLOYMENT, LABEL_DIGEST, LABEL_MANAGED};
 
 /// Everything the spec is made of besides the config.
-pub struct SpecInput<'a> {
+pub(crate) struct SpecInput<'a> {
     pub app: &'a AppConfig,
     pub swarm: &'a SwarmApp,
     pub deployment: &'a str,
@@ -60,7 +60,7 @@ fn labels(i: &SpecInput<'_>) -> HashMap<String, String> {
     ])
 }
 
-pub fn service_spec(i: &SpecInput<'_>) -> ServiceSpec {
+pub(crate) fn service_spec(i: &SpecInput<'_>) -> ServiceSpec {
     let s = i.swarm;
     ServiceSpec {
         name: Some(i.app.name.clone()),

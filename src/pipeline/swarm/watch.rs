@@ -15,7 +15,7 @@ use crate::engine::{Engine, ServiceFacts, TaskFacts, TaskState, UpdateState};
 
 /// What a rollout is waiting for: the service's spec from one deployment, on every replica.
 #[derive(Debug, Clone)]
-pub struct Goal<'a> {
+pub(crate) struct Goal<'a> {
     pub service: &'a str,
     /// The `pier.deployment` label the spec and every task must carry.
     pub deployment: &'a str,
@@ -42,7 +42,7 @@ pub enum Progress {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Converged {
+pub(crate) struct Converged {
     /// Tasks running the goal's spec.
     pub running: u64,
     /// Running tasks per node id.
@@ -51,7 +51,7 @@ pub struct Converged {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum FailureKind {
+pub(crate) enum FailureKind {
     /// Swarm rolled the update back itself (`failure_action = "rollback"`).
     SwarmRolledBack,
     /// Swarm paused the update (`failure_action = "pause"`), or a rollback paused.
@@ -92,7 +92,7 @@ impl RolloutFailure {
 
     /// The digest itself is at fault (its tasks failed), not the placement or the clock:
     /// then it is quarantined, like a container that failed its health check.
-    pub fn tasks_failed(&self) -> bool {
+    pub(crate) fn tasks_failed(&self) -> bool {
         self.failed_task.is_some()
     }
 }
@@ -144,7 +144,7 @@ fn task_errors(tasks: &[TaskFacts], deployment: &str) -> (Vec<String>, Option<St
 
 /// One reading's verdict. `converged_since`: how long the goal has held without a break
 /// (for a service Swarm reports no update of).
-pub fn assess(
+pub(crate) fn assess(
     goal: &Goal<'_>,
     service: &ServiceFacts,
     tasks: &[TaskFacts],
@@ -225,7 +225,7 @@ pub fn assess(
 /// Reads the service until [`assess`] gives a verdict, or `timeout` passes. Reading
 /// starts every 250 ms and backs off to every 2 s. An engine error that a retry may cure
 /// is waited out until the deadline; any other is returned at once.
-pub async fn watch(
+pub(crate) async fn watch(
     engine: &Engine,
     goal: &Goal<'_>,
     timeout: Duration,
@@ -287,7 +287,7 @@ async fn read(
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum WatchError {
+pub(crate) enum WatchError {
     #[error(transparent)]
     Failed(RolloutFailure),
     #[error(transparent)]

@@ -171,7 +171,7 @@ pub struct Prefixed<IO> {
 }
 
 impl<IO> Prefixed<IO> {
-    pub fn new(prefix: Bytes, io: IO) -> Self {
+    pub(crate) fn new(prefix: Bytes, io: IO) -> Self {
         Prefixed { prefix, io }
     }
 }

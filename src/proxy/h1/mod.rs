@@ -46,7 +46,7 @@ const IDLE_GRACE: Duration = Duration::from_secs(2);
 const READ_SIZE: usize = 16 * 1024;
 
 /// How a client connection served here ended.
-pub enum End<IO> {
+pub(crate) enum End<IO> {
     Closed,
     /// The next request is for hyper's server, with the bytes already read.
     Handoff(Prefixed<IO>),
@@ -101,7 +101,7 @@ struct Conn<'a, IO> {
 
 /// Serves requests on `io` until the client closes, `stop` is cancelled (at a request
 /// boundary), or a request for hyper's server arrives.
-pub async fn serve<IO>(io: IO, client: &Client, stop: &CancellationToken) -> End<IO>
+pub(crate) async fn serve<IO>(io: IO, client: &Client, stop: &CancellationToken) -> End<IO>
 where
     IO: AsyncRead + AsyncWrite + Unpin,
 {

@@ -57,7 +57,7 @@ impl std::fmt::Debug for Batcher {
 }
 
 impl Batcher {
-    pub fn new() -> Arc<Self> {
+    pub(crate) fn new() -> Arc<Self> {
         Arc::new(Self {
             state: Mutex::new(Pending::new(MAX_DRAINERS, MAX_BATCH)),
             lanes: Lanes::new(MAX_DRAINERS),

@@ -32,7 +32,7 @@ pub(super) struct Taken<T> {
 }
 
 impl<T> Pending<T> {
-    pub fn new(max_drainers: usize, max_batch: usize) -> Self {
+    pub(crate) fn new(max_drainers: usize, max_batch: usize) -> Self {
         Self {
             queue: VecDeque::new(),
             busy: HashSet::new(),
@@ -43,7 +43,7 @@ impl<T> Pending<T> {
     }
 
     /// Queues an item; `true` when the caller is to drain (it holds a drainer's slot).
-    pub fn push(&mut self, apps: Vec<String>, item: T) -> bool {
+    pub(crate) fn push(&mut self, apps: Vec<String>, item: T) -> bool {
         self.queue.push_back(Waiting { apps, item });
         if self.drainers < self.max_drainers {
             self.drainers += 1;
@@ -56,7 +56,7 @@ impl<T> Pending<T> {
     /// A drainer is back: it releases the apps of its last batch and takes the next one.
     /// Empty means this drainer is done (its slot is given back). What stays queued then
     /// waits only on apps another drainer holds, and that drainer comes back for it.
-    pub fn take(&mut self, released: &[String]) -> Taken<T> {
+    pub(crate) fn take(&mut self, released: &[String]) -> Taken<T> {
         for app in released {
             self.busy.remove(app);
         }
@@ -91,7 +91,7 @@ impl<T> Pending<T> {
 
     /// A drainer that ended without coming back (it panicked): its slot and its apps are
     /// given back, or deliveries for those apps would wait for good.
-    pub fn abandon(&mut self, held: &[String]) {
+    pub(crate) fn abandon(&mut self, held: &[String]) {
         for app in held {
             self.busy.remove(app);
         }

@@ -48,7 +48,7 @@ pub(super) fn channel<T>() -> (Reply<T>, Answer<T>) {
 impl<T> Reply<T> {
     /// Leaves the outcome and wakes its waiter, unless the waiter is `own`: the sender
     /// whose drain is giving it, which looks without being woken.
-    pub fn send(mut self, out: T, own: &Own<T>) {
+    pub(crate) fn send(mut self, out: T, own: &Own<T>) {
         if let Some(s) = self.0.take() {
             let waker = {
                 let mut slot = lock(&s);
@@ -79,13 +79,13 @@ impl<T> Drop for Reply<T> {
 
 impl<T> Answer<T> {
     /// What the sender's own drain carries, to answer it without a wake-up.
-    pub fn own(&self) -> Own<T> {
+    pub(crate) fn own(&self) -> Own<T> {
         Own(self.0.clone())
     }
 
     /// The outcome if it is there (or `Some(None)` if none will come), without waiting.
     /// The sender's task calls this after each step of its own drain, which does not wake it.
-    pub fn ready(&self) -> Option<Option<T>> {
+    pub(crate) fn ready(&self) -> Option<Option<T>> {
         let mut slot = lock(&self.0);
         match slot.out.take() {
             Some(out) => Some(Some(out)),

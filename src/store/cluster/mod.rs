@@ -25,12 +25,12 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, PgConnection, PgPool};
 
 use crate::backoff::Backoff;
-pub use targets::{MAX_HOSTS, TargetError, Targets, Wants};
+pub use targets::{TargetError, Targets, Wants};
 
 /// Deadline for opening one connection to one host (and checking what it is).
-pub const CONNECT_DEADLINE: Duration = Duration::from_secs(3);
+pub(crate) const CONNECT_DEADLINE: Duration = Duration::from_secs(3);
 
-pub struct Cluster {
+pub(crate) struct Cluster {
     hosts: Vec<PgConnectOptions>,
     wants: Wants,
     /// The host that last accepted a connection Pier may use.
@@ -58,7 +58,7 @@ impl std::fmt::Debug for Cluster {
 }
 
 impl Cluster {
-    pub fn new(targets: Targets) -> Arc<Self> {
+    pub(crate) fn new(targets: Targets) -> Arc<Self> {
         Arc::new(Self {
             hosts: targets.hosts,
             wants: targets.wants,
@@ -70,21 +70,21 @@ impl Cluster {
     }
 
     /// The options the pool connects with now.
-    pub fn options(&self) -> PgConnectOptions {
+    pub(crate) fn options(&self) -> PgConnectOptions {
         self.hosts[self.current.load(Ordering::Acquire)].clone()
     }
 
     /// Hands the store's pool over, so that a move of hosts moves its connections too.
-    pub fn attach(&self, pool: &PgPool) {
+    pub(crate) fn attach(&self, pool: &PgPool) {
         let _ = self.pool.set(pool.clone());
     }
 
-    pub fn hosts(&self) -> usize {
+    pub(crate) fn hosts(&self) -> usize {
         self.hosts.len()
     }
 
     /// Pool options with the hooks that keep its connections on a usable host.
-    pub fn pool_options(self: &Arc<Self>) -> PgPoolOptions {
+    pub(crate) fn pool_options(self: &Arc<Self>) -> PgPoolOptions {
         let before = Arc::downgrade(self);
         let options = PgPoolOptions::new()
             .test_before_acquire(false)
@@ -131,7 +131,7 @@ impl Cluster {
 
     /// A connection to a host Pier may use: the current one first, then each other one in
     /// the order given, each within [`CONNECT_DEADLINE`]. Bounded: one try per host.
-    pub async fn connect(&self) -> Result<PgConnection, sqlx::Error> {
+    pub(crate) async fn connect(&self) -> Result<PgConnection, sqlx::Error> {
         let start = self.current.load(Ordering::Acquire);
         let n = self.hosts.len();
         let mut failures = Vec::new();
@@ -192,7 +192,7 @@ impl Cluster {
     }
 
     /// Whether a connection opened `age` ago predates the last move of hosts.
-    pub fn predates_move(&self, age: Duration) -> bool {
+    pub(crate) fn predates_move(&self, age: Duration) -> bool {
         self.moved_at
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -202,7 +202,7 @@ impl Cluster {
     /// Something failed to reach the database: unless a search runs already, one task
     /// tries every host with backoff until one is usable (the pool then moves there), and
     /// ends. It also ends once nothing holds the store. With one host it does nothing.
-    pub fn suspect(self: &Arc<Self>) {
+    pub(crate) fn suspect(self: &Arc<Self>) {
         if self.hosts.len() < 2 || self.locating.swap(true, Ordering::AcqRel) {
             return;
         }

@@ -35,7 +35,7 @@ impl Wants {
 
     /// Whether the server behind `conn` is one Pier may use. One round trip; the answer
     /// of a server in recovery is always "no" for both checks.
-    pub async fn accepts(self, conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
+    pub(crate) async fn accepts(self, conn: &mut PgConnection) -> Result<bool, sqlx::Error> {
         if self == Wants::Any {
             return Ok(true);
         }
@@ -86,7 +86,7 @@ pub struct Targets {
 impl Targets {
     /// One URL or several; each may name several hosts. With more than one host and no
     /// `target_session_attrs`, Pier asks for `read-write`: a standby is of no use to it.
-    pub fn parse<'a>(urls: impl IntoIterator<Item = &'a str>) -> Result<Self, TargetError> {
+    pub(crate) fn parse<'a>(urls: impl IntoIterator<Item = &'a str>) -> Result<Self, TargetError> {
         let mut hosts = Vec::new();
         let mut wants: Option<Wants> = None;
         for (i, url) in urls.into_iter().enumerate() {
@@ -118,7 +118,7 @@ impl Targets {
     }
 
     /// `host:port` of each host, for logs (never a user or a password).
-    pub fn label(options: &PgConnectOptions) -> String {
+    pub(crate) fn label(options: &PgConnectOptions) -> String {
         match options.get_socket() {
             Some(dir) => format!("{}:{}", dir.display(), options.get_port()),
             None => format!("{}:{}", options.get_host(), options.get_port()),
@@ -187,7 +187,7 @@ fn split_hosts(url: &str, which: usize) -> Result<Split, TargetError> {
 }
 
 /// Connects to one host, within `deadline`.
-pub async fn connect_one(
+pub(crate) async fn connect_one(
     options: &PgConnectOptions,
     deadline: std::time::Duration,
 ) -> Result<PgConnection, sqlx::Error> {
