@@ -17,21 +17,29 @@ pub struct ImageName {
     repository: String,
 }
 
+/// Why a configured image is no repository Pier can follow.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ImageNameError {
+    #[error("`{0}` must be a repository without tag or digest; put the tag in `tag`")]
+    TagOrDigest(String),
+    #[error(
+        "`{name}` is not an image reference ({reason}); write it as `docker pull` takes it, \
+         e.g. `nginx`, `acme/web` or `ghcr.io/acme/web`"
+    )]
+    Grammar { name: String, reason: String },
+}
+
 impl ImageName {
     /// Parses `name`; a tag or digest in it is refused (Pier follows a tag named apart
     /// and deploys the digest it resolves), as is anything the grammar refuses.
-    pub fn parse(name: &str) -> Result<Self, String> {
+    pub fn parse(name: &str) -> Result<Self, ImageNameError> {
         let last = name.rsplit('/').next().unwrap_or(name);
         if name.contains('@') || last.contains(':') {
-            return Err(format!(
-                "`{name}` must be a repository without tag or digest; put the tag in `tag`"
-            ));
+            return Err(ImageNameError::TagOrDigest(name.to_owned()));
         }
-        let r = Reference::try_from(name).map_err(|e| {
-            format!(
-                "`{name}` is not an image reference ({e}); write it as `docker pull` takes it, \
-                 e.g. `nginx`, `acme/web` or `ghcr.io/acme/web`"
-            )
+        let r = Reference::try_from(name).map_err(|e| ImageNameError::Grammar {
+            name: name.to_owned(),
+            reason: e.to_string(),
         })?;
         Ok(Self {
             registry: r.registry().to_owned(),
@@ -131,7 +139,7 @@ mod tests {
             "a b/c",
         ] {
             let err = ImageName::parse(bad).expect_err(bad);
-            assert!(err.contains(&format!("`{bad}`")), "{bad}: {err}");
+            assert!(err.to_string().contains(&format!("`{bad}`")), "{bad}: {err}");
         }
     }
 

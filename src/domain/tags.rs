@@ -23,6 +23,25 @@ pub struct SemverRule {
 /// The longest tag the OCI distribution spec allows; a longer pattern matches nothing.
 const MAX_TAG: usize = 128;
 
+/// Why a configured `tag` or `versions` can never match a pushed tag.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TagRuleError {
+    #[error("tag `{0}` must be 1 to {MAX_TAG} characters")]
+    Length(String),
+    #[error(
+        "tag pattern `{tag}`: `{bad}` can never appear in a tag; \
+         a pattern has letters, digits, `_ . -`, `*` and `?`"
+    )]
+    PatternChar { tag: String, bad: char },
+    #[error(
+        "tag `{tag}`: `{bad}` can never appear in a tag \
+         (for a version range, use `versions = \"{tag}\"`)"
+    )]
+    TagChar { tag: String, bad: char },
+    #[error("versions `{text}` is not a semver range: {reason}")]
+    Versions { text: String, reason: String },
+}
+
 impl TagRule {
     #[cfg(test)]
     pub(crate) fn exact(tag: impl Into<String>) -> Self {
@@ -30,9 +49,9 @@ impl TagRule {
     }
 
     /// `tag`: exact, or a glob when it holds `*` or `?`.
-    pub(crate) fn from_tag(tag: &str) -> Result<Self, String> {
+    pub(crate) fn from_tag(tag: &str) -> Result<Self, TagRuleError> {
         if tag.is_empty() || tag.len() > MAX_TAG {
-            return Err(format!("tag `{tag}` must be 1 to {MAX_TAG} characters"));
+            return Err(TagRuleError::Length(tag.to_owned()));
         }
         let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
         if tag.contains(['*', '?']) {
@@ -40,26 +59,28 @@ impl TagRule {
                 .chars()
                 .find(|c| !allowed(*c) && !matches!(c, '*' | '?'))
             {
-                return Err(format!(
-                    "tag pattern `{tag}`: `{bad}` can never appear in a tag; \
-                     a pattern has letters, digits, `_ . -`, `*` and `?`"
-                ));
+                return Err(TagRuleError::PatternChar {
+                    tag: tag.to_owned(),
+                    bad,
+                });
             }
             return Ok(TagRule::Glob(tag.to_owned()));
         }
         if let Some(bad) = tag.chars().find(|c| !allowed(*c)) {
-            return Err(format!(
-                "tag `{tag}`: `{bad}` can never appear in a tag \
-                 (for a version range, use `versions = \"{tag}\"`)"
-            ));
+            return Err(TagRuleError::TagChar {
+                tag: tag.to_owned(),
+                bad,
+            });
         }
         Ok(TagRule::Exact(tag.to_owned()))
     }
 
     /// `versions`: a semver requirement such as `>=1.2, <2`, `^1.4` or `~2.0`.
-    pub fn from_versions(text: &str) -> Result<Self, String> {
-        let req = semver::VersionReq::parse(text)
-            .map_err(|e| format!("versions `{text}` is not a semver range: {e}"))?;
+    pub fn from_versions(text: &str) -> Result<Self, TagRuleError> {
+        let req = semver::VersionReq::parse(text).map_err(|e| TagRuleError::Versions {
+            text: text.to_owned(),
+            reason: e.to_string(),
+        })?;
         Ok(TagRule::Semver(SemverRule {
             text: text.to_owned(),
             req,
@@ -224,7 +245,7 @@ mod tests {
         assert!(matches!(TagRule::from_tag("main"), Ok(TagRule::Exact(_))));
         assert!(matches!(TagRule::from_tag("v1.*"), Ok(TagRule::Glob(_))));
         let err = TagRule::from_tag(">=1.2").unwrap_err();
-        assert!(err.contains("versions ="), "{err}");
+        assert!(err.to_string().contains("versions ="), "{err}");
         assert!(TagRule::from_tag("v1/*").is_err());
         assert!(TagRule::from_tag("").is_err());
         assert!(TagRule::from_versions("not a range").is_err());
