@@ -193,7 +193,7 @@ impl Poller {
             }
             Err(e) => return Err(e.into()),
         };
-        let digest = resolved.digest;
+        let digest = String::from(resolved.digest);
         // A pinned app is not moved by the poller: nothing is queued or recorded at each
         // interval (a delivery row per poll would grow without bound while it is pinned).
         if let Some(pin) = self.store.pin(&app.name).await?

@@ -139,7 +139,10 @@ mod tests {
             "a b/c",
         ] {
             let err = ImageName::parse(bad).expect_err(bad);
-            assert!(err.to_string().contains(&format!("`{bad}`")), "{bad}: {err}");
+            assert!(
+                err.to_string().contains(&format!("`{bad}`")),
+                "{bad}: {err}"
+            );
         }
     }
 

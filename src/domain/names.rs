@@ -39,6 +39,10 @@ impl Digest {
         }
     }
 
+    pub(crate) fn as_str(&self) -> &str {
+        &self.0
+    }
+
     /// The 64 hex digits without `sha256:`.
     #[cfg(test)]
     pub(crate) fn hex(&self) -> &str {

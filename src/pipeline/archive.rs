@@ -111,7 +111,8 @@ impl Run<'_> {
         }
         Ok(Loaded {
             resolved: Resolved {
-                digest: digest.clone(),
+                digest: crate::domain::Digest::parse(&digest)
+                    .map_err(|e| StepError::Check(e.to_string()))?,
                 index_digest: None,
                 media_type: "archive".into(),
                 platform: found,

@@ -267,7 +267,7 @@ impl Run<'_> {
         let previous = self.previous_generation(&candidate.id).await?;
         let intent = SwitchIntent {
             container: candidate.id.clone(),
-            digest: r.digest.clone(),
+            digest: r.digest.to_string(),
             upstream: Some(upstream.to_string()),
         };
         let version = self
@@ -281,7 +281,7 @@ impl Run<'_> {
             app: self.app.name.clone(),
             forget: false,
             target: self.target.name.clone(),
-            generation: Some((self.dep.id, r.digest.clone(), candidate.id.clone())),
+            generation: Some((self.dep.id, r.digest.to_string(), candidate.id.clone())),
             route: Some(RouteWrite {
                 version,
                 upstream: upstream.to_string(),

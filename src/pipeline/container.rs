@@ -71,7 +71,7 @@ impl Run<'_> {
             (LABEL_MANAGED.to_owned(), "true".to_owned()),
             (LABEL_APP.to_owned(), self.app.name.clone()),
             (LABEL_DEPLOYMENT.to_owned(), self.dep.id.to_string()),
-            (LABEL_DIGEST.to_owned(), r.digest.clone()),
+            (LABEL_DIGEST.to_owned(), r.digest.to_string()),
             (LABEL_SERVICE.to_owned(), self.app.contained.service.clone()),
         ]);
         ContainerSpec {

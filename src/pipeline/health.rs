@@ -226,14 +226,14 @@ impl Run<'_> {
     ) -> Result<(), PipelineError> {
         let intent = SwitchIntent {
             container: candidate.id.clone(),
-            digest: r.digest.clone(),
+            digest: r.digest.to_string(),
             upstream: None,
         };
         let generation = GenerationSwitch {
             app: self.app.name.clone(),
             forget: false,
             target: self.target.name.clone(),
-            generation: Some((self.dep.id, r.digest.clone(), candidate.id.clone())),
+            generation: Some((self.dep.id, r.digest.to_string(), candidate.id.clone())),
             route: None,
         };
         let _: SwitchedTo = self

@@ -24,7 +24,7 @@ impl Run<'_> {
     pub(super) fn reference(&self, r: &Resolved) -> String {
         match self.import {
             // A loaded archive's image is known by its id only.
-            Some(_) => r.digest.clone(),
+            Some(_) => r.digest.to_string(),
             None => format!("{}@{}", self.app.image, r.digest),
         }
     }

@@ -104,7 +104,7 @@ impl Run<'_> {
                 && let Ok(r) = serde_json::from_value::<Resolved>(result)
             {
                 plan.tag = None;
-                plan.digest = Some(r.digest);
+                plan.digest = Some(r.digest.into());
                 plan.from_deployment = Some(dep);
             }
         }

@@ -47,7 +47,7 @@ impl Run<'_> {
         let subject = r.index_digest.as_deref().unwrap_or(&r.digest);
         let intent = SignatureIntent {
             subject: format!("{}@{subject}", self.app.image_name),
-            manifest: r.index_digest.as_ref().map(|_| r.digest.clone()),
+            manifest: r.index_digest.as_ref().map(|_| r.digest.to_string()),
             keys: policy.keys(),
             annotations: policy
                 .rules
@@ -98,7 +98,7 @@ impl Run<'_> {
     ) -> Result<Signed, StepError> {
         if let Some(index) = &r.index_digest {
             let entries = self.ctx.registry.index_entries(self.app, index).await?;
-            if !entries.contains(&r.digest) {
+            if !entries.iter().any(|e| r.digest == *e) {
                 return Err(StepError::Check(format!(
                     "the index {index} does not list {}, the manifest chosen from it",
                     r.digest

@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::config::{AppConfig, RegistryConfig, RegistryLimits};
-use crate::domain::Platform;
+use crate::domain::{Digest, Platform};
 use client::{Endpoint, Session};
 pub use signatures::Place;
 
@@ -86,7 +86,7 @@ impl RegistryError {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Resolved {
     /// The digest of the single-platform image manifest that will be pulled and run.
-    pub digest: String,
+    pub digest: crate::domain::Digest,
     /// The index (manifest list) the digest was chosen from, if the reference named one.
     pub index_digest: Option<String>,
     pub media_type: String,
@@ -200,7 +200,7 @@ impl Registry {
                 return Err(invalid(&shown, "neither an image manifest nor an index"));
             }
             return Ok(Resolved {
-                digest: top.digest,
+                digest: Digest::parse(&top.digest).map_err(|e| invalid(&shown, e))?,
                 index_digest: None,
                 media_type: shape.media_type.unwrap_or_default(),
                 platform: platform.to_string(),
@@ -241,7 +241,7 @@ impl Registry {
             ));
         }
         Ok(Resolved {
-            digest: child.digest,
+            digest: Digest::parse(&child.digest).map_err(|e| invalid(&child_shown, e))?,
             index_digest: Some(top.digest),
             media_type: child_shape.media_type.unwrap_or_default(),
             platform: platform.to_string(),

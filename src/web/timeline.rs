@@ -462,7 +462,11 @@ mod tests {
         .unwrap();
         let result = to.map(|_| {
             serde_json::to_value(Resolved {
-                digest: "sha256:0123456789abcdef0123".into(),
+                digest: crate::domain::Digest::parse(&format!(
+                    "sha256:0123456789abcdef0123{}",
+                    "0".repeat(44)
+                ))
+                .unwrap(),
                 index_digest: None,
                 media_type: "m".into(),
                 platform: "linux/amd64".into(),

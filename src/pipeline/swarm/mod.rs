@@ -185,7 +185,10 @@ impl Run<'_> {
     /// `verify`: the digest the spec will name, fetched again from the registry by that
     /// digest, and its platform list (which Swarm places by).
     async fn verify_manifest(&self, r: &Resolved) -> Result<Checked, PipelineError> {
-        let digest = r.index_digest.clone().unwrap_or_else(|| r.digest.clone());
+        let digest = r
+            .index_digest
+            .clone()
+            .unwrap_or_else(|| r.digest.to_string());
         let intent = serde_json::json!({ "digest": digest, "member": r.digest });
         self.step(Step::Verify, &intent, || async {
             let platforms = self
@@ -444,7 +447,7 @@ impl Run<'_> {
             Some(GenerationSwitch {
                 app: self.app.name.clone(),
                 target: self.target.name.clone(),
-                generation: Some((self.dep.id, r.digest.clone(), name.to_owned())),
+                generation: Some((self.dep.id, r.digest.to_string(), name.to_owned())),
                 forget: false,
                 route: None,
             })
