@@ -3,7 +3,9 @@
 -- migrations 0015-0017, and `record_in` in Rust for deliveries with a version guard), and
 -- the enqueue rule (the same digest is not queued twice; a newer deployment supersedes the
 -- queued one) twice more, in that function and in Rust's `enqueue_locked`. This migration
--- is now the whole of both; the earlier versions above are history only.
+-- is now the whole of both; the earlier versions above are history only. One shortcut
+-- stays outside, for speed: a batch that queues nothing is inserted as `ignored` by
+-- store/batch/plain.rs, and only its repeats come here.
 --
 -- `pier_enqueue` is the one writer of a new deployment, for a delivery and for an operator
 -- or a promotion alike. `pier_record_deliveries` is the one writer of deliveries. The one
@@ -127,11 +129,10 @@ BEGIN
     END IF;
 
     IF nw = 0 THEN
-        -- A batch that queues nothing (pushes to repositories no app follows, most of what
-        -- a busy registry sends): its new deliveries in ONE statement, in arrival order, so
-        -- that of two with one key the first is stored. Planned on each call (a generic
-        -- plan for arrays of unknown length never looks cheaper), which costs less than a
-        -- statement per row: the ingest bench's `no app` rows measure it.
+        -- A batch that queues nothing: its new deliveries in ONE statement, in arrival
+        -- order, so that of two with one key the first is stored. (Pier itself sends such
+        -- batches to the plain INSERT of store/batch/plain.rs, for speed, and only their
+        -- repeats here.)
         ids := ARRAY(SELECT gen_random_uuid() FROM generate_series(1, nd));
         WITH new AS (
             INSERT INTO deliveries

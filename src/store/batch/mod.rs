@@ -30,6 +30,7 @@ use super::lanes::Lanes;
 use super::{Result, Store, StoreError};
 use queue::Pending;
 
+mod plain;
 mod queue;
 mod reply;
 
@@ -167,7 +168,13 @@ impl Store {
         if !reqs.iter().any(|r| has_guard(r)) {
             let lanes = &self.batch.lanes;
             let mut lane = self.noticed(lanes.take(&self.cluster).await)?;
-            let recorded = record_all(&mut lane.conn, reqs, &[]);
+            let recorded = async {
+                if plain::queues_nothing(reqs) {
+                    plain::record_plain(&mut lane.conn, reqs).await
+                } else {
+                    record_all(&mut lane.conn, reqs, &[]).await
+                }
+            };
             let res = match tokio::time::timeout(STATEMENT_DEADLINE, recorded).await {
                 Ok(Ok(outcomes)) => {
                     lanes.give_back(lane);
