@@ -1,3 +1,5 @@
+use std::borrow::Cow;
+
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use uuid::Uuid;
@@ -232,6 +234,36 @@ enum Answer {
     },
 }
 
+/// A batch's deliveries as the column arrays that both batch statements bind (the
+/// function's and the plain `INSERT`'s), in arrival order.
+pub(super) struct DeliveryColumns<'a> {
+    pub(super) sources: Vec<Cow<'a, str>>,
+    pub(super) keys: Vec<Option<Cow<'a, str>>>,
+    pub(super) reasons: Vec<Cow<'a, str>>,
+    pub(super) events: Vec<String>,
+    pub(super) bodies: Vec<Option<&'a [u8]>>,
+    pub(super) redeliveries: Vec<Option<Uuid>>,
+}
+
+impl<'a> DeliveryColumns<'a> {
+    pub(super) fn of(reqs: &[&'a DeliveryRequest]) -> Self {
+        Self {
+            sources: reqs.iter().map(|r| pg_text(&r.delivery.source)).collect(),
+            keys: reqs
+                .iter()
+                .map(|r| pg_opt(r.delivery.event_key.as_deref()))
+                .collect(),
+            reasons: reqs.iter().map(|r| pg_text(&r.delivery.reason)).collect(),
+            events: reqs
+                .iter()
+                .map(|r| pg_json(&r.delivery.events).to_string())
+                .collect(),
+            bodies: reqs.iter().map(|r| r.body_sha256.as_deref()).collect(),
+            redeliveries: reqs.iter().map(|r| r.redelivery_of).collect(),
+        }
+    }
+}
+
 /// Records deliveries in arrival order with ONE statement, `pier_record_deliveries`
 /// (migration 0026), the one writer of a delivery's rules: one round trip for the whole
 /// batch. Outside a transaction it commits on its own and the sender is still answered only
@@ -244,6 +276,7 @@ pub(super) async fn record_all(
 ) -> Result<Vec<DeliveryOutcome>> {
     debug_assert!(newer.is_empty() || newer.len() == reqs.len());
     let n = reqs.len();
+    let c = DeliveryColumns::of(reqs);
     let wanted = || {
         reqs.iter().enumerate().flat_map(|(i, r)| {
             r.wanted
@@ -271,32 +304,12 @@ pub(super) async fn record_all(
         "SELECT pier_record_deliveries($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
                                        $14)",
     )
-    .bind(
-        reqs.iter()
-            .map(|r| pg_text(&r.delivery.source))
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        reqs.iter()
-            .map(|r| pg_opt(r.delivery.event_key.as_deref()))
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        reqs.iter()
-            .map(|r| pg_text(&r.delivery.reason))
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        reqs.iter()
-            .map(|r| pg_json(&r.delivery.events).to_string())
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        reqs.iter()
-            .map(|r| r.body_sha256.as_deref())
-            .collect::<Vec<_>>(),
-    )
-    .bind(reqs.iter().map(|r| r.redelivery_of).collect::<Vec<_>>())
+    .bind(&c.sources)
+    .bind(&c.keys)
+    .bind(&c.reasons)
+    .bind(&c.events)
+    .bind(&c.bodies)
+    .bind(&c.redeliveries)
     .bind(&w_delivery)
     .bind(&w_app)
     .bind(&w_trigger)

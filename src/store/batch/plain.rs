@@ -8,8 +8,7 @@
 use uuid::Uuid;
 
 use super::super::Result;
-use super::super::deliveries::{DeliveryOutcome, DeliveryRequest, record_all};
-use super::super::text::{pg_json, pg_opt, pg_text};
+use super::super::deliveries::{DeliveryColumns, DeliveryOutcome, DeliveryRequest, record_all};
 
 /// Whether [`record_plain`] can take this batch: nothing in it asks for a deployment.
 pub(super) fn queues_nothing(reqs: &[&DeliveryRequest]) -> bool {
@@ -25,6 +24,7 @@ pub(super) async fn record_plain(
 ) -> Result<Vec<DeliveryOutcome>> {
     debug_assert!(queues_nothing(reqs));
     let ids: Vec<Uuid> = reqs.iter().map(|_| Uuid::new_v4()).collect();
+    let c = DeliveryColumns::of(reqs);
     let inserted: Vec<Uuid> = sqlx::query_scalar(
         "INSERT INTO deliveries
            (id, source, event_key, verdict, reason, events, body_sha256, redelivery_of)
@@ -36,32 +36,12 @@ pub(super) async fn record_plain(
          RETURNING id",
     )
     .bind(&ids)
-    .bind(
-        reqs.iter()
-            .map(|r| pg_text(&r.delivery.source))
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        reqs.iter()
-            .map(|r| pg_opt(r.delivery.event_key.as_deref()))
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        reqs.iter()
-            .map(|r| pg_text(&r.delivery.reason))
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        reqs.iter()
-            .map(|r| pg_json(&r.delivery.events).to_string())
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        reqs.iter()
-            .map(|r| r.body_sha256.as_deref())
-            .collect::<Vec<_>>(),
-    )
-    .bind(reqs.iter().map(|r| r.redelivery_of).collect::<Vec<_>>())
+    .bind(&c.sources)
+    .bind(&c.keys)
+    .bind(&c.reasons)
+    .bind(&c.events)
+    .bind(&c.bodies)
+    .bind(&c.redeliveries)
     .fetch_all(&mut *conn)
     .await?;
     let repeats: Vec<&DeliveryRequest> = reqs
