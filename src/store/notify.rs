@@ -171,13 +171,19 @@ impl Store {
         Ok(secs.map(|s| Duration::from_secs_f64(s.clamp(0.0, 86_400.0))))
     }
 
-    /// The newest notifications, for the API and the pages; `deployment` narrows to one.
-    pub(crate) async fn recent_notifications(
+    /// The newest notifications with every attempt of each, for the API and the pages;
+    /// `deployment` narrows to one. Both are read in one snapshot: read apart, a send that
+    /// commits between them shows an attempt logged with status 200 on a row still `pending`.
+    pub(crate) async fn notification_log(
         &self,
         deployment: Option<Uuid>,
         limit: i64,
-    ) -> Result<Vec<NotificationRow>> {
-        Ok(sqlx::query_as(
+    ) -> Result<(Vec<NotificationRow>, Vec<AttemptRow>)> {
+        let mut tx = self.begin().await?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .execute(&mut *tx)
+            .await?;
+        let rows: Vec<NotificationRow> = sqlx::query_as(
             "SELECT id, endpoint, event, app, deployment_id, state, attempts, next_attempt_at,
                     last_error, created_at, finished_at
              FROM notifications WHERE ($1::uuid IS NULL OR deployment_id = $1)
@@ -185,19 +191,18 @@ impl Store {
         )
         .bind(deployment)
         .bind(limit.clamp(1, 200))
-        .fetch_all(&self.pool)
-        .await?)
-    }
-
-    /// The attempts of the given notifications, in order.
-    pub(crate) async fn notification_attempts(&self, ids: &[Uuid]) -> Result<Vec<AttemptRow>> {
-        Ok(sqlx::query_as(
+        .fetch_all(&mut *tx)
+        .await?;
+        let ids: Vec<Uuid> = rows.iter().map(|n| n.id).collect();
+        let attempts = sqlx::query_as(
             "SELECT notification_id, attempt, at, status, error, took_ms
              FROM notification_attempts WHERE notification_id = ANY($1)
              ORDER BY notification_id, attempt, id",
         )
-        .bind(ids)
-        .fetch_all(&self.pool)
-        .await?)
+        .bind(&ids)
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok((rows, attempts))
     }
 }

@@ -293,12 +293,10 @@ pub(super) async fn notifications(
         ),
         None => None,
     };
-    let rows = s
+    let (rows, attempts) = s
         .store
-        .recent_notifications(deployment, q.limit.unwrap_or(50))
+        .notification_log(deployment, q.limit.unwrap_or(50))
         .await?;
-    let ids: Vec<Uuid> = rows.iter().map(|n| n.id).collect();
-    let attempts = s.store.notification_attempts(&ids).await?;
     let items: Vec<serde_json::Value> = rows
         .iter()
         .map(|n| {

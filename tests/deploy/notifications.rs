@@ -109,11 +109,20 @@ async fn each_outcome_is_sent_signed_to_a_standard_webhooks_receiver_and_as_text
     assert!(chat[0]["text"].as_str().unwrap().contains("succeeded"));
     assert!(chat[1]["text"].as_str().unwrap().contains("failed"));
 
-    // The delivery log says each was sent at the first attempt.
-    let (code, log) = env.api_get("/notifications").await;
-    assert_eq!(code, 200);
+    // The delivery log says each was sent at the first attempt. The receiver has the
+    // bytes a moment before the sender commits the outcome, so wait for the log to settle.
+    let log = wait_until(
+        "the four notifications are logged as finished",
+        Duration::from_secs(30),
+        || async {
+            let (code, log) = env.api_get("/notifications").await;
+            assert_eq!(code, 200);
+            let all = log["notifications"].as_array()?;
+            (all.len() == 4 && all.iter().all(|n| n["state"] != "pending")).then_some(log)
+        },
+    )
+    .await;
     let all = log["notifications"].as_array().unwrap();
-    assert_eq!(all.len(), 4, "{log:#}");
     for n in all {
         assert_eq!(n["state"], "sent", "{n:#}");
         assert_eq!(n["log"].as_array().unwrap().len(), 1);
