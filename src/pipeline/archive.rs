@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use super::image::VerifiedImage;
 use super::records::ImportIntent;
+use super::refusal::{Refusal, reserved_labels_claimed};
 use super::{PipelineError, Run, Step, StepError};
-use crate::engine::RESERVED_LABELS;
 use crate::registry::Resolved;
 use crate::store::Import;
 
@@ -30,7 +30,7 @@ impl Run<'_> {
         let Some(digest) = self.dep.claimed_digest.clone() else {
             return Err(PipelineError::Failed {
                 step: Step::Resolve,
-                source: StepError::Check("an import names the image id it expects".into()),
+                source: Refusal::ImportWithoutImageId.into(),
             });
         };
         let platform = import
@@ -68,9 +68,7 @@ impl Run<'_> {
         let (digest, platform) = (digest.to_owned(), platform.to_owned());
         let path = Path::new(archive);
         if !std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
-            return Err(StepError::Check(
-                "the archive is missing or not a regular file".into(),
-            ));
+            return Err(Refusal::ArchiveMissing.into());
         }
         // The archive's own bytes first, whatever the engine already holds: an
         // image id found on the engine proves nothing about what the file holds.
@@ -80,39 +78,38 @@ impl Run<'_> {
         };
         let verified = crate::archive::verify(path, &wanted)
             .await
-            .map_err(|e| StepError::Check(e.to_string()))?;
+            .map_err(Refusal::from)?;
         let said = self.engine().load_archive(&verified).await?;
         let Some(image) = self.engine().image(&digest).await? else {
-            return Err(StepError::Check(format!(
-                "digest mismatch: the archive holds [{}], not image {digest}",
-                said.join(", ")
-            )));
+            return Err(Refusal::ArchiveHolds {
+                holds: said,
+                digest,
+            }
+            .into());
         };
         if image.id != digest {
-            return Err(StepError::Check(format!(
-                "digest mismatch: image {} is not {digest}",
-                image.id
-            )));
+            return Err(Refusal::ImageId {
+                id: image.id,
+                digest,
+            }
+            .into());
         }
         let found = image.platform.to_string();
         let wanted_os_arch = |p: &str| p.split('/').take(2).collect::<Vec<_>>().join("/");
         if wanted_os_arch(&found) != wanted_os_arch(&platform) {
-            return Err(StepError::Check(format!(
-                "platform mismatch: the archive's image is {found}, expected {platform}"
-            )));
+            return Err(Refusal::ArchivePlatform {
+                found,
+                expected: platform,
+            }
+            .into());
         }
-        if RESERVED_LABELS
-            .iter()
-            .any(|k| image.labels.contains_key(*k))
-        {
-            return Err(StepError::Check(
-                "the image carries labels reserved for Pier".into(),
-            ));
+        let claimed = reserved_labels_claimed(&image.labels);
+        if !claimed.is_empty() {
+            return Err(Refusal::ReservedLabels { labels: claimed }.into());
         }
         Ok(Loaded {
             resolved: Resolved {
-                digest: crate::domain::Digest::parse(&digest)
-                    .map_err(|e| StepError::Check(e.to_string()))?,
+                digest: crate::domain::Digest::parse(&digest).map_err(Refusal::from)?,
                 index_digest: None,
                 media_type: "archive".into(),
                 platform: found,

@@ -24,6 +24,7 @@ use super::records::{
     Applied, AppliedIntent, DrainIntent, RetireIntent, RevertIntent, SoakIntent, StartIntent,
     SwitchIntent,
 };
+use super::refusal::Refusal;
 use super::{PipelineError, Run, Step, StepError, error_chain};
 use crate::backoff::Backoff;
 use crate::config::RouteConfig;
@@ -232,11 +233,8 @@ impl Run<'_> {
                     .engine()
                     .published(&candidate.id, self.app.port)
                     .await?
-                    .ok_or_else(|| {
-                        StepError::Check(format!(
-                            "the engine bound no host port for container port {}",
-                            self.app.port
-                        ))
+                    .ok_or(Refusal::NoHostPort {
+                        port: self.app.port,
                     })?;
                 Ok(Started {
                     upstream: bound.to_string(),
@@ -245,10 +243,10 @@ impl Run<'_> {
             .await?;
         started.upstream.parse().map_err(|_| PipelineError::Failed {
             step: Step::Start,
-            source: StepError::Check(format!(
-                "bad upstream `{}` in the journal",
-                started.upstream
-            )),
+            source: Refusal::BadUpstream {
+                upstream: started.upstream.clone(),
+            }
+            .into(),
         })
     }
 
@@ -340,8 +338,12 @@ impl Run<'_> {
         Ok(())
     }
 
-    async fn proxy_view(&self) -> Result<ProxyView, String> {
+    async fn proxy_view(&self) -> Result<ProxyView, Refusal> {
         let url = format!("http://{}/routes", self.ctx.proxy_admin);
+        let unreachable = |e: reqwest::Error| Refusal::ProxyAdmin {
+            url: url.clone(),
+            cause: error_chain(&e),
+        };
         let resp = self
             .ctx
             .http
@@ -349,10 +351,8 @@ impl Run<'_> {
             .timeout(Duration::from_secs(2))
             .send()
             .await
-            .map_err(|e| format!("proxy admin {url}: {}", error_chain(&e)))?;
-        resp.json::<ProxyView>()
-            .await
-            .map_err(|e| format!("proxy admin {url}: {}", error_chain(&e)))
+            .map_err(unreachable)?;
+        resp.json::<ProxyView>().await.map_err(unreachable)
     }
 
     /// New requests already go to the new generation; this waits until the ones in flight
@@ -370,10 +370,12 @@ impl Run<'_> {
             let mut backoff = Backoff::local_probe().within(timeout);
             let mut first: Option<u64> = None;
             loop {
-                let in_flight = match self.proxy_view().await {
-                    Ok(v) => v.upstreams.get(old).map_or(0, |u| u.in_flight),
-                    Err(e) => return Err(StepError::Check(e)),
-                };
+                let in_flight = self
+                    .proxy_view()
+                    .await?
+                    .upstreams
+                    .get(old)
+                    .map_or(0, |u| u.in_flight);
                 let at_switch = *first.get_or_insert(in_flight);
                 if in_flight == 0 || !backoff.wait().await {
                     return Ok(Drained {
@@ -435,9 +437,7 @@ impl Run<'_> {
                             in_a_row += 1;
                             tracing::warn!(reason = %why, in_a_row, "soak check failed");
                             if in_a_row >= route.soak_failures {
-                                return Err(StepError::Check(format!(
-                                    "failed its soak: {why} ({in_a_row} checks in a row)"
-                                )));
+                                return Err(Refusal::SoakFailed { why, in_a_row }.into());
                             }
                         }
                     }
@@ -478,7 +478,7 @@ impl Run<'_> {
                 .await
             {
                 Ok(_) => Ok(None),
-                Err(StepError::Check(why)) => Ok(Some(why)),
+                Err(StepError::Refused(why)) => Ok(Some(why.to_string())),
                 Err(e) => Err(e),
             };
         }
@@ -599,9 +599,7 @@ impl Run<'_> {
                     .engine()
                     .published(&prev.container, self.app.port)
                     .await?
-                    .ok_or_else(|| {
-                        StepError::Check("the previous generation has no port".into())
-                    })?;
+                    .ok_or(Refusal::PreviousWithoutPort)?;
                 if let Some(path) = &probe_path {
                     let probe =
                         self.http_probe(bound, path, Duration::from_secs(30), Default::default());
@@ -637,13 +635,15 @@ impl Run<'_> {
                     }
                     format!("the proxy serves route version {applied}")
                 }
-                Err(e) => e,
+                Err(e) => e.to_string(),
             };
             if !backoff.wait().await {
-                return Err(StepError::Check(format!(
-                    "the proxy did not apply route version {version} within {}s: {last}",
-                    APPLY_DEADLINE.as_secs()
-                )));
+                return Err(Refusal::RouteNotApplied {
+                    version,
+                    secs: APPLY_DEADLINE.as_secs(),
+                    last,
+                }
+                .into());
             }
         }
     }

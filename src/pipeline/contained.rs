@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::container::Candidate;
 use super::records::{ConnectIntent, Connected, NetworkIntent};
+use super::refusal::Refusal;
 use super::{PipelineError, Run, Step, StepError};
 use crate::config::Contained;
 use crate::engine::{ContainedSpec, LABEL_APP, LABEL_INCARNATION, LABEL_MANAGED, LABEL_SERVICE};
@@ -89,14 +90,14 @@ impl Run<'_> {
     pub(super) fn policy_check(&self) -> Result<(), StepError> {
         let live = self.ctx.live.load();
         if live.app(&self.app.name).is_none() {
-            return Err(StepError::Check(format!(
-                "app `{}` is no longer in the configuration",
-                self.app.name
-            )));
+            return Err(Refusal::AppRemoved {
+                app: self.app.name.clone(),
+            }
+            .into());
         }
         live.policy
             .check(&self.app.name, self.contained())
-            .map_err(|r| StepError::Check(format!("refused by policy: {r}")))
+            .map_err(|r| Refusal::Policy(r).into())
     }
 
     /// Before any container of the app exists: its private network `pier-<app>`, made by
@@ -112,10 +113,7 @@ impl Run<'_> {
             match self.engine().network(&name).await? {
                 Some(n) if n.is_apps(&self.app.name) => return Ok(name.clone()),
                 Some(_) => {
-                    return Err(StepError::Check(format!(
-                        "network {name} exists but Pier did not make it for this app; \
-                         remove or rename it"
-                    )));
+                    return Err(Refusal::NetworkNotOurs { name: name.clone() }.into());
                 }
                 None => {}
             }
@@ -128,9 +126,7 @@ impl Run<'_> {
             // only one with our labels is ours.
             match self.engine().network(&name).await? {
                 Some(n) if n.is_apps(&self.app.name) => Ok(name.clone()),
-                _ => Err(StepError::Check(format!(
-                    "network {name} is not labelled for this app after creating it"
-                ))),
+                _ => Err(Refusal::NetworkUnlabelled { name: name.clone() }.into()),
             }
         })
         .await
@@ -183,10 +179,11 @@ impl Run<'_> {
         if let Some(o) = &recorded
             && o.app != *app
         {
-            return Err(StepError::Check(format!(
-                "volume {name} is owned by app `{}`; an app never mounts another's",
-                o.app
-            )));
+            return Err(Refusal::VolumeOwnedByOther {
+                name: name.to_owned(),
+                owner: o.app.clone(),
+            }
+            .into());
         }
         // The engine is looked at before anything is recorded: a volume that exists
         // without a record of this app is someone else's data, and gets no record.
@@ -207,10 +204,11 @@ impl Run<'_> {
             )
             .await?;
         if owner.app != *app {
-            return Err(StepError::Check(format!(
-                "volume {name} is owned by app `{}`; an app never mounts another's",
-                owner.app
-            )));
+            return Err(Refusal::VolumeOwnedByOther {
+                name: name.to_owned(),
+                owner: owner.app,
+            }
+            .into());
         }
         crate::faults::crash_point("volume_owner", "after");
         let labels = HashMap::from([
@@ -244,11 +242,10 @@ impl Run<'_> {
         // A crash here replays the step: it finds no record and the same volume, and
         // refuses again (the undo is idempotent).
         crate::faults::crash_point("volume_unclaim", "after");
-        StepError::Check(format!(
-            "volume {name} exists on the engine but was not made by Pier for this app (its \
-             labels do not carry an ownership record of the app); it is not mounted: remove \
-             or rename it"
-        ))
+        Refusal::VolumeNotOurs {
+            name: name.to_owned(),
+        }
+        .into()
     }
 
     /// Shared networks, joined only once the candidate is journaled (so a crash cannot
@@ -267,9 +264,7 @@ impl Run<'_> {
             let aliases = vec![c.service.clone()];
             for n in &c.networks {
                 if self.engine().network(n).await?.is_none() {
-                    return Err(StepError::Check(format!(
-                        "shared network {n} does not exist; create it first"
-                    )));
+                    return Err(Refusal::SharedNetworkMissing { name: n.clone() }.into());
                 }
                 self.engine()
                     .join_network(n, &candidate.id, &aliases)

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use super::container::Candidate;
 use super::image::VerifiedImage;
 use super::records::{SwitchIntent, SwitchedTo};
+use super::refusal::Refusal;
 use super::{PipelineError, Run, Step, StepError};
 
 mod remote;
@@ -143,9 +144,13 @@ impl Run<'_> {
                         detail: p.detail,
                     }),
                     Err(NotHealthy::Check(e)) => Err(e),
-                    Err(NotHealthy::TimedOut { probed, timeout }) => Err(StepError::Check(
-                        NotHealthy::<()>::timeout_reason(timeout, &probed.detail),
-                    )),
+                    Err(NotHealthy::TimedOut { probed, timeout }) => {
+                        Err(Refusal::NotHealthyWithin {
+                            timeout,
+                            last: probed.detail,
+                        }
+                        .into())
+                    }
                 }
             }
             Probe::Healthcheck { timeout_ms } => {
@@ -163,14 +168,14 @@ impl Run<'_> {
         id: &str,
     ) -> Result<crate::engine::ContainerFacts, StepError> {
         let Some(state) = self.engine().inspect_container(id).await? else {
-            return Err(StepError::Check("candidate container disappeared".into()));
+            return Err(Refusal::CandidateGone.into());
         };
         if !state.running || state.restarts > 0 {
-            return Err(StepError::Check(format!(
-                "container exited (status {}, exit code {}) before becoming healthy",
-                state.status,
-                state.exit_code.map_or("unknown".into(), |c| c.to_string())
-            )));
+            return Err(Refusal::ExitedBeforeHealthy {
+                status: state.status,
+                exit_code: state.exit_code,
+            }
+            .into());
         }
         Ok(state)
     }
@@ -192,9 +197,7 @@ impl Run<'_> {
                 Some(_) => match state.health {
                     Health::Healthy => Some("image HEALTHCHECK reports healthy".to_owned()),
                     Health::Unhealthy => {
-                        return Err(StepError::Check(
-                            "image HEALTHCHECK reports unhealthy".into(),
-                        ));
+                        return Err(Refusal::HealthcheckUnhealthy.into());
                     }
                     _ => None,
                 },
@@ -208,10 +211,11 @@ impl Run<'_> {
             }
             let delay = next_probe_delay(started.elapsed(), MIN_HEALTHCHECK_DELAY);
             if started.elapsed() + delay > timeout {
-                return Err(StepError::Check(NotHealthy::<()>::timeout_reason(
+                return Err(Refusal::NotHealthyWithin {
                     timeout,
-                    "image HEALTHCHECK still starting",
-                )));
+                    last: "image HEALTHCHECK still starting".into(),
+                }
+                .into());
             }
             tokio::time::sleep(delay).await;
         }

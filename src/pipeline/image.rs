@@ -5,9 +5,9 @@ use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 use super::records::{ImageIntent, ResolveIntent};
-use super::{PipelineError, Run, Step, StepError};
+use super::refusal::{Refusal, reserved_labels_claimed};
+use super::{PipelineError, Run, Step};
 use crate::backoff::Backoff;
-use crate::engine::RESERVED_LABELS;
 
 use crate::registry::{RegistryError, Resolved, Wanted};
 
@@ -160,37 +160,34 @@ impl Run<'_> {
                     self.engine()
                         .pull(&self.app.image, &r.digest, creds)
                         .await?;
-                    self.engine().image(&reference).await?.ok_or_else(|| {
-                        StepError::Check(format!("{reference} is not in the engine after the pull"))
-                    })?
+                    self.engine()
+                        .image(&reference)
+                        .await?
+                        .ok_or_else(|| Refusal::NotPulled {
+                            reference: reference.clone(),
+                        })?
                 }
             };
             let named = |d: &String| self.app.image_name.is_repo_digest(d, &r.digest);
             if !image.repo_digests.iter().any(named) {
-                return Err(StepError::Check(format!(
-                    "digest mismatch: the engine's image {} has repo digests [{}], not {reference}",
-                    image.id,
-                    image.repo_digests.join(", ")
-                )));
+                return Err(Refusal::RepoDigests {
+                    image: image.id,
+                    repo_digests: image.repo_digests,
+                    reference: reference.clone(),
+                }
+                .into());
             }
-            let mut claimed: Vec<&str> = RESERVED_LABELS
-                .into_iter()
-                .filter(|k| image.labels.contains_key(*k))
-                .collect();
+            let claimed = reserved_labels_claimed(&image.labels);
             if !claimed.is_empty() {
-                claimed.sort_unstable();
-                return Err(StepError::Check(format!(
-                    "the image carries labels reserved for Pier ({}): an image cannot claim to be \
-                     one of Pier's containers",
-                    claimed.join(", ")
-                )));
+                return Err(Refusal::ReservedLabels { labels: claimed }.into());
             }
             let want = &self.ctx.platform;
             if image.platform.os != want.os || image.platform.architecture != want.architecture {
-                return Err(StepError::Check(format!(
-                    "platform mismatch: image is {}, engine runs {want}",
-                    image.platform
-                )));
+                return Err(Refusal::Platform {
+                    image: image.platform.to_string(),
+                    engine: want.to_string(),
+                }
+                .into());
             }
             Ok(VerifiedImage {
                 image_id: image.id,

@@ -19,6 +19,7 @@ mod outcome;
 mod plan;
 pub(crate) mod records;
 mod redact;
+mod refusal;
 mod rollback;
 mod rollout;
 mod service_images;
@@ -40,6 +41,7 @@ use crate::registry::{Registry, RegistryError};
 pub use crate::store::Lane;
 pub use crate::store::Step;
 use crate::store::{Deployment, DeploymentState, Store, StoreError};
+use refusal::Refusal;
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum PipelineError {
@@ -91,8 +93,16 @@ pub(crate) enum StepError {
     /// A record a step keeps beside the journal (a volume's owner).
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error("{0}")]
-    Check(String),
+    /// A check that no retry can change (`refusal.rs` lists them all).
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    /// One service of a generation failed: the error names it, since a generation has
+    /// several.
+    #[error("service `{service}`: {source}")]
+    InService {
+        service: String,
+        source: Box<StepError>,
+    },
     /// A failure journaled by an earlier run, replayed as it was recorded.
     #[error("{0}")]
     Recorded(String),
@@ -110,7 +120,8 @@ impl StepError {
             StepError::Registry(e) => e.is_transient(),
             StepError::Engine(e) => e.is_transient(),
             StepError::Store(e) => e.is_unavailable(),
-            StepError::Check(_)
+            StepError::InService { source, .. } => source.is_transient(),
+            StepError::Refused(_)
             | StepError::Recorded(_)
             | StepError::Stopped(_)
             | StepError::Rollout(_) => false,
@@ -235,23 +246,22 @@ impl Run<'_> {
         if self.dep.image != self.app.image {
             // Queued for one repository, configured for another now: deploying either would
             // surprise someone. The next push or a redeploy uses the new config.
-            return Err(refuse(StepError::Check(format!(
-                "conflict: queued for {} but the app now follows {}",
-                self.dep.image, self.app.image
-            ))));
+            return Err(refuse(
+                Refusal::ImageChanged {
+                    queued: self.dep.image.clone(),
+                    follows: self.app.image.clone(),
+                }
+                .into(),
+            ));
         }
         // Host paths the policy (as reloaded) no longer allows, or a config file that is not
         // a regular file: the deployment fails before it pulls or makes anything.
         self.policy_check().map_err(refuse)?;
         if self.target.kind == crate::config::TargetKind::Swarm && self.import.is_some() {
-            return Err(refuse(StepError::Check(
-                "pier import loads an archive into one engine; a swarm's nodes pull from the registry".into(),
-            )));
+            return Err(refuse(Refusal::ImportOnSwarm.into()));
         }
         if self.multi_target && self.import.is_some() {
-            return Err(refuse(StepError::Check(
-                "pier import loads an archive into one engine; this app runs on several".into(),
-            )));
+            return Err(refuse(Refusal::ImportOnSeveral.into()));
         }
         Ok(())
     }

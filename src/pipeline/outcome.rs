@@ -53,7 +53,7 @@ impl Run<'_> {
         let reason = error_chain(&error);
         tracing::warn!(error = %reason, "deployment failed; rolling back");
         if let Err(e) = self.quarantine_failed(&error).await {
-            return Outcome::Abandoned(e);
+            return Outcome::Abandoned(error_chain(&e));
         }
         let undone = match self.target.kind {
             TargetKind::Swarm => self.undo_service(&error).await,
@@ -61,7 +61,7 @@ impl Run<'_> {
         };
         let undone = match undone {
             Ok(u) => u,
-            Err(e) => return Outcome::Abandoned(e),
+            Err(e) => return Outcome::Abandoned(error_chain(&e)),
         };
         let (state, outcome) = match (&error, undone.rolled_back()) {
             (PipelineError::Stopped { step, by }, _) => (
@@ -85,17 +85,17 @@ impl Run<'_> {
     /// if it was new there; otherwise the candidate goes and what `stop_old` stopped starts
     /// again. An undo that cannot do its work is said loudly (an alert, the note in
     /// capitals). `Err`: the database is away, so the next holder undoes from the journal.
-    pub(super) async fn undo(&self) -> Result<Undone, String> {
+    pub(super) async fn undo(&self) -> Result<Undone, PipelineError> {
         let reverted = match self.app.strategy {
             Strategy::BlueGreen => match self.revert().await {
                 Ok(v) => v,
-                Err(PipelineError::Store(e)) => return Err(error_chain(&e)),
+                Err(e @ PipelineError::Store(_)) => return Err(e),
                 Err(e) => return Ok(Undone::failed(UndoStep::Revert, &e)),
             },
             Strategy::Recreate => None,
         };
         let switched = match reverted {
-            None if self.multi_target => self.switched_here().await.map_err(|e| error_chain(&e))?,
+            None if self.multi_target => self.switched_here().await?,
             _ => false,
         };
         if switched {
@@ -104,7 +104,7 @@ impl Run<'_> {
                     note,
                     ..Undone::default()
                 }),
-                Err(PipelineError::Store(e)) => Err(error_chain(&e)),
+                Err(e @ PipelineError::Store(_)) => Err(e),
                 Err(e) => Ok(Undone::failed(UndoStep::Revert, &e)),
             };
         }
@@ -115,7 +115,7 @@ impl Run<'_> {
                 logs: r.logs,
                 restored: false,
             }),
-            Err(PipelineError::Store(e)) => Err(error_chain(&e)),
+            Err(e @ PipelineError::Store(_)) => Err(e),
             Err(e) => Ok(Undone {
                 reverted,
                 ..Undone::failed(UndoStep::Rollback, &e)
@@ -125,7 +125,10 @@ impl Run<'_> {
 
     /// A digest that failed its health check or soak is quarantined for the app: a push
     /// or the poller does not deploy it again. `Err`: the database is away.
-    pub(super) async fn quarantine_failed(&self, error: &PipelineError) -> Result<(), String> {
+    pub(super) async fn quarantine_failed(
+        &self,
+        error: &PipelineError,
+    ) -> Result<(), PipelineError> {
         let step = match error {
             PipelineError::Failed {
                 step: step @ (Step::Health | Step::Soak),
@@ -152,7 +155,6 @@ impl Run<'_> {
                 .quarantine(&self.app.name, &digest, &why, self.dep.id)
         })
         .await
-        .map_err(|e| error_chain(&e))
     }
 }
 

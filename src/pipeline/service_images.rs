@@ -146,7 +146,10 @@ fn name_service(e: PipelineError, service: &str) -> PipelineError {
     match e {
         PipelineError::Failed { step, source } => PipelineError::Failed {
             step,
-            source: StepError::Check(format!("service `{service}`: {source}")),
+            source: StepError::InService {
+                service: service.to_owned(),
+                source: Box::new(source),
+            },
         },
         other => other,
     }

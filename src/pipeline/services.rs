@@ -21,6 +21,7 @@ use super::container::Candidate;
 use super::health::{Healthy, Probe};
 use super::image::VerifiedImage;
 use super::records::{ServiceHealthIntent, ServiceProbe};
+use super::refusal::Refusal;
 use super::service_images::ServiceImage;
 use super::{PipelineError, Run, Step, StepError};
 use crate::config::AppConfig;
@@ -134,7 +135,10 @@ impl<'a> Run<'a> {
             };
             // The failure names the service: a generation has several.
             res.map_err(|e| match e {
-                StepError::Check(why) => StepError::Check(format!("service `{name}`: {why}")),
+                StepError::Refused(r) => StepError::InService {
+                    service: name.to_string(),
+                    source: Box::new(r.into()),
+                },
                 other => other,
             })
         })
@@ -150,15 +154,15 @@ impl<'a> Run<'a> {
         loop {
             probes += 1;
             let Some(state) = self.engine().inspect_container(id).await? else {
-                return Err(StepError::Check("container disappeared".into()));
+                return Err(Refusal::ContainerGone.into());
             };
             if !state.running || state.restarts > 0 {
-                return Err(StepError::Check(format!(
-                    "container exited (status {}, exit code {}) within its {} ms settle window",
-                    state.status,
-                    state.exit_code.map_or("unknown".into(), |c| c.to_string()),
-                    settle.as_millis()
-                )));
+                return Err(Refusal::ExitedWhileSettling {
+                    status: state.status,
+                    exit_code: state.exit_code,
+                    settle_ms: settle.as_millis(),
+                }
+                .into());
             }
             let now = Instant::now();
             if now >= deadline {

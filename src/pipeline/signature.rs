@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::refusal::Refusal;
 use super::{PipelineError, Run, Step, StepError};
 use crate::backoff::Backoff;
 use crate::registry::{Place, RegistryError, Resolved};
@@ -80,11 +81,7 @@ impl Run<'_> {
             annotations: vec![],
         };
         self.step(Step::Signature, &intent, || async {
-            Err::<Signed, _>(StepError::Check(
-                "an imported archive carries no signature Pier can verify, and this app's images \
-                 must be signed: push the image to a registry and sign it there"
-                    .into(),
-            ))
+            Err::<Signed, _>(Refusal::UnsignedArchive.into())
         })
         .await
         .map(|_| ())
@@ -99,10 +96,11 @@ impl Run<'_> {
         if let Some(index) = &r.index_digest {
             let entries = self.ctx.registry.index_entries(self.app, index).await?;
             if !entries.iter().any(|e| r.digest == *e) {
-                return Err(StepError::Check(format!(
-                    "the index {index} does not list {}, the manifest chosen from it",
-                    r.digest
-                )));
+                return Err(Refusal::IndexOmits {
+                    index: index.clone(),
+                    digest: r.digest.to_string(),
+                }
+                .into());
             }
         }
         let subject = Subject {
@@ -192,6 +190,6 @@ impl Run<'_> {
             return StepError::Store(e);
         }
         tracing::warn!(%digest, reason = %rejected, "no valid signature: the digest is quarantined");
-        StepError::Check(rejected.to_string())
+        Refusal::Unsigned(rejected).into()
     }
 }

@@ -12,6 +12,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{APPLY_DEADLINE, Drained};
+use crate::pipeline::refusal::Refusal;
 use crate::pipeline::{Run, StepError};
 use crate::store::{Channel, ProxyReport, StoreError};
 
@@ -47,11 +48,13 @@ impl Run<'_> {
         match seen {
             Ok(()) => Ok(started.elapsed().as_millis() as u64),
             Err(WaitError::Store(e)) => Err(e),
-            Err(WaitError::Timeout(last)) => Err(StepError::Check(format!(
-                "the pier proxy of target {} did not apply route version {version} within {}s: {last}",
-                self.target.name,
-                APPLY_DEADLINE.as_secs()
-            ))),
+            Err(WaitError::Timeout(last)) => Err(Refusal::RemoteRouteNotApplied {
+                target: self.target.name.clone(),
+                version,
+                secs: APPLY_DEADLINE.as_secs(),
+                last,
+            }
+            .into()),
         }
     }
 

@@ -16,6 +16,7 @@ use std::time::Duration;
 use chrono::Utc;
 
 use super::Healthy;
+use crate::pipeline::refusal::Refusal;
 use crate::pipeline::{Run, StepError};
 use crate::store::{Channel, NewProbe, ProbeRequest, ProbeState, StoreError};
 
@@ -39,7 +40,10 @@ fn address_and_path(url: &str) -> Result<(&str, &str), StepError> {
     url.strip_prefix("http://")
         .and_then(|rest| rest.find('/').map(|i| rest.split_at(i)))
         .ok_or_else(|| {
-            StepError::Check(format!("health probe URL `{url}` has no address and path"))
+            Refusal::ProbeUrl {
+                url: url.to_owned(),
+            }
+            .into()
         })
 }
 
@@ -108,7 +112,7 @@ impl Run<'_> {
             let r = store
                 .probe_request(request.id)
                 .await?
-                .ok_or_else(|| StepError::Check("the probe request is gone".into()))?;
+                .ok_or(Refusal::ProbeRequestGone)?;
             let wait = match self.probe_settled(target, id, &r).await? {
                 Some(healthy) => return Ok(healthy),
                 None => self.left_to_wait(target, &r).await?,
@@ -192,10 +196,11 @@ impl Run<'_> {
                     ),
                 }))
             }
-            ProbeState::Failed => Err(StepError::Check(format!(
-                "{} (probed by {by})",
-                r.detail.as_deref().unwrap_or("the probe failed")
-            ))),
+            ProbeState::Failed => Err(Refusal::ProbeFailed {
+                detail: r.detail.as_deref().unwrap_or("the probe failed").to_owned(),
+                by,
+            }
+            .into()),
             ProbeState::Lapsed => Err(no_proxy(target)),
             ProbeState::Requested | ProbeState::Probing => Ok(None),
         }
@@ -219,11 +224,11 @@ impl Run<'_> {
             return Ok(Some(left));
         }
         if taken {
-            return Err(StepError::Check(format!(
-                "{} took the probe but wrote no outcome within {}s",
-                r.taken_by.as_deref().unwrap_or("a pier proxy"),
-                (timeout + OUTCOME_GRACE).as_secs()
-            )));
+            return Err(Refusal::ProbeNoOutcome {
+                by: r.taken_by.as_deref().unwrap_or("a pier proxy").to_owned(),
+                secs: (timeout + OUTCOME_GRACE).as_secs(),
+            }
+            .into());
         }
         if self.ctx.store.lapse_probe(r.id).await? {
             return Err(no_proxy(target));
@@ -233,10 +238,11 @@ impl Run<'_> {
 }
 
 fn no_proxy(target: &str) -> StepError {
-    StepError::Check(format!(
-        "no pier proxy for target {target} took the probe within {}s: run `pier proxy --target {target}` on that host",
-        TAKE_WITHIN.as_secs()
-    ))
+    Refusal::ProbeNotTaken {
+        target: target.to_owned(),
+        secs: TAKE_WITHIN.as_secs(),
+    }
+    .into()
 }
 
 #[cfg(test)]

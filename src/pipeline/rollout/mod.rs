@@ -18,7 +18,8 @@ use serde::{Deserialize, Serialize};
 
 use super::blue_green::Served;
 use super::container::{Candidate, OldGeneration};
-use super::{Outcome, PipelineError, Prepared, Run, Step, StepError, error_chain};
+use super::refusal::Refusal;
+use super::{Outcome, PipelineError, Prepared, Run, Step, error_chain};
 use crate::config::Strategy;
 use crate::registry::Resolved;
 use crate::store::DeploymentState;
@@ -196,11 +197,11 @@ impl<'a> Run<'a> {
             .step(Step::Reach, &intent, || async {
                 let platform = self.engine().platform().await?;
                 if platform != self.ctx.platform {
-                    return Err(StepError::Check(format!(
-                        "the engine runs {platform}, but the rollout resolves one digest for \
-                         {}; an app's targets must share one platform",
-                        self.ctx.platform
-                    )));
+                    return Err(Refusal::PlatformSplit {
+                        engine: platform.to_string(),
+                        rollout: self.ctx.platform.to_string(),
+                    }
+                    .into());
                 }
                 Ok(Reached {
                     waited_ms: started.elapsed().as_millis() as u64,

@@ -7,7 +7,8 @@
 use super::{RevertToIntent, RevertedTo, Up};
 use crate::pipeline::container::{Candidate, OldGeneration};
 use crate::pipeline::records::GenerationRef;
-use crate::pipeline::{Outcome, PipelineError, Run, Step, StepError, error_chain};
+use crate::pipeline::refusal::Refusal;
+use crate::pipeline::{Outcome, PipelineError, Run, Step, error_chain};
 use crate::store::{DeploymentState, GenerationSwitch, StepState};
 use crate::target::Target;
 
@@ -44,7 +45,7 @@ impl<'a> Run<'a> {
                 error_chain(error)
             ));
             if let Err(e) = run.quarantine_failed(error).await {
-                return Outcome::Abandoned(e);
+                return Outcome::Abandoned(error_chain(&e));
             }
         }
         let touched = failed.iter().map(|(run, _)| run).chain(
@@ -120,7 +121,7 @@ impl<'a> Run<'a> {
                     logs = logs.or(u.logs);
                     notes.push(format!("{}: {}", run.target.name, u.note));
                 }
-                Err(e) => return Outcome::Abandoned(e),
+                Err(e) => return Outcome::Abandoned(error_chain(&e)),
             }
         }
         let outcome = match notes.is_empty() {
@@ -177,9 +178,7 @@ impl<'a> Run<'a> {
                     match self.engine().inspect_container(id).await? {
                         Some(c) if c.running => {}
                         _ => {
-                            return Err(StepError::Check(format!(
-                                "the previous generation's container {id} does not run again"
-                            )));
+                            return Err(Refusal::PreviousNotRunning { id: id.clone() }.into());
                         }
                     }
                 }

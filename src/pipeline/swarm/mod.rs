@@ -17,6 +17,7 @@ pub use watch::RolloutFailure;
 
 use serde::{Deserialize, Serialize};
 
+use super::refusal::Refusal;
 use super::{PipelineError, Run, Step, StepError};
 use crate::config::SwarmApp;
 use crate::domain::Platform;
@@ -73,10 +74,11 @@ impl Run<'_> {
             .as_ref()
             .ok_or_else(|| PipelineError::Failed {
                 step: Step::Update,
-                source: StepError::Check(format!(
-                    "app `{}` has no swarm settings for target {}",
-                    self.app.name, self.target.name
-                )),
+                source: Refusal::NoSwarmSettings {
+                    app: self.app.name.clone(),
+                    target: self.target.name.clone(),
+                }
+                .into(),
             })
     }
 
@@ -285,9 +287,7 @@ impl Run<'_> {
         self.observed_step(Step::Update, observed, |plan: UpdatePlan| async move {
             let now = self.with_spec_hmac(plan.clone(), swarm, r, checked);
             if now.spec_hmac != plan.spec_hmac {
-                return Err(StepError::Check(
-                    "conflict: the journal recorded another service spec than the config gives now (config changed since the update began)".into(),
-                ));
+                return Err(Refusal::ServiceSpecChanged.into());
             }
             self.apply_update(&plan, swarm, r, checked).await
         })
@@ -363,9 +363,10 @@ impl Run<'_> {
                     });
                 }
                 None if plan.previous.is_some() => {
-                    return Err(StepError::Check(format!(
-                        "service {name} was removed during the deployment"
-                    )));
+                    return Err(Refusal::ServiceRemoved {
+                        name: name.to_owned(),
+                    }
+                    .into());
                 }
                 None => {
                     self.engine()
@@ -377,9 +378,10 @@ impl Run<'_> {
                     });
                 }
                 Some(f) if f.label(LABEL_MANAGED) != Some("true") => {
-                    return Err(StepError::Check(format!(
-                        "service {name} exists and Pier did not create it (no {LABEL_MANAGED} label): Pier does not take over a service; remove or rename it"
-                    )));
+                    return Err(Refusal::ServiceNotOurs {
+                        name: name.to_owned(),
+                    }
+                    .into());
                 }
                 Some(f) => {
                     match self
@@ -401,9 +403,11 @@ impl Run<'_> {
                 }
             }
         }
-        Err(StepError::Check(format!(
-            "service {name} kept changing under the update ({UPDATE_TRIES} tries)"
-        )))
+        Err(Refusal::ServiceKeptChanging {
+            name: name.to_owned(),
+            tries: UPDATE_TRIES,
+        }
+        .into())
     }
 
     /// This deployment's spec was written to the service: the spec names it, or Swarm

@@ -8,6 +8,7 @@ use super::UpdatePlan;
 use super::watch::{self, Goal};
 use crate::engine::{EngineError, LABEL_DEPLOYMENT, UpdateState};
 use crate::pipeline::outcome::Undone;
+use crate::pipeline::refusal::Refusal;
 use crate::pipeline::{PipelineError, Run, Step, StepError};
 use crate::store::StepState;
 
@@ -19,11 +20,11 @@ impl Run<'_> {
     pub(in crate::pipeline) async fn undo_service(
         &self,
         error: &PipelineError,
-    ) -> Result<Undone, String> {
+    ) -> Result<Undone, PipelineError> {
         let logs = self.failed_task_logs(error).await;
         let undone = match self.undo_update().await {
             Ok(u) => u,
-            Err(PipelineError::Store(e)) => return Err(crate::error::error_chain(&e)),
+            Err(e @ PipelineError::Store(_)) => return Err(e),
             Err(e) => Undone::failed_rollback(&e),
         };
         Ok(Undone { logs, ..undone })
@@ -106,9 +107,10 @@ impl Run<'_> {
         let ours = self.dep.id.to_string();
         for _ in 0..super::UPDATE_TRIES {
             let Some(f) = self.engine().service(service).await? else {
-                return Err(StepError::Check(format!(
-                    "service {service} is gone: nothing to roll back"
-                )));
+                return Err(Refusal::ServiceGone {
+                    name: service.to_owned(),
+                }
+                .into());
             };
             let rolling = matches!(
                 f.update.state,
@@ -123,9 +125,10 @@ impl Run<'_> {
                 Err(e) => return Err(e.into()),
             }
         }
-        Err(StepError::Check(format!(
-            "service {service} kept changing under the rollback"
-        )))
+        Err(Refusal::ServiceKeptChangingInRollback {
+            name: service.to_owned(),
+        }
+        .into())
     }
 
     /// The last lines of the task that failed, redacted: what the deployment shows as
