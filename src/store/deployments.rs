@@ -368,13 +368,7 @@ impl Store {
     }
 
     pub async fn app_deployments(&self, app: &str, limit: i64) -> Result<Vec<Deployment>> {
-        Ok(sqlx::query_as(
-            "SELECT * FROM deployments WHERE app = $1 ORDER BY created_at DESC LIMIT $2",
-        )
-        .bind(app)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?)
+        app_deployments_in(&self.pool, app, limit).await
     }
 
     /// A page of the app's history older than `before` (keyset on `(created_at, id)`, read
@@ -410,12 +404,7 @@ impl Store {
 
     /// What serves the app on each of its engines, by target name.
     pub(crate) async fn generations_of(&self, app: &str) -> Result<Vec<Generation>> {
-        Ok(
-            sqlx::query_as("SELECT * FROM app_generations WHERE app = $1 ORDER BY target")
-                .bind(app)
-                .fetch_all(&self.pool)
-                .await?,
-        )
+        generations_of_in(&self.pool, app).await
     }
 
     pub(crate) async fn generations(&self) -> Result<Vec<Generation>> {
@@ -533,6 +522,36 @@ fn wakeup_from(lease_left_secs: Option<f64>, others_running: bool) -> Option<Dur
     } else {
         lease
     })
+}
+
+/// The app's newest deployments, on a pool or inside a snapshot (`snapshot.rs`).
+pub(super) async fn app_deployments_in<'c>(
+    ex: impl sqlx::PgExecutor<'c>,
+    app: &str,
+    limit: i64,
+) -> Result<Vec<Deployment>> {
+    Ok(
+        sqlx::query_as(
+            "SELECT * FROM deployments WHERE app = $1 ORDER BY created_at DESC LIMIT $2",
+        )
+        .bind(app)
+        .bind(limit)
+        .fetch_all(ex)
+        .await?,
+    )
+}
+
+/// What serves the app on each of its engines, on a pool or inside a snapshot.
+pub(super) async fn generations_of_in<'c>(
+    ex: impl sqlx::PgExecutor<'c>,
+    app: &str,
+) -> Result<Vec<Generation>> {
+    Ok(
+        sqlx::query_as("SELECT * FROM app_generations WHERE app = $1 ORDER BY target")
+            .bind(app)
+            .fetch_all(ex)
+            .await?,
+    )
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ mod reconcile;
 mod retention;
 mod routes;
 mod sessions;
+mod snapshot;
 mod steps;
 mod text;
 mod volumes;

@@ -179,10 +179,7 @@ impl Store {
         deployment: Option<Uuid>,
         limit: i64,
     ) -> Result<(Vec<NotificationRow>, Vec<AttemptRow>)> {
-        let mut tx = self.begin().await?;
-        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            .execute(&mut *tx)
-            .await?;
+        let mut tx = self.begin_snapshot().await?;
         let rows: Vec<NotificationRow> = sqlx::query_as(
             "SELECT id, endpoint, event, app, deployment_id, state, attempts, next_attempt_at,
                     last_error, created_at, finished_at

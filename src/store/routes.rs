@@ -49,14 +49,7 @@ impl Store {
     }
 
     pub(crate) async fn route(&self, app: &str, target: &str) -> Result<Option<Route>> {
-        Ok(sqlx::query_as(
-            "SELECT app, target, version, upstream, container_id, deployment_id, standby
-             FROM proxy_routes WHERE app = $1 AND target = $2",
-        )
-        .bind(app)
-        .bind(target)
-        .fetch_optional(&self.pool)
-        .await?)
+        route_in(&self.pool, app, target).await
     }
 
     /// A fresh route version, drawn before the write that uses it so that the journal can
@@ -130,4 +123,20 @@ impl Store {
             .rows_affected();
         Ok(n == 1)
     }
+}
+
+/// The app's route on one engine, on a pool or inside a snapshot (`snapshot.rs`).
+pub(super) async fn route_in<'c>(
+    ex: impl sqlx::PgExecutor<'c>,
+    app: &str,
+    target: &str,
+) -> Result<Option<Route>> {
+    Ok(sqlx::query_as(
+        "SELECT app, target, version, upstream, container_id, deployment_id, standby
+         FROM proxy_routes WHERE app = $1 AND target = $2",
+    )
+    .bind(app)
+    .bind(target)
+    .fetch_optional(ex)
+    .await?)
 }

@@ -94,12 +94,7 @@ async fn holds_lease(
 
 impl Store {
     pub async fn steps(&self, deployment: Uuid) -> Result<Vec<StepRecord>> {
-        Ok(
-            sqlx::query_as("SELECT * FROM deployment_steps WHERE deployment_id = $1 ORDER BY id")
-                .bind(deployment)
-                .fetch_all(&self.pool)
-                .await?,
-        )
+        steps_in(&self.pool, deployment).await
     }
 
     /// One journal entry.
@@ -329,4 +324,17 @@ impl Store {
         .fetch_optional(&self.pool)
         .await?)
     }
+}
+
+/// A deployment's journal in order, on a pool or inside a snapshot (`snapshot.rs`).
+pub(super) async fn steps_in<'c>(
+    ex: impl sqlx::PgExecutor<'c>,
+    deployment: Uuid,
+) -> Result<Vec<StepRecord>> {
+    Ok(
+        sqlx::query_as("SELECT * FROM deployment_steps WHERE deployment_id = $1 ORDER BY id")
+            .bind(deployment)
+            .fetch_all(ex)
+            .await?,
+    )
 }

@@ -249,30 +249,23 @@ pub(crate) async fn app_view(
     // `engine_error`) describe the app's first target, as they always did; `engines` has
     // a row for each.
     let first = app.targets[0].as_str();
-    let generations = s.store.generations_of(&app.name).await?;
-    let generation = generations.iter().find(|g| g.target == first).cloned();
-    let deployments = s.store.app_deployments(&app.name, history).await?;
+    // The journal, the generations and the route as of one commit (`store/snapshot.rs`).
+    let rows = s.store.app_rows(&app.name, first, history).await?;
+    let generation = rows.generations.iter().find(|g| g.target == first).cloned();
     let reconcile_actions = s.store.reconcile_actions(&app.name, 10).await?;
     let quarantine = s.store.quarantine_of(&app.name).await?;
-    let route = s.store.route(&app.name, first).await?;
     let pin = s.store.pin(&app.name).await?;
     let mine = containers_of(app, snapshot);
     let ids: Vec<String> = mine.iter().map(|(_, c)| c.id.clone()).collect();
     let known = s.store.known_containers(&ids).await?;
-    let running = deployments
-        .iter()
-        .find(|d| d.state == crate::store::DeploymentState::Running);
-    let steps = match running {
-        Some(d) => s.store.steps(d.id).await?,
-        None => Vec::new(),
-    };
-    let current_step = running.and(steps.last()).map(|st| st.step.to_string());
+    let running = rows.running();
+    let current_step = running.and(rows.steps.last()).map(|st| st.step.to_string());
     let engines = super::engines::engine_rows(
         &s.targets,
         app,
         snapshot,
-        &generations,
-        running.map(|d| (d, steps.as_slice())),
+        &rows.generations,
+        running.map(|d| (d, rows.steps.as_slice())),
     );
     let on_first: Vec<&ContainerFacts> = mine
         .iter()
@@ -305,11 +298,11 @@ pub(crate) async fn app_view(
             })
             .collect(),
         engine_error: snapshot.of(first).err().map(str::to_owned),
-        latest_deployment: deployments.first().cloned(),
-        deployments,
+        latest_deployment: rows.deployments.first().cloned(),
         reconcile_actions,
         quarantine,
-        route,
+        route: rows.route,
+        deployments: rows.deployments,
         current_step,
         pin,
     })
