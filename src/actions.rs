@@ -128,7 +128,7 @@ pub(crate) fn app<'c>(config: &'c Config, name: &str) -> Result<&'c AppConfig, A
 
 fn manual(app: &AppConfig, trigger: Trigger, digest: Option<String>) -> NewDeployment {
     NewDeployment {
-        app: app.name.clone(),
+        app: app.name.to_string(),
         trigger,
         delivery_id: None,
         image: app.image.clone(),
@@ -169,7 +169,7 @@ pub(crate) async fn deploy(
     let d = match (digest, pin) {
         (Some(d), Some(pin)) if d != pin.digest => {
             return Err(ActionError::Pinned {
-                app: app.name.clone(),
+                app: app.name.to_string(),
                 digest: pin.digest,
                 by: pin.by,
             });
@@ -210,7 +210,7 @@ pub(crate) async fn rollback(
     }
     if !store.succeeded_for(&app.name, digest).await? {
         return Err(ActionError::NeverSucceeded {
-            app: app.name.clone(),
+            app: app.name.to_string(),
             digest: digest.to_owned(),
         });
     }

@@ -157,7 +157,7 @@ pub(crate) async fn import(
     let enqueued = store
         .enqueue_import(
             crate::store::NewDeployment {
-                app: a.name.clone(),
+                app: a.name.to_string(),
                 trigger: crate::store::Trigger::Manual,
                 delivery_id: None,
                 image: a.image.clone(),

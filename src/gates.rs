@@ -151,7 +151,7 @@ pub(crate) async fn approve(
     if !a.from.iter().any(|f| f == admin) {
         return Err(ActionError::NotAnApprover {
             admin: clip(admin, 64),
-            app: app.name.clone(),
+            app: app.name.to_string(),
             from: a.from.join(", "),
         });
     }
@@ -174,7 +174,7 @@ pub(crate) async fn reject(
     {
         return Err(ActionError::NotAnApprover {
             admin: clip(admin, 64),
-            app: app.name.clone(),
+            app: app.name.to_string(),
             from: a.from.join(", "),
         });
     }

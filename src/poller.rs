@@ -95,9 +95,9 @@ impl Poller {
                 polls
             });
             for app in config.apps.iter().filter(|a| a.poll.is_some()) {
-                if !timers.contains_key(&app.name) {
+                if !timers.contains_key(app.name.as_str()) {
                     let stop = shutdown.child_token();
-                    timers.insert(app.name.clone(), stop.clone());
+                    timers.insert(app.name.to_string(), stop.clone());
                     let (p, name) = (self.clone(), app.name.clone());
                     running.spawn(async move { p.run(&name, stop).await });
                 }

@@ -25,7 +25,7 @@ pub(crate) struct Promoter {
 
 fn promotion(app: &AppConfig, digest: &str) -> NewDeployment {
     NewDeployment {
-        app: app.name.clone(),
+        app: app.name.to_string(),
         trigger: Trigger::Promotion,
         delivery_id: None,
         image: app.image.clone(),

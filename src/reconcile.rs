@@ -307,7 +307,7 @@ async fn restore_if_lost(
     }
     let enqueued = store
         .enqueue(NewDeployment {
-            app: app.name.clone(),
+            app: app.name.to_string(),
             trigger: Trigger::Reconcile,
             delivery_id: None,
             image: app.image.clone(),

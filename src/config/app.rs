@@ -4,6 +4,7 @@
 
 use super::raw::invalid;
 use super::*;
+use crate::domain::AppName;
 
 fn default_tag() -> String {
     "latest".into()
@@ -137,16 +138,16 @@ pub(super) struct Known<'a> {
 pub(super) fn resolve_apps(raw: Vec<App>, known: &Known) -> Result<Vec<AppConfig>, ConfigError> {
     let mut apps: Vec<AppConfig> = Vec::new();
     for a in raw {
-        if !super::raw::valid_name(&a.name) {
+        let Ok(name) = AppName::parse(&a.name) else {
             return Err(invalid(format!(
                 "app name `{}`: use lower-case letters, digits, - and _",
                 a.name
             )));
+        };
+        if apps.iter().any(|o| o.name == name) {
+            return Err(invalid(format!("app `{name}` is defined twice")));
         }
-        if apps.iter().any(|o| o.name == a.name) {
-            return Err(invalid(format!("app `{}` is defined twice", a.name)));
-        }
-        apps.push(a.resolve(known)?);
+        apps.push(a.resolve(name, known)?);
     }
     Ok(apps)
 }
@@ -154,7 +155,7 @@ pub(super) fn resolve_apps(raw: Vec<App>, known: &Known) -> Result<Vec<AppConfig
 impl App {
     /// Checks in the order they have always been reported; each section's own checks live
     /// with that section.
-    fn resolve(mut self, known: &Known) -> Result<AppConfig, ConfigError> {
+    fn resolve(mut self, name: AppName, known: &Known) -> Result<AppConfig, ConfigError> {
         let base = known.base;
         let image_name = crate::domain::image::ImageName::parse(&self.image)
             .map_err(|e| invalid(format!("app `{}`: image {e}", self.name)))?;
@@ -192,7 +193,7 @@ impl App {
         .resolve(&self.name, known.admins)?;
         let mut app = AppConfig {
             gates,
-            name: self.name,
+            name,
             image: self.image,
             image_name,
             tag: rule.text().to_owned(),

@@ -212,7 +212,7 @@ impl RawContained {
         base: &Path,
     ) -> Result<Contained, ConfigError> {
         let service = self.service.unwrap_or_else(|| app.to_owned());
-        if !super::raw::valid_name(&service) {
+        if !crate::domain::is_name(&service) {
             return Err(invalid(
                 app,
                 "service: use lower-case letters, digits, - and _",
@@ -304,7 +304,7 @@ fn volumes(targets: &mut Targets, raw: Vec<RawVolume>) -> Result<Vec<VolumeMount
     let app = targets.app;
     let mut volumes: Vec<VolumeMount> = Vec::new();
     for v in raw {
-        if !super::raw::valid_name(&v.name) {
+        if !crate::domain::is_name(&v.name) {
             return Err(invalid(
                 app,
                 format!(

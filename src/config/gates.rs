@@ -43,7 +43,7 @@ pub(super) fn resolve_admins(
 ) -> Result<Vec<NamedAdmin>, ConfigError> {
     let mut out: Vec<NamedAdmin> = Vec::new();
     for a in raw {
-        if !super::raw::valid_name(&a.name) {
+        if !crate::domain::is_name(&a.name) {
             return Err(invalid(format!(
                 "admin name `{}`: use lower-case letters, digits, - and _",
                 a.name

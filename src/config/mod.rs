@@ -236,7 +236,7 @@ pub struct HealthConfig {
 
 #[derive(Debug, Clone)]
 pub struct AppConfig {
-    pub name: String,
+    pub name: crate::domain::AppName,
     /// The repository as written, no tag: `127.0.0.1:5000/demo/web`, `acme/web`. Given
     /// to the engine as it is; what it means is [`AppConfig::image_name`].
     pub image: String,

@@ -107,7 +107,7 @@ impl RawNotification {
     ) -> Result<NotificationConfig, ConfigError> {
         let invalid =
             |m: String| ConfigError::Invalid(format!("notification `{}`: {m}", self.name));
-        if !super::raw::valid_name(&self.name) {
+        if !crate::domain::is_name(&self.name) {
             return Err(invalid("use lower-case letters, digits, - and _".into()));
         }
         let url = Secret::resolve(&format!("notifications.{}.url", self.name), &self.url, base)?;

@@ -131,14 +131,6 @@ pub(super) fn invalid(msg: impl Into<String>) -> ConfigError {
     ConfigError::Invalid(msg.into())
 }
 
-pub(super) fn valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 48
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
-}
-
 impl Config {
     pub(crate) fn resolve(self, base: &Path) -> Result<super::Config, ConfigError> {
         let allow_short = self.server.allow_short_secrets;
@@ -190,7 +182,7 @@ fn resolve_sources(
     let app_hosts: Vec<&str> = apps.iter().map(|a| a.registry_host()).collect();
     let mut sources: Vec<SourceConfig> = Vec::new();
     for src in raw {
-        if !valid_name(src.name()) {
+        if !crate::domain::is_name(src.name()) {
             return Err(invalid(format!(
                 "source name `{}`: use lower-case letters, digits, - and _",
                 src.name()

@@ -108,7 +108,7 @@ pub(crate) fn resolve(
         });
     }
     for t in raw {
-        if !super::raw::valid_name(&t.name) || t.name.len() > 32 {
+        if !crate::domain::is_name(&t.name) || t.name.len() > 32 {
             return Err(invalid(format!(
                 "target name `{}`: use at most 32 lower-case letters, digits, - and _",
                 t.name

@@ -71,7 +71,7 @@ fn invalid(msg: String) -> ConfigError {
 pub(super) fn resolve(raw: Vec<RawTrust>, base: &Path) -> Result<Vec<TrustEntry>, ConfigError> {
     let mut out: Vec<TrustEntry> = Vec::new();
     for t in raw {
-        if !super::raw::valid_name(&t.name) {
+        if !crate::domain::is_name(&t.name) {
             return Err(invalid(format!(
                 "trust name `{}`: use lower-case letters, digits, - and _",
                 t.name

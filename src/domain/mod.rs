@@ -14,6 +14,7 @@ pub(crate) mod tags;
 
 pub use endpoint::{Endpoint, EndpointError, EndpointOptions, SshEndpoint, TlsFiles};
 pub use image::ImageName;
+pub(crate) use names::is_name;
 pub use names::{AppName, Digest, NameError, is_digest};
 pub use platform::Platform;
 pub use tags::{TagRule, tag_version};

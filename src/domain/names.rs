@@ -39,10 +39,6 @@ impl Digest {
         }
     }
 
-    pub(crate) fn as_str(&self) -> &str {
-        &self.0
-    }
-
     /// The 64 hex digits without `sha256:`.
     #[cfg(test)]
     pub(crate) fn hex(&self) -> &str {
@@ -81,6 +77,11 @@ impl AppName {
 
 macro_rules! string_like {
     ($t:ident) => {
+        impl $t {
+            pub(crate) fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
         impl Deref for $t {
             type Target = str;
             fn deref(&self) -> &str {
@@ -121,6 +122,21 @@ macro_rules! string_like {
         impl PartialEq<String> for $t {
             fn eq(&self, other: &String) -> bool {
                 &self.0 == other
+            }
+        }
+        impl PartialEq<$t> for String {
+            fn eq(&self, other: &$t) -> bool {
+                *self == other.0
+            }
+        }
+        impl PartialEq<$t> for str {
+            fn eq(&self, other: &$t) -> bool {
+                self == other.0
+            }
+        }
+        impl std::borrow::Borrow<str> for $t {
+            fn borrow(&self) -> &str {
+                &self.0
             }
         }
     };

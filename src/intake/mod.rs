@@ -291,7 +291,7 @@ mod tests {
     }
 
     fn names(r: Result<Vec<&AppConfig>, String>) -> Result<Vec<String>, String> {
-        r.map(|apps| apps.iter().map(|a| a.name.clone()).collect())
+        r.map(|apps| apps.iter().map(|a| a.name.to_string()).collect())
     }
 
     #[test]

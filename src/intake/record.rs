@@ -78,11 +78,11 @@ fn judge_events(
             want(&mut wanted, source, app, &event);
         }
         verdicts.push(EventVerdict {
-            apps: apps.iter().map(|a| a.name.clone()).collect(),
+            apps: apps.iter().map(|a| a.name.to_string()).collect(),
             rules: apps
                 .iter()
                 .map(|a| RuleMatch {
-                    app: a.name.clone(),
+                    app: a.name.to_string(),
                     rule: a.rule.to_string(),
                 })
                 .collect(),
@@ -113,7 +113,7 @@ fn want(
     }
     wanted.retain(|w| w.app != app.name);
     wanted.push(NewDeployment {
-        app: app.name.clone(),
+        app: app.name.to_string(),
         trigger: source.trigger(),
         delivery_id: None,
         image: app.image.clone(),

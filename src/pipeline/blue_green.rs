@@ -276,7 +276,7 @@ impl Run<'_> {
             .filter(|_| self.route().keep_previous_running)
             .and_then(|p| p.upstream.clone());
         let change = GenerationSwitch {
-            app: self.app.name.clone(),
+            app: self.app.name.to_string(),
             forget: false,
             target: self.target.name.clone(),
             generation: Some((self.dep.id, r.digest.to_string(), candidate.id.clone())),
@@ -517,7 +517,7 @@ impl Run<'_> {
             .store_retry(|| self.ctx.store.next_route_version())
             .await?;
         let change = GenerationSwitch {
-            app: self.app.name.clone(),
+            app: self.app.name.to_string(),
             forget: false,
             target: self.target.name.clone(),
             generation: None,
@@ -576,7 +576,7 @@ impl Run<'_> {
         // result and written with it, in one transaction.
         let back_to = |r: &Reverted| {
             Some(GenerationSwitch {
-                app: self.app.name.clone(),
+                app: self.app.name.to_string(),
                 forget: false,
                 target: self.target.name.clone(),
                 generation: Some((prev.deployment, prev.digest.clone(), prev.container.clone())),

@@ -91,7 +91,7 @@ impl Run<'_> {
         let live = self.ctx.live.load();
         if live.app(&self.app.name).is_none() {
             return Err(Refusal::AppRemoved {
-                app: self.app.name.clone(),
+                app: self.app.name.to_string(),
             }
             .into());
         }
@@ -119,7 +119,7 @@ impl Run<'_> {
             }
             let labels = HashMap::from([
                 (LABEL_MANAGED.to_owned(), "true".to_owned()),
-                (LABEL_APP.to_owned(), self.app.name.clone()),
+                (LABEL_APP.to_owned(), self.app.name.to_string()),
             ]);
             self.engine().create_network(&name, labels).await?;
             // Made meanwhile by someone else under the same name (a 409 is not an error):
@@ -213,7 +213,7 @@ impl Run<'_> {
         crate::faults::crash_point("volume_owner", "after");
         let labels = HashMap::from([
             (LABEL_MANAGED.to_owned(), "true".to_owned()),
-            (LABEL_APP.to_owned(), app.clone()),
+            (LABEL_APP.to_owned(), app.to_string()),
             (LABEL_INCARNATION.to_owned(), owner.incarnation.to_string()),
             (LABEL_SERVICE.to_owned(), owner.service.clone()),
         ]);

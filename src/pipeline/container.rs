@@ -69,7 +69,7 @@ impl Run<'_> {
     fn spec(&self, r: &Resolved) -> ContainerSpec {
         let labels = HashMap::from([
             (LABEL_MANAGED.to_owned(), "true".to_owned()),
-            (LABEL_APP.to_owned(), self.app.name.clone()),
+            (LABEL_APP.to_owned(), self.app.name.to_string()),
             (LABEL_DEPLOYMENT.to_owned(), self.dep.id.to_string()),
             (LABEL_DIGEST.to_owned(), r.digest.to_string()),
             (LABEL_SERVICE.to_owned(), self.app.contained.service.clone()),

@@ -234,7 +234,7 @@ impl Run<'_> {
             upstream: None,
         };
         let generation = GenerationSwitch {
-            app: self.app.name.clone(),
+            app: self.app.name.to_string(),
             forget: false,
             target: self.target.name.clone(),
             generation: Some((self.dep.id, r.digest.to_string(), candidate.id.clone())),

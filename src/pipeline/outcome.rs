@@ -37,7 +37,7 @@ impl Run<'_> {
             .await;
         match res {
             Ok(()) => {
-                metrics::counter!("pier_deployments_finished_total", "app" => self.app.name.clone(), "state" => state.as_str()).increment(1);
+                metrics::counter!("pier_deployments_finished_total", "app" => self.app.name.to_string(), "state" => state.as_str()).increment(1);
                 tracing::info!(%state, outcome, error, "deployment finished");
                 Outcome::Finished(state)
             }

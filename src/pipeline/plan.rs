@@ -46,7 +46,7 @@ impl<'t> Plan<'t> {
         let mut swarms = Vec::new();
         for name in &app.targets {
             let target = targets.get(name).ok_or_else(|| NoPlan::UnknownTarget {
-                app: app.name.clone(),
+                app: app.name.to_string(),
                 target: name.clone(),
             })?;
             match target.kind {
@@ -57,10 +57,10 @@ impl<'t> Plan<'t> {
         match (swarms.as_slice(), engines.is_empty()) {
             ([], _) => {}
             ([one], true) => return Ok(Plan::Swarm(one)),
-            _ => return Err(NoPlan::SwarmNotAlone(app.name.clone())),
+            _ => return Err(NoPlan::SwarmNotAlone(app.name.to_string())),
         }
         match (engines.as_slice(), app.strategy) {
-            ([], _) => Err(NoPlan::NoTarget(app.name.clone())),
+            ([], _) => Err(NoPlan::NoTarget(app.name.to_string())),
             ([one], Strategy::Recreate) => Ok(Plan::Recreate(one)),
             ([one], Strategy::BlueGreen) => Ok(Plan::BlueGreen(one)),
             (_, _) => Ok(Plan::Rollout(engines)),

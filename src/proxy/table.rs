@@ -100,7 +100,7 @@ impl Table {
                 standby.as_deref().map(|u| counters.counter(u)),
             );
             by_listen.entry(r.listen).or_default().push(Arc::new(Entry {
-                app: app.name.clone(),
+                app: app.name.to_string(),
                 listen: r.listen,
                 hosts: r.hosts.clone(),
                 upstream,

@@ -181,7 +181,7 @@ impl Snapshot {
                                 humantime::format_duration(ENGINE_DEADLINE)
                             )),
                         };
-                    ((t.clone(), a.name.clone()), answer)
+                    ((t.clone(), a.name.to_string()), answer)
                 })
             })
         });
@@ -301,7 +301,7 @@ pub(crate) fn engine_rows(
             };
             let (kind, endpoint) = views.describe(target);
             let serving = generation.as_ref().map(|g| g.digest.as_str());
-            let service = snapshot.1.get(&(target.clone(), app.name.clone()));
+            let service = snapshot.1.get(&(target.clone(), app.name.to_string()));
             let (state, service, reachable, unreachable) = match service {
                 None => (state, None, seen.is_ok(), seen.err().map(str::to_owned)),
                 Some(Err(e)) => ("unreachable".to_owned(), None, false, Some(e.clone())),

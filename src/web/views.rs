@@ -278,7 +278,7 @@ pub(crate) async fn app_view(
         signature,
         services,
         engines,
-        name: app.name.clone(),
+        name: app.name.to_string(),
         image: app.image.clone(),
         tag: app.tag.clone(),
         rule: app.rule.to_string(),

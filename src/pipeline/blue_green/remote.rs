@@ -31,7 +31,7 @@ impl Run<'_> {
                 let lagging: Vec<String> = reports
                     .iter()
                     .filter_map(|r| {
-                        let v = r.routes.get(&app).copied().unwrap_or(0);
+                        let v = r.routes.get(app.as_str()).copied().unwrap_or(0);
                         (v < version).then(|| format!("{} serves route version {v}", r.proxy))
                     })
                     .collect();

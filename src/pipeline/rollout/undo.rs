@@ -149,7 +149,7 @@ impl<'a> Run<'a> {
         let intent = self.revert_intent().await?;
         let back = |_: &RevertedTo| {
             Some(GenerationSwitch {
-                app: self.app.name.clone(),
+                app: self.app.name.to_string(),
                 target: self.target.name.clone(),
                 generation: intent
                     .to

@@ -75,7 +75,7 @@ impl Run<'_> {
             .ok_or_else(|| PipelineError::Failed {
                 step: Step::Update,
                 source: Refusal::NoSwarmSettings {
-                    app: self.app.name.clone(),
+                    app: self.app.name.to_string(),
                     target: self.target.name.clone(),
                 }
                 .into(),
@@ -449,7 +449,7 @@ impl Run<'_> {
         };
         let switch = |_: &watch::Converged| {
             Some(GenerationSwitch {
-                app: self.app.name.clone(),
+                app: self.app.name.to_string(),
                 target: self.target.name.clone(),
                 generation: Some((self.dep.id, r.digest.to_string(), name.to_owned())),
                 forget: false,

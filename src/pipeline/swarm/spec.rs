@@ -54,7 +54,7 @@ fn nanos(d: Duration) -> i64 {
 fn labels(i: &SpecInput<'_>) -> HashMap<String, String> {
     HashMap::from([
         (LABEL_MANAGED.to_owned(), "true".to_owned()),
-        (LABEL_APP.to_owned(), i.app.name.clone()),
+        (LABEL_APP.to_owned(), i.app.name.to_string()),
         (LABEL_DEPLOYMENT.to_owned(), i.deployment.to_owned()),
         (LABEL_DIGEST.to_owned(), i.digest.to_owned()),
     ])
@@ -63,7 +63,7 @@ fn labels(i: &SpecInput<'_>) -> HashMap<String, String> {
 pub(crate) fn service_spec(i: &SpecInput<'_>) -> ServiceSpec {
     let s = i.swarm;
     ServiceSpec {
-        name: Some(i.app.name.clone()),
+        name: Some(i.app.name.to_string()),
         labels: Some(labels(i)),
         task_template: Some(task(i)),
         mode: Some(match s.mode {
