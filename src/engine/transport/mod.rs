@@ -9,6 +9,7 @@ mod pool;
 pub(super) mod ssh;
 pub(super) mod tls;
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use bollard::Docker;
@@ -73,6 +74,59 @@ impl TransportError {
                 message: self.message,
             },
         }
+    }
+}
+
+/// Why a target's address or one of its files cannot be used, found when the client is
+/// built so that a typo stops Pier with the file named instead of failing every deployment
+/// later. Names files, never their contents (a key file's bytes never reach a message).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum EndpointError {
+    /// A host or user that ssh could read as an option, or as two words.
+    #[error("the {what} `{}` is empty, starts with `-` or holds spaces", value.escape_debug())]
+    BadWord { what: &'static str, value: String },
+    #[error("cannot read the {what} file {}: {source}", path.display())]
+    Unreadable {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the {what} file {} is not a file", path.display())]
+    NotAFile { what: &'static str, path: PathBuf },
+    #[error("the {what} file {} is not PEM", path.display())]
+    NotPem { what: &'static str, path: PathBuf },
+    #[error("the {what} file {} holds no PEM certificate", path.display())]
+    NoCertificate { what: &'static str, path: PathBuf },
+    #[error("the CA file {}: {source}", path.display())]
+    BadCa {
+        path: PathBuf,
+        #[source]
+        source: rustls::Error,
+    },
+    #[error("the client key file {} holds no PEM private key", path.display())]
+    NoPrivateKey { path: PathBuf },
+    /// rustls has no protocol version its provider supports.
+    #[error(transparent)]
+    Protocols(rustls::Error),
+    /// The client certificate is not the key's: rustls says so without quoting either.
+    #[error(
+        "the client certificate {} and key {} do not go together: {source}",
+        cert.display(),
+        key.display()
+    )]
+    Mismatch {
+        cert: PathBuf,
+        key: PathBuf,
+        #[source]
+        source: rustls::Error,
+    },
+}
+
+impl EndpointError {
+    /// Nothing changes by waiting: the operator must fix the target first.
+    pub(crate) fn at(self, target: &str) -> TransportError {
+        TransportError::permanent(format!("{target}: {self}"))
     }
 }
 

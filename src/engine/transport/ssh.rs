@@ -5,7 +5,7 @@
 //! known-hosts file is the only source of host keys, an unknown or changed key is refused
 //! and nothing is ever written to that file, and no `ssh_config` can change any of it.
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::pin::Pin;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -19,7 +19,7 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::{oneshot, watch};
 
 use super::pool::{Dialed, Dialer};
-use super::{TransportError, one_line};
+use super::{EndpointError, TransportError, one_line};
 use crate::domain::SshEndpoint;
 
 /// ssh's own limit on TCP connect and the SSH handshake (the pool bounds the whole dial).
@@ -42,7 +42,7 @@ impl SshDialer {
     /// Checks the endpoint and its files now, so that a typo stops Pier with the file
     /// named; `target` is the endpoint as shown.
     pub(crate) fn new(ssh: &SshEndpoint, target: String) -> Result<Self, TransportError> {
-        let bad = |m: String| TransportError::permanent(format!("{target}: {m}"));
+        let bad = |e: EndpointError| e.at(&target);
         check_word("host", &ssh.host).map_err(bad)?;
         if let Some(user) = &ssh.user {
             check_word("user", user).map_err(bad)?;
@@ -100,28 +100,36 @@ fn arguments(ssh: &SshEndpoint) -> Vec<String> {
     args
 }
 
-fn check_word(what: &str, value: &str) -> Result<(), String> {
+/// ssh reads a word that starts with `-` as an option (`-oProxyCommand=…` runs a command)
+/// and one with spaces as several: neither may reach its command line.
+fn check_word(what: &'static str, value: &str) -> Result<(), EndpointError> {
     if value.is_empty()
         || value.starts_with('-')
         || value.chars().any(|c| c.is_whitespace() || c.is_control())
     {
-        return Err(format!(
-            "the {what} `{}` is empty, starts with `-` or holds spaces",
-            value.escape_debug()
-        ));
+        return Err(EndpointError::BadWord {
+            what,
+            value: value.to_owned(),
+        });
     }
     Ok(())
 }
 
-fn readable(path: &PathBuf, what: &str) -> Result<(), String> {
-    std::fs::File::open(path)
+fn readable(path: &Path, what: &'static str) -> Result<(), EndpointError> {
+    let meta = std::fs::File::open(path)
         .and_then(|f| f.metadata())
-        .map_err(|e| format!("cannot read the {what} file {}: {e}", path.display()))
-        .and_then(|m| {
-            m.is_file()
-                .then_some(())
-                .ok_or_else(|| format!("the {what} file {} is not a file", path.display()))
-        })
+        .map_err(|source| EndpointError::Unreadable {
+            what,
+            path: path.to_owned(),
+            source,
+        })?;
+    if !meta.is_file() {
+        return Err(EndpointError::NotAFile {
+            what,
+            path: path.to_owned(),
+        });
+    }
+    Ok(())
 }
 
 impl Dialer for SshDialer {
@@ -352,7 +360,10 @@ mod tests {
     #[test]
     fn a_host_that_looks_like_an_option_is_refused() {
         for host in ["-oProxyCommand=x", "a b", ""] {
-            assert!(check_word("host", host).is_err(), "{host}");
+            assert!(
+                matches!(check_word("host", host), Err(EndpointError::BadWord { value, .. }) if value == host),
+                "{host}"
+            );
         }
         assert!(check_word("host", "edge-1.example.com").is_ok());
     }

@@ -18,7 +18,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
 use super::pool::{Dialed, Dialer};
-use super::{CONNECT_TIMEOUT, TransportError};
+use super::{CONNECT_TIMEOUT, EndpointError, TransportError};
 use crate::domain::TlsFiles;
 
 pub(crate) struct TlsDialer {
@@ -42,8 +42,7 @@ impl TlsDialer {
                 "{target}: `{host}` is neither a DNS name nor an IP address"
             ))
         })?;
-        let config = client_config(files)
-            .map_err(|m| TransportError::permanent(format!("{target}: {m}")))?;
+        let config = client_config(files).map_err(|e| e.at(&target))?;
         Ok(Self {
             host: host.to_owned(),
             port,
@@ -103,49 +102,57 @@ impl Dialer for TlsDialer {
 }
 
 /// Only the target's CA is trusted: a certificate that chains to a public CA is refused.
-fn client_config(files: &TlsFiles) -> Result<ClientConfig, String> {
+fn client_config(files: &TlsFiles) -> Result<ClientConfig, EndpointError> {
     let mut roots = RootCertStore::empty();
     for ca in certificates(&files.ca, "CA")? {
-        roots
-            .add(ca)
-            .map_err(|e| format!("the CA file {}: {e}", files.ca.display()))?;
+        roots.add(ca).map_err(|source| EndpointError::BadCa {
+            path: files.ca.clone(),
+            source,
+        })?;
     }
     let chain = certificates(&files.cert, "client certificate")?;
     let key = PrivateKeyDer::from_pem_slice(&read(&files.key, "client key")?).map_err(|_| {
-        format!(
-            "the client key file {} holds no PEM private key",
-            files.key.display()
-        )
+        EndpointError::NoPrivateKey {
+            path: files.key.clone(),
+        }
     })?;
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
+        .map_err(EndpointError::Protocols)?
         .with_root_certificates(roots)
         .with_client_auth_cert(chain, key)
-        .map_err(|e| {
-            format!(
-                "the client certificate {} and key {} do not go together: {e}",
-                files.cert.display(),
-                files.key.display()
-            )
+        .map_err(|source| EndpointError::Mismatch {
+            cert: files.cert.clone(),
+            key: files.key.clone(),
+            source,
         })
 }
 
-fn read(path: &Path, what: &str) -> Result<Vec<u8>, String> {
-    std::fs::read(path).map_err(|e| format!("cannot read the {what} file {}: {e}", path.display()))
+fn read(path: &Path, what: &'static str) -> Result<Vec<u8>, EndpointError> {
+    std::fs::read(path).map_err(|source| EndpointError::Unreadable {
+        what,
+        path: path.to_owned(),
+        source,
+    })
 }
 
-fn certificates(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>, String> {
+fn certificates(
+    path: &Path,
+    what: &'static str,
+) -> Result<Vec<CertificateDer<'static>>, EndpointError> {
     let pem = read(path, what)?;
     let certs = CertificateDer::pem_slice_iter(&pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|_| format!("the {what} file {} is not PEM", path.display()))?;
+        .map_err(|_| EndpointError::NotPem {
+            what,
+            path: path.to_owned(),
+        })?;
     if certs.is_empty() {
-        return Err(format!(
-            "the {what} file {} holds no PEM certificate",
-            path.display()
-        ));
+        return Err(EndpointError::NoCertificate {
+            what,
+            path: path.to_owned(),
+        });
     }
     Ok(certs)
 }
@@ -284,5 +291,9 @@ mod tests {
             .err()
             .expect("empty CA");
         assert!(e.message.contains("holds no PEM certificate"), "{e}");
+        assert!(matches!(
+            client_config(&files(dir.path())),
+            Err(EndpointError::NoCertificate { what: "CA", .. })
+        ));
     }
 }
