@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
 use crate::error::error_chain;
-use crate::store::{Store, take_liveness};
+use crate::store::{Store, StoreError, take_liveness};
 
 /// What the listener shares with the workers.
 pub struct Signals {
@@ -104,7 +104,7 @@ pub async fn listen(
                 drop(listener);
             }
             Err(e) => {
-                tracing::warn!(error = %e, "queue listener cannot connect; retrying");
+                tracing::warn!(error = %error_chain(&e), "queue listener cannot connect; retrying");
                 if !backoff.wait_or(&shutdown).await {
                     return;
                 }
@@ -113,20 +113,25 @@ pub async fn listen(
     }
 }
 
+/// Why the listener has no connection holding the liveness lock; each is retried.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ListenError {
+    /// No connection to the primary for the listener.
+    #[error(transparent)]
+    Connect(#[from] sqlx::Error),
+    /// The lock could not be asked for.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Keys are random 62-bit numbers: someone else holding ours is a bug, not a race.
+    #[error("liveness lock {key} is held by another session")]
+    LockHeld { key: i64 },
+}
+
 /// The listener's own connection also carries the liveness lock, so both end together.
-async fn connect(store: &Store, liveness_key: i64) -> Result<PgListener, String> {
-    let mut listener = store
-        .own_listener(crate::store::Channel::Queue)
-        .await
-        .map_err(|e| error_chain(&e))?;
-    let locked = take_liveness(&mut listener, liveness_key)
-        .await
-        .map_err(|e| error_chain(&e))?;
-    if !locked {
-        // Keys are random 62-bit numbers: someone else holding ours is a bug, not a race.
-        return Err(format!(
-            "liveness lock {liveness_key} is held by another session"
-        ));
+async fn connect(store: &Store, liveness_key: i64) -> Result<PgListener, ListenError> {
+    let mut listener = store.own_listener(crate::store::Channel::Queue).await?;
+    if !take_liveness(&mut listener, liveness_key).await? {
+        return Err(ListenError::LockHeld { key: liveness_key });
     }
     Ok(listener)
 }
