@@ -48,6 +48,10 @@ pub(crate) enum RegistryError {
     TooLarge { reference: String, limit: usize },
     #[error("{reference}: {message}")]
     Invalid { reference: String, message: String },
+    /// A tag list or token answer past its byte cap, not read further. Retried as a
+    /// registry in trouble would be: the next page or token may fit.
+    #[error("registry {host} unreachable: answer larger than {cap} bytes")]
+    AnswerTooLarge { host: String, cap: usize },
 }
 
 fn after(retry_after: &Option<Duration>) -> String {
@@ -69,7 +73,9 @@ impl RegistryError {
     pub(crate) fn is_transient(&self) -> bool {
         matches!(
             self,
-            RegistryError::Unreachable { .. } | RegistryError::RateLimited { .. }
+            RegistryError::Unreachable { .. }
+                | RegistryError::RateLimited { .. }
+                | RegistryError::AnswerTooLarge { .. }
         )
     }
 

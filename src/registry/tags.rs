@@ -180,9 +180,7 @@ impl TagLister {
                 .get(reqwest::header::LINK)
                 .and_then(|v| v.to_str().ok())
                 .and_then(next_link);
-            let body = read_capped(resp, MAX_PAGE_BYTES)
-                .await
-                .map_err(&unreachable)?;
+            let body = read_capped(resp, MAX_PAGE_BYTES, host).await?;
             let page: Page = serde_json::from_slice(&body).map_err(|e| RegistryError::Invalid {
                 reference: format!("{}/{}", host, app.repository()),
                 message: format!("tag list: {e}"),
@@ -216,13 +214,7 @@ impl TagLister {
         if !resp.status().is_success() {
             return Err(unauthorized(host, app).into());
         }
-        let body =
-            read_capped(resp, 64 << 10)
-                .await
-                .map_err(|message| RegistryError::Unreachable {
-                    host: host.to_owned(),
-                    message,
-                })?;
+        let body = read_capped(resp, 64 << 10, host).await?;
         let t: Token = serde_json::from_slice(&body).map_err(|_| unauthorized(host, app))?;
         t.token
             .or(t.access_token)
@@ -237,15 +229,27 @@ fn unauthorized(host: &str, app: &AppConfig) -> RegistryError {
     }
 }
 
-/// The body, refused past `cap` bytes without reading further.
-async fn read_capped(mut resp: reqwest::Response, cap: usize) -> Result<Vec<u8>, String> {
+/// The body, refused past `cap` bytes without reading further: a registry that floods
+/// cannot hold the poller's memory.
+async fn read_capped(
+    mut resp: reqwest::Response,
+    cap: usize,
+    host: &str,
+) -> Result<Vec<u8>, RegistryError> {
+    let too_large = || RegistryError::AnswerTooLarge {
+        host: host.to_owned(),
+        cap,
+    };
     if resp.content_length().is_some_and(|n| n > cap as u64) {
-        return Err(format!("answer larger than {cap} bytes"));
+        return Err(too_large());
     }
     let mut body = Vec::new();
-    while let Some(chunk) = resp.chunk().await.map_err(|e| without_url(&e))? {
+    while let Some(chunk) = resp.chunk().await.map_err(|e| RegistryError::Unreachable {
+        host: host.to_owned(),
+        message: without_url(&e),
+    })? {
         if body.len() + chunk.len() > cap {
-            return Err(format!("answer larger than {cap} bytes"));
+            return Err(too_large());
         }
         body.extend_from_slice(&chunk);
     }
