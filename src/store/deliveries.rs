@@ -86,19 +86,27 @@ pub enum VerdictFilter {
     Redelivery,
 }
 
+/// A `verdict` filter that names no verdict: a 400 that quotes at most 32 characters of it.
+/// `pub` as `VerdictFilter` is: the `Err` of a public `FromStr` cannot be less visible.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown verdict `{given}`")]
+pub struct UnknownVerdict {
+    pub given: String,
+}
+
 impl std::str::FromStr for VerdictFilter {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
+    type Err = UnknownVerdict;
+    fn from_str(s: &str) -> std::result::Result<Self, UnknownVerdict> {
         match s {
             "duplicate" => Ok(Self::Duplicate),
             "replay" => Ok(Self::Replay),
             "redelivery" => Ok(Self::Redelivery),
-            other => other.parse::<Verdict>().map(Self::Is).map_err(|_| {
-                format!(
-                    "unknown verdict `{}`",
-                    other.chars().take(32).collect::<String>()
-                )
-            }),
+            other => other
+                .parse::<Verdict>()
+                .map(Self::Is)
+                .map_err(|_| UnknownVerdict {
+                    given: other.chars().take(32).collect(),
+                }),
         }
     }
 }

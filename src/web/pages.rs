@@ -246,7 +246,7 @@ pub(super) async fn deliveries(
         .as_deref()
         .map(str::parse::<VerdictFilter>)
         .transpose()
-        .map_err(WebError::BadRequest)?;
+        .map_err(|e| WebError::BadRequest(e.to_string()))?;
     let before = match nonempty(q.before) {
         None => None,
         Some(id) => {
