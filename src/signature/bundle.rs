@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use base64::Engine as _;
 use serde::Deserialize;
 
+use super::error::SignatureError;
 use super::key::Fingerprint;
-use super::simple::quote;
 use super::verify::{Opened, Signer};
 use super::{Claim, Signed};
 
@@ -73,35 +73,32 @@ pub(crate) fn pae(payload_type: &str, payload: &[u8]) -> Vec<u8> {
     out
 }
 
-pub(super) fn open(json: &[u8]) -> Result<Opened, String> {
-    let b: Bundle =
-        serde_json::from_slice(json).map_err(|e| format!("not a sigstore bundle: {e}"))?;
+pub(super) fn open(json: &[u8]) -> Result<Opened, SignatureError> {
+    let b: Bundle = serde_json::from_slice(json).map_err(SignatureError::NotBundle)?;
     if !b
         .media_type
         .starts_with("application/vnd.dev.sigstore.bundle")
     {
-        return Err(format!(
-            "not a sigstore bundle (media type `{}`)",
-            quote(&b.media_type)
-        ));
+        return Err(SignatureError::BundleMediaType {
+            media_type: b.media_type,
+        });
     }
     let Some(dsse) = b.dsse_envelope else {
         return Err(if b.message_signature.is_some() {
-            "a bundle of a message signature (cosign sign-blob), not of an image".into()
+            SignatureError::MessageSignature
         } else {
-            "a bundle without a DSSE envelope".into()
+            SignatureError::NoEnvelope
         });
     };
     if dsse.payload_type != IN_TOTO {
-        return Err(format!(
-            "a DSSE envelope of `{}`, not an in-toto statement",
-            quote(&dsse.payload_type)
-        ));
+        return Err(SignatureError::EnvelopeType {
+            payload_type: dsse.payload_type,
+        });
     }
     let b64 = base64::engine::general_purpose::STANDARD;
     let payload = b64
         .decode(&dsse.payload)
-        .map_err(|_| "the DSSE payload is not base64".to_owned())?;
+        .map_err(|_| SignatureError::PayloadNotBase64)?;
     let signatures = dsse
         .signatures
         .iter()
@@ -152,20 +149,15 @@ struct Subject {
 
 /// What a verified statement says. Cosign 3 names no repository in it (the subject has only
 /// a digest), so only a `name`, when one is given, is checked as the repository.
-pub(super) fn claim(payload: &[u8]) -> Result<Claim, String> {
-    let s: Statement = serde_json::from_slice(payload)
-        .map_err(|e| format!("the signed payload is not an in-toto statement: {e}"))?;
+pub(super) fn claim(payload: &[u8]) -> Result<Claim, SignatureError> {
+    let s: Statement = serde_json::from_slice(payload).map_err(SignatureError::NotStatement)?;
     if !STATEMENT_TYPES.contains(&s.kind.as_str()) {
-        return Err(format!(
-            "the signed payload is a `{}`, not an in-toto statement",
-            quote(&s.kind)
-        ));
+        return Err(SignatureError::StatementType { kind: s.kind });
     }
     if s.predicate_type != SIGN_PREDICATE {
-        return Err(format!(
-            "an attestation (predicate type `{}`), not an image signature",
-            quote(&s.predicate_type)
-        ));
+        return Err(SignatureError::Attestation {
+            predicate_type: s.predicate_type,
+        });
     }
     let mut claim = Claim::default();
     for sub in s.subject.iter().take(MAX_SIGNATURES) {

@@ -13,6 +13,7 @@
 //! certificate) is reported as such, never trusted.
 
 mod bundle;
+mod error;
 mod key;
 mod simple;
 mod verify;

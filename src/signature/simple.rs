@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use base64::Engine as _;
 use serde::Deserialize;
 
+use super::error::SignatureError;
 use super::verify::{Opened, Signer};
 use super::{Claim, PublicKey, Signed};
 
@@ -25,13 +26,13 @@ const TYPES: [&str; 2] = [
 pub(super) fn open(
     payload: &[u8],
     annotations: &BTreeMap<String, String>,
-) -> Result<Opened, String> {
+) -> Result<Opened, SignatureError> {
     let b64 = annotations
         .get(SIGNATURE_ANNOTATION)
-        .ok_or_else(|| format!("a .sig layer without the {SIGNATURE_ANNOTATION} annotation"))?;
+        .ok_or(SignatureError::NoSignatureAnnotation)?;
     let signature = base64::engine::general_purpose::STANDARD
         .decode(b64.trim())
-        .map_err(|_| format!("the {SIGNATURE_ANNOTATION} annotation is not base64"))?;
+        .map_err(|_| SignatureError::SignatureNotBase64)?;
     let signer = if annotations.contains_key(CERTIFICATE_ANNOTATION) {
         Signer::Certificate
     } else {
@@ -105,14 +106,12 @@ struct Image {
 }
 
 /// What a verified payload says: its digest, its repository, its string annotations.
-pub(super) fn claim(payload: &[u8]) -> Result<Claim, String> {
-    let p: Payload = serde_json::from_slice(payload)
-        .map_err(|e| format!("the signed payload is not a cosign image signature: {e}"))?;
+pub(super) fn claim(payload: &[u8]) -> Result<Claim, SignatureError> {
+    let p: Payload = serde_json::from_slice(payload).map_err(SignatureError::NotCosignPayload)?;
     if !TYPES.contains(&p.critical.kind.as_str()) {
-        return Err(format!(
-            "the signed payload is of type `{}`, not a cosign image signature",
-            quote(&p.critical.kind)
-        ));
+        return Err(SignatureError::CosignType {
+            kind: p.critical.kind,
+        });
     }
     let annotations = p
         .optional

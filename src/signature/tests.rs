@@ -377,6 +377,29 @@ fn garbage_in_the_registry_is_a_reason_not_a_panic() {
 }
 
 #[test]
+fn an_unopenable_signature_says_which_part_is_wrong_and_quotes_the_registry_tamely() {
+    use super::error::SignatureError as E;
+    let none = BTreeMap::new();
+    assert!(matches!(
+        super::simple::open(b"{}", &none),
+        Err(E::NoSignatureAnnotation)
+    ));
+    let bad = BTreeMap::from([(SIGNATURE_ANNOTATION.to_owned(), "%%%".to_owned())]);
+    assert!(matches!(
+        super::simple::open(b"{}", &bad),
+        Err(E::SignatureNotBase64)
+    ));
+    let Err(e) = super::bundle::open(br#"{"mediaType":"text/\u0007plain"}"#) else {
+        panic!("a bundle of another media type opened");
+    };
+    assert!(matches!(&e, E::BundleMediaType { media_type } if media_type == "text/\u{7}plain"));
+    assert_eq!(
+        e.to_string(),
+        "not a sigstore bundle (media type `text/plain`)"
+    );
+}
+
+#[test]
 fn the_dsse_encoding_is_the_specs() {
     assert_eq!(
         pae("http://example.com/HelloWorld", b"hello world"),

@@ -237,7 +237,10 @@ fn check(env: &Envelope, subject: &Subject<'_>, policy: &Policy) -> Result<Verif
         } => (Format::SigTag, simple::open(payload, annotations)),
         Envelope::Bundle { json, .. } => (Format::Bundle, bundle::open(json)),
     };
-    let opened = opened.map_err(|reason| Finding::Unreadable { format, reason })?;
+    let opened = opened.map_err(|e| Finding::Unreadable {
+        format,
+        reason: e.to_string(),
+    })?;
     // A key that verifies it but whose rule it does not satisfy is the reason, unless
     // another rule (with the same key) is satisfied.
     let mut first = None;
@@ -275,10 +278,10 @@ fn judge(
         Format::SigTag => simple::claim(&opened.payload),
         Format::Bundle => bundle::claim(&opened.payload),
     }
-    .map_err(|reason| Finding::NotImageSignature {
+    .map_err(|e| Finding::NotImageSignature {
         format,
         key: fp(),
-        reason,
+        reason: e.to_string(),
     })?;
     let Some(signed) = claim.subjects.iter().find(|s| s.digest == subject.digest) else {
         return Err(Finding::OtherDigest {
