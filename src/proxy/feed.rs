@@ -3,7 +3,7 @@
 //! restart while the database is away still serves them. While the database is away the
 //! proxy keeps serving what it has.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use sqlx::postgres::PgListener;
@@ -13,15 +13,49 @@ use super::Shared;
 use crate::backoff::Backoff;
 use crate::config::Config;
 use crate::error::error_chain;
-use crate::store::{Route, Store};
+use crate::store::{Route, Store, StoreError};
 
-pub(crate) fn load_state(path: &Path) -> Result<Option<Vec<Route>>, String> {
+/// Why the proxy has no routes from where they come: each is logged, and the proxy serves
+/// what it has meanwhile.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum FeedError {
+    #[error("{}: {source}", path.display())]
+    StateUnreadable {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A state file some other program wrote, or a Pier of another version.
+    #[error("{}: {source}", path.display())]
+    StateMalformed {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Listen(#[from] sqlx::Error),
+    #[error("connection closed")]
+    Closed,
+}
+
+/// The last routes known; `None` before the first were ever saved.
+pub(crate) fn load_state(path: &Path) -> Result<Option<Vec<Route>>, FeedError> {
     match std::fs::read(path) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| format!("{}: {e}", path.display())),
+        Ok(bytes) => {
+            serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|source| FeedError::StateMalformed {
+                    path: path.to_owned(),
+                    source,
+                })
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(format!("{}: {e}", path.display())),
+        Err(source) => Err(FeedError::StateUnreadable {
+            path: path.to_owned(),
+            source,
+        }),
     }
 }
 
@@ -53,7 +87,7 @@ pub(crate) async fn follow(config: Arc<Config>, shared: Arc<Shared>, shutdown: C
             Ok(mut listener) => {
                 backoff.reset();
                 if let Err(e) = relay(&store, &mut listener, &config, &shared, &shutdown).await {
-                    tracing::warn!(error = %e, "proxy lost the database; serving the last known routes");
+                    tracing::warn!(error = %error_chain(&e), "proxy lost the database; serving the last known routes");
                 }
             }
             Err(e) => {
@@ -74,12 +108,9 @@ async fn relay(
     config: &Config,
     shared: &Shared,
     shutdown: &CancellationToken,
-) -> Result<(), String> {
+) -> Result<(), FeedError> {
     loop {
-        let routes = store
-            .routes_of_target(&config.proxy.target)
-            .await
-            .map_err(|e| error_chain(&e))?;
+        let routes = store.routes_of_target(&config.proxy.target).await?;
         shared.install(&routes);
         if let Err(e) = save_state(&config.proxy.state_file, &routes) {
             tracing::warn!(error = %e, "cannot save the proxy's routes; a restart without the database would serve older ones");
@@ -87,8 +118,8 @@ async fn relay(
         tokio::select! {
             msg = listener.try_recv() => match msg {
                 Ok(Some(_)) => {}
-                Ok(None) => return Err("connection closed".into()),
-                Err(e) => return Err(error_chain(&e)),
+                Ok(None) => return Err(FeedError::Closed),
+                Err(e) => return Err(e.into()),
             },
             _ = tokio::time::sleep(config.proxy.refresh) => {}
             _ = shutdown.cancelled() => return Ok(()),
