@@ -97,7 +97,7 @@ where
         };
         let last = match answer {
             Ok(detail) => return Ok(probed(detail)),
-            Err(last) => last,
+            Err(seen) => seen.to_string(),
         };
         let delay = next_probe_delay(started.elapsed(), MIN_PROBE_DELAY);
         if started.elapsed() + delay > timeout {
@@ -110,36 +110,69 @@ where
     }
 }
 
-/// One probe: `Ok(why healthy)` or `Err(what it saw instead)`. The app's own words are
-/// never echoed, only its status and which required field disagreed.
+/// What a probe saw instead of a healthy answer. The app's own words are never echoed,
+/// only its status and which required field disagreed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Unhealthy {
+    #[error("GET {url} answered {status}")]
+    Status { url: String, status: u16 },
+    /// A 2xx whose body lacks a required JSON field.
+    #[error("GET {url} answered {status} but {why}")]
+    Body {
+        url: String,
+        status: u16,
+        #[source]
+        why: BodyMismatch,
+    },
+    #[error("GET {url}: timed out")]
+    TimedOut { url: String },
+    #[error("GET {url}: no connection")]
+    NoConnection { url: String },
+}
+
+/// How a 2xx health body fails the app's required JSON fields.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum BodyMismatch {
+    #[error("the body broke off")]
+    BrokeOff,
+    #[error("the body is over {limit} bytes")]
+    TooLarge { limit: usize },
+    #[error("the body is not JSON")]
+    NotJson,
+    #[error("the JSON has no `{path}`")]
+    Missing { path: String },
+    /// Only the field and the value wanted: the app's own value is not echoed.
+    #[error("`{path}` is not \"{want}\"")]
+    Differs { path: String, want: String },
+}
+
+/// One probe: `Ok(why healthy)` or `Err(what it saw instead)`.
 pub(crate) async fn get_once(
     client: &reqwest::Client,
     url: &str,
     json: &BTreeMap<String, String>,
     deadline: Duration,
-) -> Result<String, String> {
-    match client.get(url).timeout(deadline).send().await {
+) -> Result<String, Unhealthy> {
+    let url = url.to_owned();
+    match client.get(&url).timeout(deadline).send().await {
         Ok(r) if r.status().is_success() && !json.is_empty() => {
             let status = r.status().as_u16();
             match json_fields_match(r, json).await {
                 Ok(()) => Ok(format!(
                     "GET {url} answered {status} with the required JSON fields"
                 )),
-                Err(why) => Err(format!("GET {url} answered {status} but {why}")),
+                Err(why) => Err(Unhealthy::Body { url, status, why }),
             }
         }
         Ok(r) if r.status().is_success() => {
             Ok(format!("GET {url} answered {}", r.status().as_u16()))
         }
-        Ok(r) => Err(format!("GET {url} answered {}", r.status().as_u16())),
-        Err(e) => Err(format!(
-            "GET {url}: {}",
-            if e.is_timeout() {
-                "timed out"
-            } else {
-                "no connection"
-            }
-        )),
+        Ok(r) => Err(Unhealthy::Status {
+            url,
+            status: r.status().as_u16(),
+        }),
+        Err(e) if e.is_timeout() => Err(Unhealthy::TimedOut { url }),
+        Err(_) => Err(Unhealthy::NoConnection { url }),
     }
 }
 
@@ -151,30 +184,30 @@ const MAX_HEALTH_BODY: usize = 64 << 10;
 async fn json_fields_match(
     mut r: reqwest::Response,
     want: &BTreeMap<String, String>,
-) -> Result<(), String> {
+) -> Result<(), BodyMismatch> {
     let mut body = Vec::new();
-    while let Some(chunk) = r
-        .chunk()
-        .await
-        .map_err(|_| "the body broke off".to_owned())?
-    {
+    while let Some(chunk) = r.chunk().await.map_err(|_| BodyMismatch::BrokeOff)? {
         if body.len() + chunk.len() > MAX_HEALTH_BODY {
-            return Err(format!("the body is over {MAX_HEALTH_BODY} bytes"));
+            return Err(BodyMismatch::TooLarge {
+                limit: MAX_HEALTH_BODY,
+            });
         }
         body.extend_from_slice(&chunk);
     }
     let doc: serde_json::Value =
-        serde_json::from_slice(&body).map_err(|_| "the body is not JSON".to_owned())?;
+        serde_json::from_slice(&body).map_err(|_| BodyMismatch::NotJson)?;
     for (path, value) in want {
         let found = path.split('.').try_fold(&doc, |v, key| v.get(key));
         let text = match found {
             Some(serde_json::Value::String(s)) => s.clone(),
             Some(other) => other.to_string(),
-            None => return Err(format!("the JSON has no `{path}`")),
+            None => return Err(BodyMismatch::Missing { path: path.clone() }),
         };
         if &text != value {
-            // The app's own words are not echoed: only which field disagreed.
-            return Err(format!("`{path}` is not \"{value}\""));
+            return Err(BodyMismatch::Differs {
+                path: path.clone(),
+                want: value.clone(),
+            });
         }
     }
     Ok(())
@@ -239,11 +272,16 @@ mod tests {
         let e = json_fields_match(get().await.unwrap(), &want)
             .await
             .unwrap_err();
-        assert!(e.contains("db.ok") || e.contains("status"), "{e}");
+        assert!(
+            matches!(&e, BodyMismatch::Missing { path } if path == "db.ok")
+                || matches!(&e, BodyMismatch::Differs { path, .. } if path == "status"),
+            "{e}"
+        );
         let e = json_fields_match(get().await.unwrap(), &want)
             .await
             .unwrap_err();
-        assert_eq!(e, "the body is not JSON");
+        assert_eq!(e, BodyMismatch::NotJson);
+        assert_eq!(e.to_string(), "the body is not JSON");
     }
 
     #[tokio::test]
