@@ -95,6 +95,13 @@ pub(crate) enum ActionError {
     /// 400 (issue 26): an override or a freeze needs its reason.
     #[error("{0}")]
     Invalid(String),
+    /// 400: a freeze's `until` is neither a duration nor an RFC 3339 time (`given` is
+    /// clipped to 64 characters).
+    #[error("`{given}`: give a duration (2h) or a time (2026-12-24T18:00:00Z)")]
+    BadUntil { given: String },
+    /// 400: a freeze's `until` lies past the last time Pier can store.
+    #[error("that is too long")]
+    UntilTooLong,
     /// 503 when the database is unavailable, else 500.
     #[error(transparent)]
     Store(#[from] StoreError),

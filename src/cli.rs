@@ -282,7 +282,7 @@ async fn gate_action(config: &Config, command: Command) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Freeze { app, until, reason } => {
-            let until = crate::gates::parse_until(&until).map_err(anyhow::Error::msg)?;
+            let until = crate::gates::parse_until(&until)?;
             let s = store(config)?;
             let f =
                 crate::gates::freeze(&s, config, &app, until, Some(&reason), &Actor::Cli).await?;

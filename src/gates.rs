@@ -239,18 +239,41 @@ pub(crate) async fn unfreeze(
 }
 
 /// `--until` as a user writes it: a duration from now (`2h`, `3d`) or an RFC 3339 time.
-pub(crate) fn parse_until(s: &str) -> Result<DateTime<UtcZone>, String> {
+pub(crate) fn parse_until(s: &str) -> Result<DateTime<UtcZone>, ActionError> {
     let s = s.trim();
     if let Ok(d) = humantime::parse_duration(s) {
-        let d = chrono::Duration::from_std(d).map_err(|_| "that is too long".to_owned())?;
-        return Ok(UtcZone::now() + d);
+        let d = chrono::Duration::from_std(d).map_err(|_| ActionError::UntilTooLong)?;
+        return UtcZone::now()
+            .checked_add_signed(d)
+            .ok_or(ActionError::UntilTooLong);
     }
     DateTime::parse_from_rfc3339(s)
         .map(|t| t.with_timezone(&UtcZone))
-        .map_err(|_| {
-            format!(
-                "`{}`: give a duration (2h) or a time (2026-12-24T18:00:00Z)",
-                clip(s, 64)
-            )
-        })
+        .map_err(|_| ActionError::BadUntil { given: clip(s, 64) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn until_is_a_duration_or_a_time_and_never_past_what_a_timestamp_holds() {
+        let in_two_hours = parse_until(" 2h ").unwrap() - UtcZone::now();
+        assert!((7190..=7200).contains(&in_two_hours.num_seconds()));
+        assert_eq!(
+            parse_until("2026-12-24T18:00:00Z").unwrap().to_rfc3339(),
+            "2026-12-24T18:00:00+00:00"
+        );
+        let e = parse_until("soon").unwrap_err();
+        assert!(matches!(&e, ActionError::BadUntil { given } if given == "soon"));
+        assert_eq!(
+            e.to_string(),
+            "`soon`: give a duration (2h) or a time (2026-12-24T18:00:00Z)"
+        );
+        // Past chrono's last year: refused, where adding it to now would panic.
+        assert!(matches!(
+            parse_until("300000years"),
+            Err(ActionError::UntilTooLong)
+        ));
+    }
 }

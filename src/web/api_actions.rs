@@ -13,7 +13,9 @@ impl From<ActionError> for WebError {
             e @ ActionError::NotAnApprover { .. } => WebError::Forbidden(e.to_string()),
             e @ (ActionError::NotADigest(_)
             | ActionError::NothingToRedeploy(_)
-            | ActionError::Invalid(_)) => WebError::BadRequest(e.to_string()),
+            | ActionError::Invalid(_)
+            | ActionError::BadUntil { .. }
+            | ActionError::UntilTooLong) => WebError::BadRequest(e.to_string()),
             e @ (ActionError::NeverSucceeded { .. }
             | ActionError::Pinned { .. }
             | ActionError::NotPinned(_)

@@ -124,7 +124,7 @@ pub(super) async fn freeze(
         .until
         .as_deref()
         .ok_or_else(|| WebError::BadRequest("`until` is required".into()))
-        .and_then(|u| gates::parse_until(u).map_err(WebError::BadRequest))?;
+        .and_then(|u| gates::parse_until(u).map_err(WebError::from))?;
     let f = gates::freeze(
         &s.store,
         &s.current(),
@@ -225,7 +225,7 @@ pub(super) async fn freeze_form(
 ) -> Result<Response, PageError> {
     let until = form_field(&form.body, "until")
         .ok_or_else(|| WebError::BadRequest("the form names no `until`".into()))
-        .and_then(|u| gates::parse_until(&u).map_err(WebError::BadRequest))?;
+        .and_then(|u| gates::parse_until(&u).map_err(WebError::from))?;
     let reason = form_field(&form.body, "reason");
     let f = gates::freeze(
         &s.store,
