@@ -39,7 +39,7 @@ struct TargetView {
 pub struct TargetViews {
     all: Arc<BTreeMap<String, TargetView>>,
     /// Targets whose last answer was a failure: when, and what it was.
-    down: Arc<Mutex<HashMap<String, (Instant, String)>>>,
+    down: Arc<Mutex<HashMap<String, (Instant, Unreachable)>>>,
 }
 
 impl TargetViews {
@@ -86,7 +86,9 @@ impl TargetViews {
         wanted.dedup();
         let asks = wanted.into_iter().map(|name| async move {
             let answer = match self.all.get(name) {
-                None => Err(format!("target `{name}` is not configured")),
+                None => Err(Unreachable::NotConfigured {
+                    target: name.to_owned(),
+                }),
                 Some(t) => self.ask(name, t, app).await,
             };
             (name.to_owned(), answer)
@@ -105,7 +107,7 @@ impl TargetViews {
         name: &str,
         t: &TargetView,
         app: Option<&str>,
-    ) -> Result<Vec<ContainerFacts>, String> {
+    ) -> Result<Vec<ContainerFacts>, Unreachable> {
         if let Some(memo) = self.recently_down(name) {
             return Err(memo);
         }
@@ -113,11 +115,10 @@ impl TargetViews {
             match tokio::time::timeout(ENGINE_DEADLINE, t.view.managed_containers(app, None)).await
             {
                 Ok(Ok(c)) => Ok(c),
-                Ok(Err(e)) => Err(public_reason(&e.to_string())),
-                Err(_) => Err(format!(
-                    "no answer within {}",
-                    humantime::format_duration(ENGINE_DEADLINE)
-                )),
+                Ok(Err(e)) => Err(Unreachable::engine(&e)),
+                Err(_) => Err(Unreachable::NoAnswer {
+                    deadline: ENGINE_DEADLINE,
+                }),
             };
         let mut down = self.down.lock().unwrap_or_else(|e| e.into_inner());
         match &answer {
@@ -131,11 +132,14 @@ impl TargetViews {
         answer
     }
 
-    fn recently_down(&self, name: &str) -> Option<String> {
+    fn recently_down(&self, name: &str) -> Option<Unreachable> {
         let down = self.down.lock().unwrap_or_else(|e| e.into_inner());
         let (at, reason) = down.get(name)?;
         let ago = at.elapsed();
-        (ago < DOWN_MEMO).then(|| format!("{reason} (asked {} s ago)", ago.as_secs()))
+        (ago < DOWN_MEMO).then(|| Unreachable::Remembered {
+            reason: Box::new(reason.clone()),
+            ago,
+        })
     }
 
     fn describe(&self, name: &str) -> (String, String) {
@@ -150,12 +154,43 @@ fn kind_name(kind: TargetKind) -> &'static str {
     kind.as_str()
 }
 
+/// Why an engine's row shows no answer from it. Shown on pages and by `pier status`, so
+/// it names no file path: an engine's own message passes through [`public_reason`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Unreachable {
+    #[error("target `{target}` is not configured")]
+    NotConfigured { target: String },
+    /// The engine's error, its paths already withheld (see [`Unreachable::engine`]).
+    #[error("{reason}")]
+    Engine { reason: String },
+    #[error("no answer within {}", humantime::format_duration(*deadline))]
+    NoAnswer { deadline: Duration },
+    /// The target failed moments ago and was not asked again (see [`DOWN_MEMO`]).
+    #[error("{reason} (asked {} s ago)", ago.as_secs())]
+    Remembered {
+        reason: Box<Unreachable>,
+        ago: Duration,
+    },
+    #[error("not asked")]
+    NotAsked,
+}
+
+impl Unreachable {
+    /// Only the redacted text is kept: the engine's error itself may name a key or
+    /// known_hosts file, and would reach a page through any later `to_string()`.
+    pub(crate) fn engine(e: &crate::engine::EngineError) -> Self {
+        Unreachable::Engine {
+            reason: public_reason(&e.to_string()),
+        }
+    }
+}
+
 /// What each engine asked said: its containers, or why it could not be asked; and, once
 /// [`Snapshot::add_services`] ran, each swarm app's service.
 #[derive(Default)]
 pub(crate) struct Snapshot(
-    BTreeMap<String, Result<Vec<ContainerFacts>, String>>,
-    BTreeMap<(String, String), Result<Option<ServiceSeen>, String>>,
+    BTreeMap<String, Result<Vec<ContainerFacts>, Unreachable>>,
+    BTreeMap<(String, String), Result<Option<ServiceSeen>, Unreachable>>,
 );
 
 impl Snapshot {
@@ -175,11 +210,10 @@ impl Snapshot {
                             .await
                         {
                             Ok(Ok(seen)) => Ok(seen),
-                            Ok(Err(e)) => Err(public_reason(&e.to_string())),
-                            Err(_) => Err(format!(
-                                "no answer within {}",
-                                humantime::format_duration(ENGINE_DEADLINE)
-                            )),
+                            Ok(Err(e)) => Err(Unreachable::engine(&e)),
+                            Err(_) => Err(Unreachable::NoAnswer {
+                                deadline: ENGINE_DEADLINE,
+                            }),
                         };
                     ((t.clone(), a.name.to_string()), answer)
                 })
@@ -189,11 +223,11 @@ impl Snapshot {
     }
 
     /// The containers `target`'s engine listed, or why it is unreachable.
-    pub(crate) fn of(&self, target: &str) -> Result<&[ContainerFacts], &str> {
+    pub(crate) fn of(&self, target: &str) -> Result<&[ContainerFacts], &Unreachable> {
         match self.0.get(target) {
             Some(Ok(c)) => Ok(c),
             Some(Err(e)) => Err(e),
-            None => Err("not asked"),
+            None => Err(&Unreachable::NotAsked),
         }
     }
 
@@ -303,8 +337,13 @@ pub(crate) fn engine_rows(
             let serving = generation.as_ref().map(|g| g.digest.as_str());
             let service = snapshot.1.get(&(target.clone(), app.name.to_string()));
             let (state, service, reachable, unreachable) = match service {
-                None => (state, None, seen.is_ok(), seen.err().map(str::to_owned)),
-                Some(Err(e)) => ("unreachable".to_owned(), None, false, Some(e.clone())),
+                None => (
+                    state,
+                    None,
+                    seen.is_ok(),
+                    seen.err().map(ToString::to_string),
+                ),
+                Some(Err(e)) => ("unreachable".to_owned(), None, false, Some(e.to_string())),
                 Some(Ok(None)) => ("no service yet".to_owned(), None, true, None),
                 Some(Ok(Some(s))) => {
                     let row = super::swarm_rows::service_row(s, serving);
@@ -464,7 +503,12 @@ mod tests {
         let snapshot = Snapshot(
             BTreeMap::from([
                 ("local".to_owned(), Ok(vec![container("c1", true)])),
-                ("edge".to_owned(), Err("connection refused".to_owned())),
+                (
+                    "edge".to_owned(),
+                    Err(Unreachable::Engine {
+                        reason: "connection refused".to_owned(),
+                    }),
+                ),
             ]),
             BTreeMap::new(),
         );

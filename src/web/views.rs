@@ -297,7 +297,7 @@ pub(crate) async fn app_view(
                 facts: c.clone(),
             })
             .collect(),
-        engine_error: snapshot.of(first).err().map(str::to_owned),
+        engine_error: snapshot.of(first).err().map(ToString::to_string),
         latest_deployment: rows.deployments.first().cloned(),
         reconcile_actions,
         quarantine,
