@@ -13,19 +13,36 @@ pub(super) fn same_host(a: &str, b: &str) -> bool {
 
 pub use crate::domain::is_digest;
 
+/// Why an event deploys no app: the event's verdict, stored with the delivery and shown on
+/// its page.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Unmatched {
+    /// The sender's parser said why this is no push to deploy (a pull, a blob, a delete).
+    #[error("{reason}")]
+    Ignored { reason: String },
+    #[error("no tag")]
+    NoTag,
+    #[error("no app follows repository {repository}")]
+    NoRepository { repository: String },
+    #[error("no app follows tag `{tag}` of {repository}")]
+    NoTagRule { tag: String, repository: String },
+}
+
 /// Which apps an event deploys: same repository, a tag the app's rule matches (see
 /// [`crate::config::TagRule`]), and the same registry host when the sender names one. `fold_case` matches tags ignoring case, for senders that
 /// lower-case what they report.
-pub fn match_apps<'a>(
+pub(crate) fn match_apps<'a>(
     apps: &'a [AppConfig],
     event: &PushEvent,
     fold_case: bool,
-) -> Result<Vec<&'a AppConfig>, String> {
+) -> Result<Vec<&'a AppConfig>, Unmatched> {
     if let Some(reason) = &event.ignore {
-        return Err(reason.clone());
+        return Err(Unmatched::Ignored {
+            reason: reason.clone(),
+        });
     }
     let Some(tag) = &event.tag else {
-        return Err("no tag".into());
+        return Err(Unmatched::NoTag);
     };
     let same_repo: Vec<&AppConfig> = apps
         .iter()
@@ -38,7 +55,9 @@ pub fn match_apps<'a>(
         })
         .collect();
     if same_repo.is_empty() {
-        return Err(format!("no app follows repository {}", event.repository));
+        return Err(Unmatched::NoRepository {
+            repository: event.repository.clone(),
+        });
     }
     // Each app's own rule decides: an exact tag, a glob, or a semver range.
     let matched: Vec<&AppConfig> = same_repo
@@ -48,10 +67,10 @@ pub fn match_apps<'a>(
         .filter(|a| a.gates.promotion.is_none())
         .collect();
     if matched.is_empty() {
-        return Err(format!(
-            "no app follows tag `{tag}` of {}",
-            event.repository
-        ));
+        return Err(Unmatched::NoTagRule {
+            tag: tag.clone(),
+            repository: event.repository.clone(),
+        });
     }
     Ok(matched)
 }

@@ -22,7 +22,8 @@ use crate::senders::{SourceView, form_payload};
 use crate::store::{Enqueued, Store, StoreError};
 use auth::{check_content_type, signed_bytes};
 pub use auth::{check_head, check_signature};
-pub use matching::{is_digest, match_apps};
+pub use matching::is_digest;
+pub(crate) use matching::match_apps;
 pub use record::run_intake;
 
 #[derive(Debug, thiserror::Error)]
@@ -257,7 +258,7 @@ pub(crate) async fn redeliver(
 
 #[cfg(test)]
 mod tests {
-    use super::matching::event_key;
+    use super::matching::{Unmatched, event_key};
     use super::*;
     use crate::config::{AppConfig, Config};
 
@@ -290,7 +291,7 @@ mod tests {
         }
     }
 
-    fn names(r: Result<Vec<&AppConfig>, String>) -> Result<Vec<String>, String> {
+    fn names(r: Result<Vec<&AppConfig>, Unmatched>) -> Result<Vec<String>, Unmatched> {
         r.map(|apps| apps.iter().map(|a| a.name.to_string()).collect())
     }
 
@@ -319,24 +320,31 @@ mod tests {
     fn an_event_that_deploys_nothing_says_why() {
         let apps = apps();
         let other_tag = event(None, "demo/web", Some("v9"));
-        assert!(
-            match_apps(&apps, &other_tag, false)
-                .unwrap_err()
-                .contains("tag `v9`")
+        let e = match_apps(&apps, &other_tag, false).unwrap_err();
+        assert_eq!(
+            e,
+            Unmatched::NoTagRule {
+                tag: "v9".into(),
+                repository: "demo/web".into()
+            }
         );
+        assert_eq!(e.to_string(), "no app follows tag `v9` of demo/web");
         let other_repo = event(None, "demo/api", Some("main"));
-        assert!(
-            match_apps(&apps, &other_repo, false)
-                .unwrap_err()
-                .contains("demo/api")
-        );
+        let e = match_apps(&apps, &other_repo, false).unwrap_err();
+        assert_eq!(e.to_string(), "no app follows repository demo/api");
         let other_host = event(Some("ghcr.io"), "demo/web", Some("main"));
-        assert!(match_apps(&apps, &other_host, false).is_err());
+        assert!(matches!(
+            match_apps(&apps, &other_host, false),
+            Err(Unmatched::NoRepository { .. })
+        ));
         let mut ignored = event(None, "demo/web", Some("main"));
         ignored.ignore = Some("not a push".into());
+        let e = match_apps(&apps, &ignored, false).unwrap_err();
+        assert_eq!(e.to_string(), "not a push");
+        let untagged = event(None, "demo/web", None);
         assert_eq!(
-            match_apps(&apps, &ignored, false).unwrap_err(),
-            "not a push"
+            match_apps(&apps, &untagged, false).unwrap_err(),
+            Unmatched::NoTag
         );
     }
 

@@ -64,12 +64,12 @@ fn judge_events(
         }
         let apps = match match_apps(&config.apps, &event, source.fold_case) {
             Ok(apps) => apps,
-            Err(reason) => {
+            Err(unmatched) => {
                 verdicts.push(EventVerdict {
                     event,
                     apps: vec![],
                     rules: vec![],
-                    reason: Some(reason),
+                    reason: Some(unmatched.to_string()),
                 });
                 continue;
             }
