@@ -24,7 +24,8 @@
 //! Before and after in one run: `BENCH_BASELINE=/path/to/pier` (a build of an earlier
 //! commit, e.g. from `git worktree add`) starts a second Pier of that binary on a database
 //! of its own, and every ingest row runs it too, right after this build's: the table then
-//! shows `baseline /s` and `pier/baseline`.
+//! shows `baseline /s` and `pier/baseline`. With `BENCH_ROUNDS` above 1 the two take turns
+//! going first (a baseline figure marked `(first)` ran before this build's).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -408,24 +409,35 @@ async fn main() {
         ]
         .into_iter()
         .filter(|(what, _)| rows.iter().any(|r| r == what))
-        .flat_map(move |row| std::iter::repeat_n((conc, row), rounds))
+        .flat_map(move |row| (0..rounds).map(move |round| (conc, row, round)))
     });
-    for (conc, (what, floor_sql)) in runs {
+    for (conc, (what, floor_sql), round) in runs {
         {
             salt += 1;
             let expect: &'static [u16] = if what == "no app" { &[200] } else { &[202] };
+            // Every other round the baseline goes first, so neither build always runs on
+            // the machine (page cache, WAL, autovacuum) the other one just left.
+            let baseline_first = round % 2 == 1;
+            let run_baseline = async |b: &TestEnv| {
+                let make = row_deliveries(b, what, nonce ^ salt);
+                drive_table(conc, dur, expect, make).await.0
+            };
+            let early = match (&baseline, baseline_first) {
+                (Some(b), true) => Some(run_baseline(b).await),
+                _ => None,
+            };
             let ticks = cpu_ticks(pid);
             let make = row_deliveries(&env, what, nonce ^ salt);
             let (pier, bad) = drive_table(conc, dur, expect, make).await;
             // Clock ticks are 10 ms: over a run of thousands of deliveries, within a few %.
             let cpu_us = (cpu_ticks(pid) - ticks) as f64 * 10_000.0 / (pier * dur.as_secs_f64());
-            let (base, ratio_base) = match &baseline {
-                Some(b) => {
-                    let make = row_deliveries(b, what, nonce ^ salt);
-                    let (r, _) = drive_table(conc, dur, expect, make).await;
+            let (base, ratio_base) = match (&baseline, early) {
+                (Some(_), Some(r)) => (format!("{r:.0} (first)"), format!("{:.3}x", pier / r)),
+                (Some(b), None) => {
+                    let r = run_baseline(b).await;
                     (format!("{r:.0}"), format!("{:.3}x", pier / r))
                 }
-                None => (String::new(), String::new()),
+                (None, _) => (String::new(), String::new()),
             };
             let floor = pgbench(&floor_db.url, floor_sql, conc, dur);
             let (hooked, ratio_hooked) = match (&webhook, what) {
