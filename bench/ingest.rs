@@ -23,7 +23,7 @@
 //!
 //! Before and after in one run: `BENCH_BASELINE=/path/to/pier` (a build of an earlier
 //! commit, e.g. from `git worktree add`) starts a second Pier of that binary on a database
-//! of its own, and every ingest row runs it too, right after this build's: the table then
+//! of its own, and every ingest row runs it too, beside this build's: the table then
 //! shows `baseline /s` and `pier/baseline`. With `BENCH_ROUNDS` above 1 the two take turns
 //! going first (a baseline figure marked `(first)` ran before this build's).
 
