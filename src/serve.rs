@@ -265,6 +265,7 @@ fn pipeline_context(
         http: crate::pipeline::probe_client(),
         store_patience: Duration::from_secs(120),
         retry_budget: config.server.retry_budget,
+        pull_timeout: config.server.pull_timeout,
         env_key,
         proxy_admin: config.proxy.admin,
         live,

@@ -133,6 +133,9 @@ pub struct ServerConfig {
     /// Transient registry and engine errors in a step are retried until this much time has
     /// passed; a step then fails instead of holding its app.
     pub retry_budget: Duration,
+    /// One pull (or archive load) as a whole, its progress stream included: an engine
+    /// that stalls mid-pull fails the attempt here, and the retry budget decides the rest.
+    pub pull_timeout: Duration,
     /// Sign-in to the status page: sessions, the admin password, cross-site checks.
     pub sign_in: SignInConfig,
     /// Where apps' private networks get their `/27`s; `None`: the engine's default pools.

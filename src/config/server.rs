@@ -35,6 +35,9 @@ fn default_webhook_buffer() -> String {
 fn default_retry_budget() -> Duration {
     Duration::from_secs(120)
 }
+fn default_pull_timeout() -> Duration {
+    Duration::from_secs(15 * 60)
+}
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -76,6 +79,8 @@ pub(super) struct Server {
     max_manifest: Option<String>,
     #[serde(default = "default_retry_budget", with = "humantime_serde")]
     retry_budget: Duration,
+    #[serde(default = "default_pull_timeout", with = "humantime_serde")]
+    pull_timeout: Duration,
     app_subnets: Option<String>,
     /// Peers (CIDRs) whose forwarding header names the client (src/config/trusted.rs).
     #[serde(default)]
@@ -126,6 +131,7 @@ impl Server {
                 self.max_manifest.as_deref(),
             )?,
             retry_budget: self.retry_budget,
+            pull_timeout: self.pull_timeout,
             app_subnets: self
                 .app_subnets
                 .as_deref()
@@ -159,6 +165,9 @@ fn check_timeouts(server: &ServerConfig) -> Result<(), ConfigError> {
     }
     if server.retry_budget.is_zero() {
         return Err(invalid("server.retry_budget must be above zero"));
+    }
+    if server.pull_timeout.is_zero() {
+        return Err(invalid("server.pull_timeout must be above zero"));
     }
     Ok(())
 }

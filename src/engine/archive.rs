@@ -5,13 +5,18 @@
 use bollard::query_parameters::ImportImageOptionsBuilder;
 use futures_util::StreamExt;
 
-use super::{Engine, EngineError, Result, err};
+use super::deadline::Call;
+use super::{Engine, EngineError, Result};
 use crate::archive::{LoadBody, VerifiedArchive};
 
 impl Engine {
     /// Streams the verified archive to the engine; returns what the engine says it loaded
-    /// (`Loaded image ID: sha256:…`).
-    pub(crate) async fn load_archive(&self, archive: &VerifiedArchive) -> Result<Vec<String>> {
+    /// (`Loaded image ID: sha256:…`). The whole load gets `budget`, as a pull does.
+    pub(crate) async fn load_archive(
+        &self,
+        archive: &VerifiedArchive,
+        budget: std::time::Duration,
+    ) -> Result<Vec<String>> {
         let body = LoadBody::open(archive)
             .await
             .map_err(|e| EngineError::Refused {
@@ -19,21 +24,22 @@ impl Engine {
                 message: e.kind().to_string(),
             })?;
         let options = ImportImageOptionsBuilder::default().quiet(true).build();
-        let mut stream = self
-            .docker
-            .import_image_stream(options, body.into_stream(), None);
-        let mut loaded = Vec::new();
-        while let Some(item) = stream.next().await {
-            let info = item.map_err(|e| err("load the archive", e))?;
-            if let Some(s) = info.stream.as_deref().or(info.status.as_deref()) {
-                for line in s.lines() {
-                    if let Some(what) = line.trim().strip_prefix("Loaded image") {
-                        let what = what.trim_start_matches(" ID").trim_start_matches(':');
-                        loaded.push(what.trim().to_owned());
+        self.call(Call::Transfer(budget), "load the archive", async |d| {
+            let mut stream = d.import_image_stream(options, body.into_stream(), None);
+            let mut loaded = Vec::new();
+            while let Some(item) = stream.next().await {
+                let info = item?;
+                if let Some(s) = info.stream.as_deref().or(info.status.as_deref()) {
+                    for line in s.lines() {
+                        if let Some(what) = line.trim().strip_prefix("Loaded image") {
+                            let what = what.trim_start_matches(" ID").trim_start_matches(':');
+                            loaded.push(what.trim().to_owned());
+                        }
                     }
                 }
             }
-        }
-        Ok(loaded)
+            Ok(loaded)
+        })
+        .await
     }
 }

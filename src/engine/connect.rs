@@ -18,7 +18,7 @@ impl Engine {
     /// is an error naming that file, never a failure at the first deployment.
     pub fn for_endpoint(endpoint: &Endpoint) -> Result<Self> {
         let docker = client(endpoint)?;
-        Ok(Self::from_docker(docker))
+        Ok(Self::from_docker(docker, endpoint.to_string()))
     }
 
     /// Connects to `host` (`unix:///…`, `tcp://…`) or, without one, to `DOCKER_HOST` or

@@ -3,8 +3,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bollard::models::{
-    ContainerCreateBody, DeviceMapping, EndpointSettings, HostConfig, Mount, MountType,
-    NetworkingConfig, PortBinding, RestartPolicy as EngineRestartPolicy, RestartPolicyNameEnum,
+    ContainerCreateBody, ContainerInspectResponse, DeviceMapping, EndpointSettings, HostConfig,
+    Mount, MountType, NetworkingConfig, PortBinding, RestartPolicy as EngineRestartPolicy,
+    RestartPolicyNameEnum,
 };
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, ListContainersOptionsBuilder, LogsOptionsBuilder,
@@ -13,7 +14,8 @@ use bollard::query_parameters::{
 use futures_util::StreamExt;
 use serde::Serialize;
 
-use super::{Engine, Result, err, label_filters, status_of};
+use super::deadline::Call;
+use super::{Engine, Result, label_filters, not_found_is_none, status_of};
 use crate::config::{RestartPolicy, TmpfsMount, TmpfsOwner};
 
 /// Everything the `create` step asks of the engine.
@@ -238,26 +240,23 @@ impl Engine {
             .build();
         let c = &spec.contained;
         let redact = !(c.host_mounts.is_empty() && c.devices.is_empty());
+        let action = format!("create container {}", spec.name);
         let created = self
-            .docker
-            .create_container(Some(options), body)
+            .call(Call::Change, &action, async |d| {
+                d.create_container(Some(options), body).await
+            })
             .await
-            .map_err(|e| {
-                let e = err(format!("create container {}", spec.name), e);
-                // The engine's words may quote a host path; with host mounts or devices in
-                // the request only the kind of failure leaves this function.
-                if redact { e.redacted() } else { e }
-            })?;
+            // The engine's words may quote a host path; with host mounts or devices in
+            // the request only the kind of failure leaves this function.
+            .map_err(|e| if redact { e.redacted() } else { e })?;
         Ok(created.id)
     }
 
     /// The loopback address the engine bound container port `port` to, once the container
     /// runs: blue-green candidates publish on an ephemeral port the engine picks.
     pub async fn published(&self, id: &str, port: u16) -> Result<Option<SocketAddr>> {
-        let c = match self.api().await?.inspect_container(id, None).await {
-            Ok(c) => c,
-            Err(e) if status_of(&e) == Some(404) => return Ok(None),
-            Err(e) => return Err(err(format!("inspect container {id}"), e)),
+        let Some(c) = self.inspect_raw(id).await? else {
+            return Ok(None);
         };
         let key = format!("{port}/tcp");
         let bound = c
@@ -278,10 +277,8 @@ impl Engine {
     }
 
     pub async fn inspect_container(&self, id: &str) -> Result<Option<ContainerFacts>> {
-        let c = match self.api().await?.inspect_container(id, None).await {
-            Ok(c) => c,
-            Err(e) if status_of(&e) == Some(404) => return Ok(None),
-            Err(e) => return Err(err(format!("inspect container {id}"), e)),
+        let Some(c) = self.inspect_raw(id).await? else {
+            return Ok(None);
         };
         let state = c.state.unwrap_or_default();
         let health = match state.health.and_then(|h| h.status).map(|s| s.to_string()) {
@@ -320,10 +317,10 @@ impl Engine {
             .filters(&label_filters(app, deployment))
             .build();
         let list = self
-            .docker
-            .list_containers(Some(options))
-            .await
-            .map_err(|e| err("list containers", e))?;
+            .call(Call::Read, "list containers", async |d| {
+                d.list_containers(Some(options)).await
+            })
+            .await?;
         Ok(list
             .into_iter()
             .map(|c| ContainerFacts {
@@ -347,23 +344,30 @@ impl Engine {
 
     /// Starting a running container is not an error: replays reach the same state.
     pub async fn start_container(&self, id: &str) -> Result<()> {
-        match self.api().await?.start_container(id, None).await {
-            Ok(()) => Ok(()),
-            Err(e) if status_of(&e) == Some(304) => Ok(()),
-            Err(e) => Err(err(format!("start container {id}"), e)),
-        }
+        let action = format!("start container {id}");
+        self.call(Call::Change, &action, async |d| {
+            match d.start_container(id, None).await {
+                Err(e) if status_of(&e) == Some(304) => Ok(()),
+                other => other,
+            }
+        })
+        .await
     }
 
     pub(crate) async fn stop_container(&self, id: &str, grace: Duration) -> Result<Stopped> {
         let options = StopContainerOptionsBuilder::default()
             .t(grace.as_secs().min(i32::MAX as u64) as i32)
             .build();
-        match self.api().await?.stop_container(id, Some(options)).await {
-            Ok(()) => Ok(Stopped::Stopped),
-            Err(e) if status_of(&e) == Some(304) => Ok(Stopped::WasNotRunning),
-            Err(e) if status_of(&e) == Some(404) => Ok(Stopped::Gone),
-            Err(e) => Err(err(format!("stop container {id}"), e)),
-        }
+        let action = format!("stop container {id}");
+        self.call(Call::Stop(grace), &action, async |d| {
+            match d.stop_container(id, Some(options)).await {
+                Ok(()) => Ok(Stopped::Stopped),
+                Err(e) if status_of(&e) == Some(304) => Ok(Stopped::WasNotRunning),
+                Err(e) if status_of(&e) == Some(404) => Ok(Stopped::Gone),
+                Err(e) => Err(e),
+            }
+        })
+        .await
     }
 
     pub async fn remove_container(&self, id: &str) -> Result<Removed> {
@@ -372,13 +376,17 @@ impl Engine {
             .force(true)
             .v(false)
             .build();
-        match self.api().await?.remove_container(id, Some(options)).await {
-            Ok(()) => Ok(Removed::Removed),
-            Err(e) if status_of(&e) == Some(404) => Ok(Removed::AlreadyGone),
-            // 409: removal already in progress; it will be gone.
-            Err(e) if status_of(&e) == Some(409) => Ok(Removed::Removed),
-            Err(e) => Err(err(format!("remove container {id}"), e)),
-        }
+        let action = format!("remove container {id}");
+        self.call(Call::Change, &action, async |d| {
+            match d.remove_container(id, Some(options)).await {
+                Ok(()) => Ok(Removed::Removed),
+                Err(e) if status_of(&e) == Some(404) => Ok(Removed::AlreadyGone),
+                // 409: removal already in progress; it will be gone.
+                Err(e) if status_of(&e) == Some(409) => Ok(Removed::Removed),
+                Err(e) => Err(e),
+            }
+        })
+        .await
     }
 
     /// The last `lines` lines of a container's output, for a failed deployment's record.
@@ -388,15 +396,28 @@ impl Engine {
             .stderr(true)
             .tail(&lines.to_string())
             .build();
-        let mut stream = self.api().await?.logs(id, Some(options));
-        let mut out = String::new();
-        while let Some(item) = stream.next().await {
-            match item {
-                Ok(chunk) => out.push_str(&String::from_utf8_lossy(&chunk.into_bytes())),
-                Err(e) if status_of(&e) == Some(404) => break,
-                Err(e) => return Err(err(format!("logs of {id}"), e)),
+        let action = format!("logs of {id}");
+        self.call(Call::Read, &action, async |d| {
+            let mut stream = d.logs(id, Some(options));
+            let mut out = String::new();
+            while let Some(item) = stream.next().await {
+                match item {
+                    Ok(chunk) => out.push_str(&String::from_utf8_lossy(&chunk.into_bytes())),
+                    Err(e) if status_of(&e) == Some(404) => break,
+                    Err(e) => return Err(e),
+                }
             }
-        }
-        Ok(out)
+            Ok(out)
+        })
+        .await
+    }
+
+    /// The engine's whole record of container `id`; `None` when there is none.
+    async fn inspect_raw(&self, id: &str) -> Result<Option<ContainerInspectResponse>> {
+        let action = format!("inspect container {id}");
+        self.call(Call::Read, &action, async |d| {
+            not_found_is_none(d.inspect_container(id, None).await)
+        })
+        .await
     }
 }

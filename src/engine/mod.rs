@@ -4,6 +4,7 @@
 mod archive;
 mod connect;
 mod containers;
+mod deadline;
 mod resources;
 mod services;
 mod transport;
@@ -19,6 +20,7 @@ use futures_util::StreamExt;
 
 use crate::domain::Platform;
 pub use containers::{ContainedSpec, ContainerFacts, ContainerSpec, Health, Removed, Stopped};
+use deadline::Call;
 pub use resources::{
     LABEL_INCARNATION, LABEL_SERVICE, Labelled, ManagedNetwork, NetworkRemoved, VolumeRemoved,
 };
@@ -48,11 +50,22 @@ pub enum EngineError {
     /// the spec must be read again; a retry of the same call can never succeed.
     #[error("docker {action}: the service changed since it was read (update out of sequence)")]
     OutOfSequence { action: String },
+    /// The engine took the request and gave no answer within the call's deadline (a hung
+    /// or overloaded dockerd): worth retrying, within the retry budget.
+    #[error("engine {engine} gave no answer to {action} within {}", humantime::format_duration(*after))]
+    TimedOut {
+        engine: String,
+        action: String,
+        after: std::time::Duration,
+    },
 }
 
 impl EngineError {
     pub fn is_transient(&self) -> bool {
-        matches!(self, EngineError::Unavailable { .. })
+        matches!(
+            self,
+            EngineError::Unavailable { .. } | EngineError::TimedOut { .. }
+        )
     }
 
     /// The same failure without the engine's message, which may quote host paths.
@@ -68,7 +81,7 @@ impl EngineError {
                 action,
                 message: WITHHELD.into(),
             },
-            e @ EngineError::OutOfSequence { .. } => e,
+            e @ (EngineError::OutOfSequence { .. } | EngineError::TimedOut { .. }) => e,
         }
     }
 }
@@ -125,6 +138,8 @@ pub struct ImageFacts {
 #[derive(Clone, Debug)]
 pub struct Engine {
     docker: Docker,
+    /// Who this engine is in messages: its target's name, else its endpoint.
+    name: std::sync::Arc<str>,
     negotiated: std::sync::Arc<tokio::sync::OnceCell<()>>,
     /// `[server] app_subnets`: apps' networks get a `/27` of it instead of one from the
     /// engine's default pools.
@@ -132,9 +147,10 @@ pub struct Engine {
 }
 
 impl Engine {
-    fn from_docker(docker: Docker) -> Self {
+    fn from_docker(docker: Docker, name: String) -> Self {
         Self {
             docker,
+            name: name.into(),
             negotiated: Default::default(),
             app_subnets: None,
         }
@@ -143,18 +159,29 @@ impl Engine {
     /// The client, once the engine and Pier agree on an API version. Asked once per
     /// engine and kept; a failure (the engine is down) is asked again by the next call.
     async fn api(&self) -> Result<&Docker> {
+        const ACTION: &str = "negotiate API version";
         self.negotiated
-            .get_or_try_init(|| async {
-                // The version atomics are shared by every clone of the client.
-                self.docker
-                    .clone()
-                    .negotiate_version()
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| err("negotiate API version", e))
+            .get_or_try_init(|| {
+                // The version atomics are shared by every clone of the client. Bounded as
+                // a probe, whatever the call it precedes: a hung engine is found out in
+                // seconds, not after a pull's budget.
+                self.timed(deadline::Call::Probe, ACTION, async {
+                    self.docker
+                        .clone()
+                        .negotiate_version()
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| err(ACTION, e))
+                })
             })
             .await?;
         Ok(&self.docker)
+    }
+
+    /// Names this engine in its errors as `name` (its target's name).
+    pub(crate) fn named(mut self, name: &str) -> Self {
+        self.name = name.into();
+        self
     }
 
     /// Apps' networks take their subnets from `pool` (see [`Engine::create_network`]).
@@ -164,72 +191,89 @@ impl Engine {
     }
 
     pub async fn ping(&self) -> Result<()> {
-        self.api().await?.ping().await.map_err(|e| err("ping", e))?;
-        Ok(())
+        self.call(Call::Probe, "ping", async |d| d.ping().await)
+            .await
+            .map(drop)
     }
 
     /// The platform images must be built for to run here.
     pub(crate) async fn platform(&self) -> Result<Platform> {
         let v = self
-            .api()
-            .await?
-            .version()
-            .await
-            .map_err(|e| err("version", e))?;
+            .call(Call::Probe, "version", async |d| d.version().await)
+            .await?;
         Ok(Platform::from_engine(
             v.os.as_deref().unwrap_or("linux"),
             v.arch.as_deref().unwrap_or("amd64"),
         ))
     }
 
-    /// Pulls `repository@digest`; never by tag, so what lands is what was resolved.
+    /// Pulls `repository@digest`; never by tag, so what lands is what was resolved. The
+    /// whole pull, its progress stream included, gets `budget`.
     pub async fn pull(
         &self,
         repository: &str,
         digest: &str,
         credentials: Option<(String, String)>,
+        budget: std::time::Duration,
     ) -> Result<()> {
         let options = CreateImageOptionsBuilder::default()
             .from_image(repository)
             .tag(digest)
             .build();
         let creds = docker_credentials(repository, credentials);
-        let mut stream = self.api().await?.create_image(Some(options), None, creds);
-        while let Some(item) = stream.next().await {
-            item.map_err(|e| err(format!("pull {repository}@{digest}"), e))?;
-        }
-        Ok(())
+        let action = format!("pull {repository}@{digest}");
+        self.call(Call::Transfer(budget), &action, async |d| {
+            let mut stream = d.create_image(Some(options), None, creds);
+            while let Some(item) = stream.next().await {
+                item?;
+            }
+            Ok(())
+        })
+        .await
     }
 
     pub async fn image(&self, reference: &str) -> Result<Option<ImageFacts>> {
-        match self.api().await?.inspect_image(reference).await {
-            Ok(i) => Ok(Some(ImageFacts {
-                id: i.id.unwrap_or_default(),
-                repo_digests: i.repo_digests.unwrap_or_default(),
-                platform: Platform {
-                    os: i.os.unwrap_or_default(),
-                    architecture: i.architecture.unwrap_or_default(),
-                    variant: i.variant,
-                },
-                labels: i
-                    .config
-                    .as_ref()
-                    .and_then(|c| c.labels.clone())
-                    .unwrap_or_default(),
-                user: i
-                    .config
-                    .as_ref()
-                    .and_then(|c| c.user.clone())
-                    .filter(|u| !u.is_empty()),
-                has_healthcheck: i
-                    .config
-                    .and_then(|c| c.healthcheck)
-                    .and_then(|h| h.test)
-                    .is_some_and(|t| t.first().is_some_and(|f| f != "NONE")),
-            })),
-            Err(e) if status_of(&e) == Some(404) => Ok(None),
-            Err(e) => Err(err(format!("inspect image {reference}"), e)),
-        }
+        let action = format!("inspect image {reference}");
+        let found = self
+            .call(Call::Read, &action, async |d| {
+                not_found_is_none(d.inspect_image(reference).await)
+            })
+            .await?;
+        Ok(found.map(|i| ImageFacts {
+            id: i.id.unwrap_or_default(),
+            repo_digests: i.repo_digests.unwrap_or_default(),
+            platform: Platform {
+                os: i.os.unwrap_or_default(),
+                architecture: i.architecture.unwrap_or_default(),
+                variant: i.variant,
+            },
+            labels: i
+                .config
+                .as_ref()
+                .and_then(|c| c.labels.clone())
+                .unwrap_or_default(),
+            user: i
+                .config
+                .as_ref()
+                .and_then(|c| c.user.clone())
+                .filter(|u| !u.is_empty()),
+            has_healthcheck: i
+                .config
+                .and_then(|c| c.healthcheck)
+                .and_then(|h| h.test)
+                .is_some_and(|t| t.first().is_some_and(|f| f != "NONE")),
+        }))
+    }
+}
+
+/// The engine's 404 as "there is none": replays depend on telling it from a failure.
+fn not_found_is_none<T>(
+    answer: std::result::Result<T, DockerError>,
+) -> std::result::Result<Option<T>, DockerError> {
+    match answer {
+        Ok(t) => Ok(Some(t)),
+        Err(e) if status_of(&e) == Some(404) => Ok(None),
+        Err(e) => Err(e),
     }
 }
 

@@ -12,7 +12,8 @@ use bollard::query_parameters::{
     ListContainersOptionsBuilder, ListNetworksOptionsBuilder, RemoveVolumeOptionsBuilder,
 };
 
-use super::{Engine, LABEL_APP, LABEL_MANAGED, Result, err, status_of};
+use super::deadline::Call;
+use super::{Engine, LABEL_APP, LABEL_MANAGED, Result, err, not_found_is_none, status_of};
 
 /// Labels Pier puts on what it makes for an app's volume, beside managed and app.
 pub const LABEL_INCARNATION: &str = "pier.incarnation";
@@ -73,14 +74,16 @@ pub enum VolumeRemoved {
 
 impl Engine {
     pub(crate) async fn network(&self, name: &str) -> Result<Option<Labelled>> {
-        match self.api().await?.inspect_network(name, None).await {
-            Ok(n) => Ok(Some(Labelled {
-                name: n.name.unwrap_or_default(),
-                labels: n.labels.unwrap_or_default(),
-            })),
-            Err(e) if status_of(&e) == Some(404) => Ok(None),
-            Err(e) => Err(err(format!("inspect network {name}"), e)),
-        }
+        let action = format!("inspect network {name}");
+        let found = self
+            .call(Call::Read, &action, async |d| {
+                not_found_is_none(d.inspect_network(name, None).await)
+            })
+            .await?;
+        Ok(found.map(|n| Labelled {
+            name: n.name.unwrap_or_default(),
+            labels: n.labels.unwrap_or_default(),
+        }))
     }
 
     /// A bridge network; 409 (made meanwhile, by a replay) is not an error. With
@@ -93,16 +96,14 @@ impl Engine {
         name: &str,
         labels: HashMap<String, String>,
     ) -> Result<()> {
-        let what = || format!("create network {name}");
-        // Agreed once here, so that each try below is one plain request.
-        self.api().await?;
+        let what = format!("create network {name}");
         let Some(pool) = self.app_subnets else {
-            return match self.try_create_network(name, &labels, None).await {
+            return match self.try_create_network(&what, name, &labels, None).await? {
                 Ok(()) => Ok(()),
                 // Not transient: retrying cannot free an address pool.
                 Err(e) if e.to_string().contains("non-overlapping IPv4 address pool") => {
                     Err(super::EngineError::Refused {
-                        action: what(),
+                        action: what,
                         message: format!(
                             "{e}; the engine's default address pools are used up: set \
                              [server] app_subnets (e.g. \"10.213.0.0/16\") so that Pier gives \
@@ -110,7 +111,7 @@ impl Engine {
                         ),
                     })
                 }
-                Err(e) => Err(err(what(), e)),
+                Err(e) => Err(err(what, e)),
             };
         };
         let first = pool.first_for(name);
@@ -118,26 +119,28 @@ impl Engine {
         let tries = pool.len().min(256);
         let mut last = None;
         for i in 0..tries {
+            let subnet = Some(pool.subnet(first + i));
             match self
-                .try_create_network(name, &labels, Some(pool.subnet(first + i)))
-                .await
+                .try_create_network(&what, name, &labels, subnet)
+                .await?
             {
                 // 403: the subnet overlaps a network the engine has; try the next one.
                 Err(e) if status_of(&e) == Some(403) => last = Some(e),
                 Ok(()) => return Ok(()),
-                Err(e) => return Err(err(what(), e)),
+                Err(e) => return Err(err(what, e)),
             }
         }
-        Err(err(what(), last.expect("at least one try")))
+        Err(err(what, last.expect("at least one try")))
     }
 
     /// One create; 409 (made meanwhile, by a replay) is success.
     async fn try_create_network(
         &self,
+        action: &str,
         name: &str,
         labels: &HashMap<String, String>,
         subnet: Option<(String, String)>,
-    ) -> std::result::Result<(), bollard::errors::Error> {
+    ) -> Result<std::result::Result<(), bollard::errors::Error>> {
         let req = NetworkCreateRequest {
             name: name.to_owned(),
             driver: Some("bridge".into()),
@@ -152,11 +155,14 @@ impl Engine {
             }),
             ..Default::default()
         };
-        match self.docker.create_network(req).await {
-            Ok(_) => Ok(()),
-            Err(e) if status_of(&e) == Some(409) => Ok(()),
-            Err(e) => Err(e),
-        }
+        self.attempt(Call::Change, action, async |d| {
+            match d.create_network(req).await {
+                Ok(_) => Ok(()),
+                Err(e) if status_of(&e) == Some(409) => Ok(()),
+                Err(e) => Err(e),
+            }
+        })
+        .await
     }
 
     /// Joins `container` to `network` under `aliases`; joining twice is not an error.
@@ -173,11 +179,14 @@ impl Engine {
                 ..Default::default()
             }),
         };
-        match self.api().await?.connect_network(network, req).await {
-            Ok(()) => Ok(()),
-            Err(e) if already_connected(&e) => Ok(()),
-            Err(e) => Err(err(format!("connect a container to network {network}"), e)),
-        }
+        let action = format!("connect a container to network {network}");
+        self.call(Call::Change, &action, async |d| {
+            match d.connect_network(network, req).await {
+                Err(e) if already_connected(&e) => Ok(()),
+                other => other,
+            }
+        })
+        .await
     }
 
     /// Every network labelled `pier.managed=true`, whoever's app it names.
@@ -187,10 +196,10 @@ impl Engine {
             .filters(&filters)
             .build();
         let list = self
-            .docker
-            .list_networks(Some(options))
-            .await
-            .map_err(|e| err("list networks", e))?;
+            .call(Call::Read, "list networks", async |d| {
+                d.list_networks(Some(options)).await
+            })
+            .await?;
         Ok(list
             .into_iter()
             .filter_map(|n| {
@@ -213,34 +222,41 @@ impl Engine {
             .all(true)
             .filters(&filters)
             .build();
+        let action = format!("list the containers on network {network_id}");
         let list = self
-            .docker
-            .list_containers(Some(options))
-            .await
-            .map_err(|e| err(format!("list the containers on network {network_id}"), e))?;
+            .call(Call::Read, &action, async |d| {
+                d.list_containers(Some(options)).await
+            })
+            .await?;
         Ok(list.into_iter().filter_map(|c| c.id).collect())
     }
 
     /// Removes a network by id (never by name: a network made meanwhile under the same name
     /// is another one). The engine refuses while an endpoint is active (403).
     pub(crate) async fn remove_network(&self, network_id: &str) -> Result<NetworkRemoved> {
-        match self.api().await?.remove_network(network_id).await {
-            Ok(()) => Ok(NetworkRemoved::Removed),
-            Err(e) if status_of(&e) == Some(404) => Ok(NetworkRemoved::AlreadyGone),
-            Err(e) if matches!(status_of(&e), Some(403 | 409)) => Ok(NetworkRemoved::InUse),
-            Err(e) => Err(err(format!("remove network {network_id}"), e)),
-        }
+        let action = format!("remove network {network_id}");
+        self.call(Call::Change, &action, async |d| {
+            match d.remove_network(network_id).await {
+                Ok(()) => Ok(NetworkRemoved::Removed),
+                Err(e) if status_of(&e) == Some(404) => Ok(NetworkRemoved::AlreadyGone),
+                Err(e) if matches!(status_of(&e), Some(403 | 409)) => Ok(NetworkRemoved::InUse),
+                Err(e) => Err(e),
+            }
+        })
+        .await
     }
 
     pub(crate) async fn volume(&self, name: &str) -> Result<Option<Labelled>> {
-        match self.api().await?.inspect_volume(name).await {
-            Ok(v) => Ok(Some(Labelled {
-                name: v.name,
-                labels: v.labels,
-            })),
-            Err(e) if status_of(&e) == Some(404) => Ok(None),
-            Err(e) => Err(err(format!("inspect volume {name}"), e)),
-        }
+        let action = format!("inspect volume {name}");
+        let found = self
+            .call(Call::Read, &action, async |d| {
+                not_found_is_none(d.inspect_volume(name).await)
+            })
+            .await?;
+        Ok(found.map(|v| Labelled {
+            name: v.name,
+            labels: v.labels,
+        }))
     }
 
     /// Creating an existing volume returns it unchanged: callers check its labels first.
@@ -255,22 +271,24 @@ impl Engine {
             labels: Some(labels),
             ..Default::default()
         };
-        self.api()
-            .await?
-            .create_volume(req)
+        let action = format!("create volume {name}");
+        self.call(Call::Change, &action, async |d| d.create_volume(req).await)
             .await
-            .map(|_| ())
-            .map_err(|e| err(format!("create volume {name}"), e))
+            .map(drop)
     }
 
     pub(crate) async fn remove_volume(&self, name: &str) -> Result<VolumeRemoved> {
         let options = RemoveVolumeOptionsBuilder::default().force(false).build();
-        match self.api().await?.remove_volume(name, Some(options)).await {
-            Ok(()) => Ok(VolumeRemoved::Removed),
-            Err(e) if status_of(&e) == Some(404) => Ok(VolumeRemoved::AlreadyGone),
-            Err(e) if status_of(&e) == Some(409) => Ok(VolumeRemoved::InUse),
-            Err(e) => Err(err(format!("remove volume {name}"), e)),
-        }
+        let action = format!("remove volume {name}");
+        self.call(Call::Change, &action, async |d| {
+            match d.remove_volume(name, Some(options)).await {
+                Ok(()) => Ok(VolumeRemoved::Removed),
+                Err(e) if status_of(&e) == Some(404) => Ok(VolumeRemoved::AlreadyGone),
+                Err(e) if status_of(&e) == Some(409) => Ok(VolumeRemoved::InUse),
+                Err(e) => Err(e),
+            }
+        })
+        .await
     }
 }
 

@@ -6,7 +6,6 @@
 //! Swarm did with it (the spec's version and `UpdateStatus`, the tasks on each node).
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use bollard::models::{
     Node, Service, ServiceSpec, ServiceUpdateStatus, ServiceUpdateStatusStateEnum, Task,
@@ -14,12 +13,8 @@ use bollard::models::{
 use bollard::query_parameters::{ListTasksOptionsBuilder, UpdateServiceOptionsBuilder};
 use serde::Serialize;
 
+use super::deadline::Call;
 use super::{Engine, EngineError, Result, docker_credentials, err, status_of};
-
-/// How long one services-API call may take before it counts as the engine being
-/// unavailable. A manager answers these from its raft store in milliseconds; a call that
-/// hangs (a manager that lost quorum) must not hold a deployment step forever.
-const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// `UpdateStatus.State` as Swarm means it. `None`: the service was never updated, or its
 /// last update changed nothing (a no-op update leaves `UpdateStatus` absent), so `None`
@@ -164,19 +159,6 @@ mod tests;
 
 pub use tasks::{NodeFacts, NodeRole, NodeStatus, TaskFacts, TaskState};
 
-/// `call` within [`CALL_TIMEOUT`]; no answer in time is [`EngineError::Unavailable`].
-async fn within<T>(
-    action: &str,
-    call: impl Future<Output = std::result::Result<T, bollard::errors::Error>>,
-) -> std::result::Result<std::result::Result<T, bollard::errors::Error>, EngineError> {
-    tokio::time::timeout(CALL_TIMEOUT, call)
-        .await
-        .map_err(|_| EngineError::Unavailable {
-            action: action.to_owned(),
-            message: format!("no answer within {CALL_TIMEOUT:?}"),
-        })
-}
-
 /// A version Pier read back from the engine, as bollard's update call takes it (an
 /// `i32`, though Swarm's index is a `u64`): one that does not fit is refused, never
 /// truncated into another service version.
@@ -205,8 +187,12 @@ impl Engine {
     /// The service named (or with the id) `name`, or `None` if there is none.
     pub async fn service(&self, name: &str) -> Result<Option<ServiceFacts>> {
         let action = format!("inspect service {name}");
-        let docker = self.api().await?;
-        match within(&action, docker.inspect_service(name, None)).await? {
+        match self
+            .attempt(Call::Read, &action, async |docker| {
+                docker.inspect_service(name, None).await
+            })
+            .await?
+        {
             Ok(s) => Ok(Some(ServiceFacts::from_engine(s))),
             Err(e) if status_of(&e) == Some(404) => Ok(None),
             Err(e) => Err(err(action, e)),
@@ -222,8 +208,10 @@ impl Engine {
     ) -> Result<String> {
         let action = format!("create service {}", spec.name.as_deref().unwrap_or(""));
         let creds = docker_credentials(&service_image(&spec), credentials);
-        let docker = self.api().await?;
-        let created = within(&action, docker.create_service(spec, creds))
+        let created = self
+            .attempt(Call::Change, &action, async |docker| {
+                docker.create_service(spec, creds).await
+            })
             .await?
             .map_err(|e| err(action, e))?;
         Ok(created.id.unwrap_or_default())
@@ -244,8 +232,10 @@ impl Engine {
             .version(update_version(version)?)
             .build();
         let creds = docker_credentials(&service_image(&spec), credentials);
-        let docker = self.api().await?;
-        let answer = within(&action, docker.update_service(name, spec, options, creds))
+        let answer = self
+            .attempt(Call::Change, &action, async |docker| {
+                docker.update_service(name, spec, options, creds).await
+            })
             .await?
             .map_err(|e| classify_update(action, e))?;
         Ok(answer.warnings.unwrap_or_default())
@@ -256,8 +246,12 @@ impl Engine {
     /// The spec sent is the current one, which Swarm ignores for a rollback.
     pub(crate) async fn rollback_service(&self, name: &str) -> Result<()> {
         let action = format!("roll back service {name}");
-        let docker = self.api().await?;
-        let current = match within(&action, docker.inspect_service(name, None)).await? {
+        let current = match self
+            .attempt(Call::Read, &action, async |docker| {
+                docker.inspect_service(name, None).await
+            })
+            .await?
+        {
             Ok(s) => s,
             Err(e) => return Err(err(action, e)),
         };
@@ -267,14 +261,16 @@ impl Engine {
             .rollback("previous")
             .build();
         let spec = current.spec.unwrap_or_default();
-        within(&action, docker.update_service(name, spec, options, None))
-            .await?
-            .map_err(|e| classify_update(action, e))?;
+        self.attempt(Call::Change, &action, async |docker| {
+            docker.update_service(name, spec, options, None).await
+        })
+        .await?
+        .map_err(|e| classify_update(action, e))?;
         Ok(())
     }
 
     /// The last `lines` lines a task wrote (from whichever node ran it, through the
-    /// manager), within [`CALL_TIMEOUT`]; empty if the task or its logs are gone.
+    /// manager), within a read's deadline; empty if the task or its logs are gone.
     pub(crate) async fn task_logs(&self, task: &str, lines: usize) -> Result<String> {
         use futures_util::StreamExt;
         let action = format!("logs of task {task}");
@@ -283,8 +279,7 @@ impl Engine {
             .stderr(true)
             .tail(&lines.to_string())
             .build();
-        let docker = self.api().await?;
-        let read = async {
+        let read = async |docker: &bollard::Docker| {
             let mut stream = docker.task_logs(task, Some(options));
             let mut out = String::new();
             while let Some(item) = stream.next().await {
@@ -299,14 +294,18 @@ impl Engine {
             }
             Ok(out)
         };
-        within(&action, read).await?.map_err(|e| err(action, e))
+        self.call(Call::Read, &action, read).await
     }
 
     /// Removes the service `name`; `false` if there was none.
     pub async fn remove_service(&self, name: &str) -> Result<bool> {
         let action = format!("remove service {name}");
-        let docker = self.api().await?;
-        match within(&action, docker.delete_service(name)).await? {
+        match self
+            .attempt(Call::Change, &action, async |docker| {
+                docker.delete_service(name).await
+            })
+            .await?
+        {
             Ok(()) => Ok(true),
             Err(e) if status_of(&e) == Some(404) => Ok(false),
             Err(e) => Err(err(action, e)),
@@ -319,8 +318,10 @@ impl Engine {
         let action = format!("list tasks of service {name}");
         let filters = HashMap::from([("service", vec![name])]);
         let options = ListTasksOptionsBuilder::new().filters(&filters).build();
-        let docker = self.api().await?;
-        let tasks: Vec<Task> = within(&action, docker.list_tasks(Some(options)))
+        let tasks: Vec<Task> = self
+            .attempt(Call::Read, &action, async |docker| {
+                docker.list_tasks(Some(options)).await
+            })
             .await?
             .map_err(|e| err(action, e))?;
         Ok(tasks.into_iter().map(TaskFacts::from_engine).collect())
@@ -329,8 +330,10 @@ impl Engine {
     /// The swarm's nodes, as the manager sees them.
     pub async fn nodes(&self) -> Result<Vec<NodeFacts>> {
         let action = "list nodes";
-        let docker = self.api().await?;
-        let nodes: Vec<Node> = within(action, docker.list_nodes(None))
+        let nodes: Vec<Node> = self
+            .attempt(Call::Read, action, async |docker| {
+                docker.list_nodes(None).await
+            })
             .await?
             .map_err(|e| err(action, e))?;
         Ok(nodes.into_iter().map(NodeFacts::from_engine).collect())

@@ -79,7 +79,10 @@ impl Run<'_> {
         let verified = crate::archive::verify(path, &wanted)
             .await
             .map_err(Refusal::from)?;
-        let said = self.engine().load_archive(&verified).await?;
+        let said = self
+            .engine()
+            .load_archive(&verified, self.ctx.pull_timeout)
+            .await?;
         let Some(image) = self.engine().image(&digest).await? else {
             return Err(Refusal::ArchiveHolds {
                 holds: said,

@@ -138,7 +138,12 @@ impl Run<'_> {
         self.step(Step::Pull, &intent, || async {
             Ok(self
                 .engine()
-                .pull(&self.app.image, &r.digest, creds.clone())
+                .pull(
+                    &self.app.image,
+                    &r.digest,
+                    creds.clone(),
+                    self.ctx.pull_timeout,
+                )
                 .await?)
         })
         .await
@@ -158,7 +163,7 @@ impl Run<'_> {
                 None => {
                     let creds = self.ctx.registry.credentials(self.app.registry_host());
                     self.engine()
-                        .pull(&self.app.image, &r.digest, creds)
+                        .pull(&self.app.image, &r.digest, creds, self.ctx.pull_timeout)
                         .await?;
                     self.engine()
                         .image(&reference)

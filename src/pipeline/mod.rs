@@ -151,6 +151,8 @@ pub(crate) struct Context {
     pub store_patience: Duration,
     /// Transient registry and engine errors are retried until this much time has passed.
     pub retry_budget: Duration,
+    /// One pull or archive load as a whole (`[server] pull_timeout`).
+    pub pull_timeout: Duration,
     /// This installation's key for the journaled hash of env values (see `create`).
     pub env_key: Vec<u8>,
     /// `pier proxy`'s admin endpoint, which blue-green deploys wait on.

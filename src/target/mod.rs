@@ -48,6 +48,7 @@ impl Targets {
                     target: c.name.clone(),
                     source,
                 })?
+                .named(&c.name)
                 .with_app_subnets(app_subnets);
             all.insert(
                 c.name.clone(),

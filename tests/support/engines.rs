@@ -316,8 +316,27 @@ impl ExtraEngine {
         Some((status, body))
     }
 
+    /// Stops dockerd with SIGSTOP: its port still accepts connections (the kernel
+    /// does that), and nothing answers on them, as with a wedged engine. `stop_dockerd`
+    /// (and so cleanup) lets it run again first.
+    pub fn hang_dockerd(&self) {
+        self.signal_dockerd("-STOP");
+    }
+
+    /// Lets a dockerd stopped by [`ExtraEngine::hang_dockerd`] run again.
+    pub fn resume_dockerd(&self) {
+        self.signal_dockerd("-CONT");
+    }
+
+    fn signal_dockerd(&self, signal: &str) {
+        if let Some(d) = &self.dockerd {
+            procs::attempt(Command::new("kill").args([signal, &d.id().to_string()]));
+        }
+    }
+
     /// Stops dockerd (the engine is down; its namespace, address and sshd stay).
     pub fn stop_dockerd(&mut self) {
+        self.resume_dockerd();
         self.remove_all_containers();
         if let Some(mut d) = self.dockerd.take() {
             procs::stop_child(&mut d, Scope::Leader, Duration::from_secs(30));

@@ -78,9 +78,12 @@ async fn runs_a_container_there(
     within("ping", engine.ping()).await.expect("ping");
     let repository = format!("{}/{repo}", registry.host());
     let image = format!("{repository}@{digest}");
-    within("pull", engine.pull(&repository, digest, None))
-        .await
-        .expect("pull by digest");
+    within(
+        "pull",
+        engine.pull(&repository, digest, None, Duration::from_secs(300)),
+    )
+    .await
+    .expect("pull by digest");
     let facts = engine
         .image(&image)
         .await

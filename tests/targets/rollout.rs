@@ -100,10 +100,18 @@ async fn a_version_failing_health_on_the_third_engine_leaves_every_engine_on_the
     fleet.cleanup().await;
 }
 
+/// The rollout's retry budget; the deadline of a probe (`version`) is 5 s.
+const BUDGET: &str = "8s";
+
+/// A hung engine (dockerd stopped by SIGSTOP: its port accepts, nothing answers, and the
+/// connection pooled from the last deployment is reused without connecting) and then a
+/// dead one each fail the rollout at `reach`, within the retry budget plus one probe's
+/// deadline, with every engine still on what it served and the pages answering.
 #[tokio::test]
-async fn an_engine_that_is_down_fails_the_rollout_before_any_engine_changes() {
+async fn an_engine_that_hangs_or_is_down_fails_the_rollout_within_its_budget_before_any_engine_changes()
+ {
     let mut fleet = Fleet::start(FleetSpec {
-        retry_budget: "8s",
+        retry_budget: BUDGET,
         ..FleetSpec::default()
     })
     .await;
@@ -115,38 +123,75 @@ async fn an_engine_that_is_down_fails_the_rollout_before_any_engine_changes() {
     assert_eq!(d["state"], "succeeded", "{d:#}");
     let before = fleet.assert_serving_on(&["local", "e3"], &v1, "v1").await;
 
+    fleet.remote("e2").hang_dockerd();
+    let d = refused_at_reach(&fleet, "v2").await;
+    let error = d["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("gave no answer to version within 5s"),
+        "names the call and its deadline: {d:#}"
+    );
+    assert_pages_answer(&fleet).await;
+    let after = fleet.assert_serving_on(&["local", "e3"], &v1, "v1").await;
+    assert_eq!(before, after);
+
     fleet.remote_mut("e2").stop_dockerd();
+    refused_at_reach(&fleet, "v3").await;
+    let after = fleet.assert_serving_on(&["local", "e3"], &v1, "v1").await;
+    assert_eq!(before, after);
+    assert_pages_answer(&fleet).await;
+    fleet.cleanup().await;
+}
+
+/// Pushes `version` and returns its deployment, once it failed at e2's `reach` with no
+/// engine changed, within the budget. Before every call had a deadline of its kind, a hung
+/// engine's `version` waited out the client's 120 s whatever the budget said; the bound
+/// here is the budget, one probe's deadline and a wide margin for a loaded machine, and
+/// is still far below those 120 s.
+async fn refused_at_reach(fleet: &Fleet, version: &str) -> Value {
     fleet
         .env
-        .push(&TestImage::with_healthcheck("v2"), "main")
+        .push(&TestImage::with_healthcheck(version), "main")
         .await;
     let d = fleet.final_deployment().await;
     assert_eq!(d["state"], "failed", "{d:#}");
     let error = d["error"].as_str().unwrap_or_default();
     assert!(error.contains("engine e2"), "names the engine: {d:#}");
-    assert_eq!(step_of(&d, "reach", "e2")["state"], "failed", "{d:#}");
+    let reach = step_of(&d, "reach", "e2");
+    assert_eq!(reach["state"], "failed", "{d:#}");
+    let waited = time(&reach["finished_at"]) - time(&reach["started_at"]);
+    let bound = humantime::parse_duration(BUDGET).unwrap() + Duration::from_secs(5 + 25);
+    assert!(
+        waited.to_std().unwrap() < bound,
+        "reach took {waited} with a budget of {BUDGET}: {d:#}"
+    );
     // Nothing past `reach` ran anywhere: no pull, no container.
     let changed: Vec<&Value> = steps(&d)
         .filter(|s| !matches!(s["step"].as_str(), Some("resolve" | "reach")))
         .collect();
     assert!(changed.is_empty(), "no engine changed: {changed:#?}");
-    let after = fleet.assert_serving_on(&["local", "e3"], &v1, "v1").await;
-    assert_eq!(before, after);
+    d
+}
 
-    // The pages still answer while the engine is down.
+/// The app's page, its API and the overview answer while an engine does not.
+async fn assert_pages_answer(fleet: &Fleet) {
     let (status, _) = fleet
         .env
         .api_get(&format!("/apps/{}", fleet.env.app()))
         .await;
     assert_eq!(status, 200);
-    let page = http_client()
-        .get(fleet.env.pier_url("/"))
-        .timeout(Duration::from_secs(10))
-        .send()
-        .await
-        .expect("the status page answers");
-    assert!(page.status().is_success() || page.status().as_u16() == 303);
-    fleet.cleanup().await;
+    for path in ["/".to_owned(), format!("/apps/{}", fleet.env.app())] {
+        let page = http_client()
+            .get(fleet.env.pier_url(&path))
+            .timeout(Duration::from_secs(20))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{path} answers: {e}"));
+        assert!(
+            page.status().is_success() || page.status().as_u16() == 303,
+            "{path}: {}",
+            page.status()
+        );
+    }
 }
 
 /// A stop asked during the pause between batches ends the rollout at once, not after the

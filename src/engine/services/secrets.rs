@@ -12,7 +12,8 @@ use base64::Engine as _;
 use bollard::models::SecretSpec;
 use bollard::query_parameters::ListSecretsOptionsBuilder;
 
-use super::{Engine, Result, err, status_of, within};
+use super::{Engine, Result, err, status_of};
+use crate::engine::deadline::Call;
 use crate::engine::{LABEL_APP, LABEL_MANAGED};
 
 impl Engine {
@@ -29,8 +30,12 @@ impl Engine {
             data: Some(base64::engine::general_purpose::STANDARD.encode(data)),
             ..Default::default()
         };
-        let docker = self.api().await?;
-        match within(&action, docker.create_secret(spec)).await? {
+        match self
+            .attempt(Call::Change, &action, async |docker| {
+                docker.create_secret(spec).await
+            })
+            .await?
+        {
             Ok(created) => Ok(created.id),
             // Created by an earlier run: the name is the content's, so it is the same.
             Err(e) if status_of(&e) == Some(409) => self.secret_id(name).await,
@@ -42,8 +47,10 @@ impl Engine {
         let action = format!("find secret {name}");
         let filters = HashMap::from([("name", vec![name])]);
         let options = ListSecretsOptionsBuilder::new().filters(&filters).build();
-        let docker = self.api().await?;
-        let found = within(&action, docker.list_secrets(Some(options)))
+        let found = self
+            .attempt(Call::Read, &action, async |docker| {
+                docker.list_secrets(Some(options)).await
+            })
             .await?
             .map_err(|e| err(action.clone(), e))?;
         // The name filter matches prefixes: take the exact one.
@@ -63,8 +70,10 @@ impl Engine {
         let label = format!("{LABEL_APP}={app}");
         let filters = HashMap::from([("label", vec![label.as_str()])]);
         let options = ListSecretsOptionsBuilder::new().filters(&filters).build();
-        let docker = self.api().await?;
-        let all = within(&action, docker.list_secrets(Some(options)))
+        let all = self
+            .attempt(Call::Read, &action, async |docker| {
+                docker.list_secrets(Some(options)).await
+            })
             .await?
             .map_err(|e| err(action, e))?;
         Ok(all
@@ -77,8 +86,12 @@ impl Engine {
     /// is refused by Swarm.
     pub(crate) async fn remove_secret(&self, name: &str) -> Result<bool> {
         let action = format!("remove secret {name}");
-        let docker = self.api().await?;
-        match within(&action, docker.delete_secret(name)).await? {
+        match self
+            .attempt(Call::Change, &action, async |docker| {
+                docker.delete_secret(name).await
+            })
+            .await?
+        {
             Ok(()) => Ok(true),
             Err(e) if status_of(&e) == Some(404) => Ok(false),
             Err(e) => Err(err(action, e)),

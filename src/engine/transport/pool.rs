@@ -17,6 +17,7 @@ use hyper::{Method, Request, Response, Uri};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
 
 use super::{CONNECT_TIMEOUT, TransportError};
 
@@ -77,7 +78,16 @@ pub(super) struct Pool {
 
 struct Idle {
     id: u64,
+    conn: Conn,
+}
+
+/// One connection's sending half, and the switch that ends it. A request given up on
+/// before its answer came (its caller's deadline passed: the engine hangs) ends its
+/// connection: left running, it would hold its slot, waiting for an answer nobody reads,
+/// until the engine woke up; eight of those and no request could go out at all.
+struct Conn {
     sender: SendRequest<Body>,
+    end: CancellationToken,
 }
 
 impl Pool {
@@ -108,13 +118,15 @@ impl Pool {
     ) -> Result<Response<Incoming>, TransportError> {
         let mut req = origin_form(req, &self.host);
         for _ in 0..STALE_RETRIES {
-            let Some(mut sender) = self.checkout() else {
+            let Some(mut conn) = self.checkout() else {
                 break;
             };
             let replay = replayable(&req);
-            match sender.try_send_request(req).await {
+            let unanswered = conn.end.clone().drop_guard();
+            match conn.sender.try_send_request(req).await {
                 Ok(resp) => {
-                    self.recycle(sender);
+                    unanswered.disarm();
+                    self.recycle(conn);
                     return Ok(resp);
                 }
                 Err(mut e) => match (e.take_message(), replay) {
@@ -128,21 +140,23 @@ impl Pool {
                 },
             }
         }
-        let mut sender = self.connect().await?;
-        match sender.send_request(req).await {
+        let mut conn = self.connect().await?;
+        let unanswered = conn.end.clone().drop_guard();
+        match conn.sender.send_request(req).await {
             Ok(resp) => {
-                self.recycle(sender);
+                unanswered.disarm();
+                self.recycle(conn);
                 Ok(resp)
             }
             Err(e) => Err(self.dialer.request_failed(&e)),
         }
     }
 
-    fn checkout(&self) -> Option<SendRequest<Body>> {
+    fn checkout(&self) -> Option<Conn> {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         while let Some(c) = idle.pop() {
-            if c.sender.is_ready() {
-                return Some(c.sender);
+            if c.conn.sender.is_ready() {
+                return Some(c.conn);
             }
         }
         None
@@ -151,7 +165,7 @@ impl Pool {
     /// A new connection that has answered `/_ping`: the whole path (TLS client
     /// certificate, SSH host key and login, the remote `dial-stdio`, the engine) is proven
     /// within [`CONNECT_TIMEOUT`] before any real request is trusted to it.
-    async fn connect(&self) -> Result<SendRequest<Body>, TransportError> {
+    async fn connect(&self) -> Result<Conn, TransportError> {
         let target = self.dialer.target();
         let deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
         let late = || {
@@ -172,15 +186,16 @@ impl Pool {
         let dialed = tokio::time::timeout_at(deadline, self.dialer.dial())
             .await
             .map_err(|_| late())??;
-        let mut sender = spawn_connection(dialed.io, dialed.gone, permit, target).await?;
-        let answered = tokio::time::timeout_at(deadline, ping(&mut sender, &self.host)).await;
+        let mut conn = spawn_connection(dialed.io, dialed.gone, permit, target).await?;
+        let answered = tokio::time::timeout_at(deadline, ping(&mut conn.sender, &self.host)).await;
         let failure = match answered {
-            Ok(Ok(())) => return Ok(sender),
+            Ok(Ok(())) => return Ok(conn),
             Ok(Err(e)) => self.dialer.request_failed(&e),
             Err(_) => late(),
         };
         // Closing the stream ends the far side too (ssh exits), so its reason is complete.
-        drop(sender);
+        conn.end.cancel();
+        drop(conn);
         match dialed.explain {
             Some(explain) => Err(explain.await.unwrap_or(failure)),
             None => Err(failure),
@@ -189,13 +204,13 @@ impl Pool {
 
     /// Keeps `sender` once its connection is free again (the response body was read),
     /// for at most [`IDLE_TIMEOUT`] unless a request takes it first.
-    fn recycle(&self, mut sender: SendRequest<Body>) {
+    fn recycle(&self, mut conn: Conn) {
         let pool = self.this.clone();
         tokio::spawn(async move {
-            if sender.ready().await.is_err() {
+            if conn.sender.ready().await.is_err() {
                 return;
             }
-            let Some(id) = pool.upgrade().and_then(|p| p.put(sender)) else {
+            let Some(id) = pool.upgrade().and_then(|p| p.put(conn)) else {
                 return;
             };
             tokio::time::sleep(IDLE_TIMEOUT).await;
@@ -206,14 +221,14 @@ impl Pool {
         });
     }
 
-    fn put(&self, sender: SendRequest<Body>) -> Option<u64> {
+    fn put(&self, conn: Conn) -> Option<u64> {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        idle.retain(|c| !c.sender.is_closed());
+        idle.retain(|c| !c.conn.sender.is_closed());
         if idle.len() >= MAX_IDLE {
             return None;
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        idle.push(Idle { id, sender });
+        idle.push(Idle { id, conn });
         Some(id)
     }
 }
@@ -227,21 +242,26 @@ async fn spawn_connection(
     gone: Option<BoxFuture<'static, ()>>,
     permit: OwnedSemaphorePermit,
     target: &str,
-) -> Result<SendRequest<Body>, TransportError> {
+) -> Result<Conn, TransportError> {
     let (sender, conn) = http1::Builder::new()
         .handshake::<_, Body>(TokioIo::new(io))
         .await
         .map_err(|e| TransportError::transient(format!("{target}: {e}")))?;
+    let end = CancellationToken::new();
+    let ended = end.clone();
     tokio::spawn(async move {
         let _slot = permit;
-        if let Err(e) = conn.await {
-            tracing::debug!(error = %e, "engine connection ended");
+        tokio::select! {
+            r = conn => if let Err(e) = r {
+                tracing::debug!(error = %e, "engine connection ended");
+            },
+            () = ended.cancelled() => tracing::debug!("engine connection ended: its request was given up on"),
         }
         if let Some(gone) = gone {
             gone.await;
         }
     });
-    Ok(sender)
+    Ok(Conn { sender, end })
 }
 
 async fn ping(sender: &mut SendRequest<Body>, host: &HeaderValue) -> Result<(), hyper::Error> {
