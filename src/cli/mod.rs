@@ -1,13 +1,27 @@
-//! The `pier` command line.
+//! The `pier` command line. Two kinds of command:
+//!
+//! - the server's own (`serve`, `worker`, `proxy`, `migrate`, `reload`, `import`,
+//!   `volumes`, `check`) read the config file and its secrets: [`server_commands`], [`check`];
+//! - what an operator does (`deploy`, `rollback`, `unpin`, `cancel`, `approve`, `reject`,
+//!   `override`, `freeze`, `unfreeze`, `status`) is a client of a running Pier's HTTP API
+//!   with the caller's own token, like `docker` or `kubectl`: it needs neither the config,
+//!   nor anyone else's secret, nor the database: [`operator`], [`status`], [`client`],
+//!   [`credentials`].
 
 use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
 
-use anyhow::{Context as _, bail};
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 
-use crate::actions::{Actor, Cancelled};
-use crate::config::Config;
-use crate::store::{DeploymentState, Enqueued, Store};
+mod check;
+mod client;
+mod credentials;
+mod operator;
+mod server_commands;
+mod status;
+
+pub use client::ClientError;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -16,7 +30,8 @@ use crate::store::{DeploymentState, Enqueued, Store};
     about = "Deploys exactly the image digest a registry push names."
 )]
 pub struct Cli {
-    /// The configuration file.
+    /// The configuration file of the server's own commands (serve, worker, proxy, migrate,
+    /// reload, import, volumes, check); the operator's commands do not read it.
     #[arg(
         long,
         short,
@@ -38,8 +53,30 @@ pub struct Cli {
     /// `serve`/`worker` write their process id here; `reload` reads it.
     #[arg(long, global = true, env = "PIER_PID_FILE")]
     pub pid_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub remote: Remote,
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// Where the operator's commands find Pier, and the caller's own token. The token itself
+/// is read from the environment (`PIER_TOKEN`), a file, or `pier login`'s credentials;
+/// never from an argument, which other users of the machine can see.
+#[derive(Args, Debug, Clone, Default)]
+#[command(next_help_heading = "Talking to a Pier server (operator commands)")]
+pub struct Remote {
+    /// Pier's URL (http:// or https://), as browsers reach it; default: the one
+    /// `pier login` stored. The token comes from PIER_TOKEN, --token-file or `pier login`.
+    #[arg(long, global = true, env = "PIER_URL")]
+    pub url: Option<String>,
+    /// A file holding your own token (a named admin's `[[admins]]` token, or the shared
+    /// `server.admin_token`), instead of PIER_TOKEN.
+    #[arg(long, global = true, env = "PIER_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
+    /// The CA certificate(s) (PEM) that sign the https server's certificate: only these
+    /// are trusted then, not the system's roots.
+    #[arg(long, global = true, env = "PIER_CA_FILE")]
+    pub ca_file: Option<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -57,54 +94,54 @@ pub enum Command {
     },
     /// Apply database migrations and exit.
     Migrate,
+    /// Check the config as `serve` would load it, and that every secret it refers to
+    /// (env:NAME, file:PATH) can be read, without printing any; exits non-zero naming
+    /// every field at fault. Needs no database and no engine.
+    Check,
     /// Queue a deployment of an app's tag, or of an exact digest.
     Deploy {
         app: String,
         /// Deploy exactly this digest (sha256:…) instead of resolving the tag.
         #[arg(long)]
         digest: Option<String>,
-        /// Wait until the deployment has ended; exit non-zero unless it succeeded.
-        #[arg(long)]
-        wait: bool,
-        /// With --wait: give up after this long (exit 2; the deployment goes on).
-        #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
-        timeout: std::time::Duration,
+        #[command(flatten)]
+        wait: Wait,
     },
     /// Roll an app back to a digest that deployed successfully before, and pin it there:
     /// pushes are recorded but do not move it until `pier unpin`.
     Rollback {
         app: String,
         digest: String,
-        /// Wait until the rollback has ended; exit non-zero unless it succeeded.
-        #[arg(long)]
-        wait: bool,
-        #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
-        timeout: std::time::Duration,
+        #[command(flatten)]
+        wait: Wait,
     },
     /// End an app's pin: the next push deploys again.
     Unpin { app: String },
     /// Cancel a queued deployment, or stop a running one at its next step boundary.
     Cancel { deployment: uuid::Uuid },
-    /// Approve a deployment waiting for approval, as the named admin `--as` (issue 26); that
-    /// admin's own token is read from PIER_ADMIN_TOKEN.
+    /// Approve a deployment waiting for approval, as the named admin whose own token you
+    /// give; an approval records a person, so the shared server.admin_token cannot.
     Approve {
         deployment: uuid::Uuid,
+        /// Refuse to act unless the token is this admin's (Pier is asked whose it is).
         #[arg(long = "as")]
-        admin: String,
+        admin: Option<String>,
     },
     /// Reject a deployment waiting for approval: it ends cancelled, naming who.
     Reject {
         deployment: uuid::Uuid,
+        /// Refuse to act unless the token is this admin's.
         #[arg(long = "as")]
-        admin: String,
+        admin: Option<String>,
         #[arg(long)]
         reason: Option<String>,
     },
     /// Let a deployment that waits for its window or a freeze run now, for a reason.
     Override {
         deployment: uuid::Uuid,
+        /// Refuse to act unless the token is this admin's.
         #[arg(long = "as")]
-        admin: String,
+        admin: Option<String>,
         #[arg(long)]
         reason: String,
     },
@@ -118,11 +155,21 @@ pub enum Command {
     },
     /// Lift an app's freeze: what waited for it is judged again at once.
     Unfreeze { app: String },
-    /// Show what runs and the latest deployments.
+    /// Show what runs and the latest deployments, as the server sees them.
     Status {
         #[arg(long)]
         json: bool,
     },
+    /// Check a Pier URL and your token, and keep both for the operator's commands in a
+    /// file only you can read ($XDG_CONFIG_HOME/pier/credentials, mode 0600). The token
+    /// is read from PIER_TOKEN, --token-file, or standard input.
+    Login {
+        /// Pier's URL; default: --url / PIER_URL.
+        #[arg(value_name = "URL")]
+        server: Option<String>,
+    },
+    /// Delete the credentials `pier login` kept.
+    Logout,
     /// Make a running `pier serve` read its configuration again (SIGHUP): checked here
     /// first, and again there; an invalid file changes nothing.
     Reload {
@@ -150,11 +197,37 @@ pub enum Command {
     },
 }
 
+/// `--wait` and its `--timeout`, for the commands that queue a deployment.
+#[derive(Args, Debug, Clone, Copy)]
+pub struct Wait {
+    /// Wait until the deployment has ended; exit non-zero unless it succeeded.
+    #[arg(long)]
+    pub wait: bool,
+    /// With --wait: give up after this long (exit 2; the deployment goes on).
+    #[arg(long, default_value = "15m", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+}
+
+impl Wait {
+    fn within(self) -> Option<Duration> {
+        self.wait.then_some(self.timeout)
+    }
+}
+
+/// With `--wait`, the deployment had not ended when the timeout passed: exit code 2.
+#[derive(Debug, thiserror::Error)]
+#[error("deployment {id} is still {state} after {after}")]
+pub struct StillRunning {
+    pub id: uuid::Uuid,
+    pub state: String,
+    pub after: String,
+}
+
 /// Worker threads for the command's runtime, when the config sets them: `pier proxy` may be
 /// given fewer than one per core, to leave the others to the apps behind it.
 pub fn threads(cli: &Cli) -> Option<usize> {
     match cli.command {
-        Command::Proxy { .. } => Config::load(&cli.config)
+        Command::Proxy { .. } => crate::config::Config::load(&cli.config)
             .ok()
             .map(|c| c.proxy.threads)
             .filter(|n| *n > 0),
@@ -162,332 +235,93 @@ pub fn threads(cli: &Cli) -> Option<usize> {
     }
 }
 
-pub async fn run(cli: Cli) -> anyhow::Result<()> {
-    let config = Config::load(&cli.config)?;
-    match cli.command {
-        Command::Serve | Command::Worker => {
-            let _pid = cli
-                .pid_file
-                .as_deref()
-                .map(crate::contain::PidFile::write)
-                .transpose()?;
-            let http = matches!(cli.command, Command::Serve);
-            crate::serve::run(config, Some(cli.config.clone()), http).await
-        }
-        Command::Import {
-            app,
-            archive,
-            digest,
-            platform,
-        } => crate::contain::import(&config, &app, &archive, digest, platform).await,
-        Command::Reload { pid } => crate::contain::reload(pid, cli.pid_file.as_deref()),
-        Command::Volumes { action } => crate::contain::volumes(&config, action).await,
-        Command::Proxy { target } => proxy(config, target).await,
-        Command::Migrate => {
-            let store = store(&config)?;
-            store.migrate().await.context("migrate")?;
-            println!("migrations applied");
-            Ok(())
-        }
-        Command::Status { json } => status(&config, json).await,
-        command => operator_action(&config, command).await,
-    }
-}
-
-/// `pier proxy`, maybe for another target than the config's.
-async fn proxy(mut config: Config, target: Option<String>) -> anyhow::Result<()> {
-    if let Some(t) = target {
-        anyhow::ensure!(
-            config.targets.iter().any(|c| c.name == t),
-            "--target {t}: no such target in the config"
-        );
-        config.proxy.target = t;
-    }
-    crate::proxy::run(config).await
-}
-
-/// What an operator does to one app's deployments from the command line.
-async fn operator_action(config: &Config, command: Command) -> anyhow::Result<()> {
-    match command {
-        Command::Deploy {
-            app,
-            digest,
-            wait,
-            timeout,
-        } => {
-            let store = store(config)?;
-            let e = crate::actions::deploy(&store, config, &app, digest, &Actor::Cli).await?;
-            queued(&store, e, wait.then_some(timeout)).await
-        }
-        Command::Rollback {
-            app,
-            digest,
-            wait,
-            timeout,
-        } => {
-            let store = store(config)?;
-            let e = crate::actions::rollback(&store, config, &app, &digest, &Actor::Cli).await?;
-            println!("pinned {app} to {digest}");
-            queued(&store, e, wait.then_some(timeout)).await
-        }
-        Command::Unpin { app } => {
-            let u = crate::actions::unpin(&store(config)?, &app, &Actor::Cli).await?;
-            println!(
-                "unpinned {} (was pinned to {} by {})",
-                u.app, u.was.digest, u.was.by
-            );
-            Ok(())
-        }
-        Command::Cancel { deployment } => {
-            match crate::actions::cancel(&store(config)?, deployment, &Actor::Cli).await? {
-                Cancelled::Cancelled => println!("cancelled deployment {deployment}"),
-                Cancelled::StopRequested => println!(
-                    "stop requested: deployment {deployment} stops at its next step boundary"
-                ),
-            }
-            Ok(())
-        }
-        command => gate_action(config, command).await,
-    }
-}
-
-/// Approvals, overrides and freezes (issue 26), from the command line.
-async fn gate_action(config: &Config, command: Command) -> anyhow::Result<()> {
-    match command {
-        Command::Approve { deployment, admin } => {
-            let admin = named_admin(config, &admin)?;
-            let d = crate::gates::approve(&store(config)?, config, deployment, &admin).await?;
-            println!("{}", serde_json::to_string(&d)?);
-            Ok(())
-        }
-        Command::Reject {
-            deployment,
-            admin,
-            reason,
-        } => {
-            let admin = named_admin(config, &admin)?;
-            let s = store(config)?;
-            crate::gates::reject(&s, config, deployment, &admin, reason.as_deref()).await?;
-            println!("rejected deployment {deployment}");
-            Ok(())
-        }
-        Command::Override {
-            deployment,
-            admin,
-            reason,
-        } => {
-            let admin = named_admin(config, &admin)?;
-            crate::gates::override_wait(&store(config)?, deployment, &admin, Some(&reason)).await?;
-            println!("overridden: deployment {deployment} runs now");
-            Ok(())
-        }
-        Command::Freeze { app, until, reason } => {
-            let until = crate::gates::parse_until(&until)?;
-            let s = store(config)?;
-            let f =
-                crate::gates::freeze(&s, config, &app, until, Some(&reason), &Actor::Cli).await?;
-            println!(
-                "froze {} until {}: {}",
-                f.app,
-                f.until.to_rfc3339(),
-                f.reason
-            );
-            Ok(())
-        }
-        Command::Unfreeze { app } => {
-            match crate::gates::unfreeze(&store(config)?, config, &app, &Actor::Cli).await? {
-                Some(f) => println!(
-                    "unfroze {} (frozen by {}: {})",
-                    f.app, f.frozen_by, f.reason
-                ),
-                None => println!("{app} was not frozen"),
-            }
-            Ok(())
-        }
-        // `run` and `operator_action` take every other command before this.
-        other => unreachable!("not a gate command: {other:?}"),
-    }
-}
-
-/// The named admin `--as NAME`, proven by their own token in PIER_ADMIN_TOKEN: what an
-/// approval from the command line records is a person, as on the pages.
-fn named_admin(config: &Config, name: &str) -> anyhow::Result<String> {
-    let token = std::env::var("PIER_ADMIN_TOKEN")
-        .context("set PIER_ADMIN_TOKEN to your own [[admins]] token")?;
-    match crate::gates::admin_by_token(config, Some(&token)) {
-        Some(a) if a.name == name => Ok(a.name.clone()),
-        _ => bail!("PIER_ADMIN_TOKEN is not the token of admin `{name}`"),
-    }
-}
-
-fn store(config: &Config) -> anyhow::Result<Store> {
-    Ok(Store::connect_lazy_many(&config.server.database_urls())?)
-}
-
-/// Says what was queued; with `wait`, follows the deployment to its end (woken by the
-/// queue's NOTIFY, as the API's long-poll is) and fails unless it succeeded.
-async fn queued(
-    store: &Store,
-    enqueued: Enqueued,
-    wait: Option<std::time::Duration>,
-) -> anyhow::Result<()> {
-    let id = match enqueued {
-        Enqueued::Queued { id, superseded, .. } => {
-            println!("queued deployment {id}");
-            for s in superseded {
-                println!("superseded queued deployment {s}");
-            }
-            id
-        }
-        Enqueued::AlreadyPending { id, .. } => {
-            println!("already queued or running: {id}");
-            id
-        }
-    };
-    let Some(within) = wait else { return Ok(()) };
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let d = crate::actions::wait_final(store, id, left).await?;
-        if d.state.is_final() {
-            println!(
-                "{} {}: {}",
-                d.id,
-                d.state,
-                d.outcome.as_deref().unwrap_or("")
-            );
-            if let Some(e) = &d.error {
-                println!("error: {e}");
-            }
-            return match d.state {
-                DeploymentState::Succeeded => Ok(()),
-                other => bail!("deployment {id} ended {other}"),
-            };
-        }
-        if left.is_zero() {
-            eprintln!(
-                "pier: deployment {id} is still {} after {}",
-                d.state,
-                humantime::format_duration(within)
-            );
-            std::process::exit(2);
-        }
-    }
-}
-
-async fn status(config: &Config, json: bool) -> anyhow::Result<()> {
-    let store = store(config)?;
-    let views = status_engines(config);
-    let targets = config
-        .apps
-        .iter()
-        .flat_map(|a| a.targets.iter().map(String::as_str));
-    let mut snapshot = views.snapshot(targets, None).await;
-    snapshot.add_services(&views, &config.apps).await;
-    let mut apps = Vec::new();
-    let mut rows = Vec::new();
-    for a in &config.apps {
-        let generations = store.generations_of(&a.name).await?;
-        let generation = generations.iter().find(|g| g.target == a.targets[0]);
-        let latest = store.app_deployments(&a.name, 1).await?.into_iter().next();
-        let running = latest
-            .as_ref()
-            .filter(|d| d.state == DeploymentState::Running);
-        let steps = match running {
-            Some(d) => store.steps(d.id).await?,
-            None => Vec::new(),
-        };
-        let engines = crate::web::engines::engine_rows(
-            &views,
-            a,
-            &snapshot,
-            &generations,
-            running.map(|d| (d, steps.as_slice())),
-        );
-        apps.push(serde_json::json!({
-            "name": a.name,
-            "image": a.image,
-            "tag": a.tag,
-            "generation": generation,
-            "latest_deployment": latest,
-            "engines": engines,
-        }));
-        rows.push(engines);
-    }
-    if json {
-        println!("{}", serde_json::to_string_pretty(&apps)?);
-        return Ok(());
-    }
-    for (a, engines) in apps.iter().zip(&rows) {
-        let serving = a["generation"]["digest"]
-            .as_str()
-            .unwrap_or("nothing deployed");
-        let latest = &a["latest_deployment"];
-        println!(
-            "{:<20} {}:{}\n  serving: {serving}\n  latest:  {} {} {}",
-            a["name"].as_str().unwrap_or(""),
-            a["image"].as_str().unwrap_or(""),
-            a["tag"].as_str().unwrap_or(""),
-            latest["id"].as_str().unwrap_or("-"),
-            latest["state"].as_str().unwrap_or(""),
-            latest["error"].as_str().unwrap_or(""),
-        );
-        let swarm = engines.iter().any(|e| e.service.is_some());
-        if engines.len() > 1 || swarm {
-            for e in engines {
-                println!("{}", engine_line(e));
-                for n in e.service.iter().flat_map(|s| &s.nodes) {
-                    println!(
-                        "    node {:<24} {:?} {:?}: {} running, {} on the serving digest",
-                        n.node, n.role, n.status, n.running, n.on_digest
-                    );
-                }
-                for err in e.service.iter().flat_map(|s| &s.task_errors) {
-                    println!("    task error: {err}");
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The engines `pier status` asks: every target's, read-only. A target whose client
-/// cannot be built here (its key file is not readable by this user) is shown as
-/// unreachable with the reason, and the journal's rows are shown all the same.
-fn status_engines(config: &Config) -> crate::web::engines::TargetViews {
-    match crate::target::Targets::build(&config.targets, None) {
-        Ok(t) => crate::web::engines::TargetViews::of(&t),
+/// Runs the command; prints its error, each cause once, and says how it ended: 0, 1, or 2
+/// when `--wait` gave up before the deployment ended.
+pub async fn run(cli: Cli) -> ExitCode {
+    match dispatch(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!(
-                "pier: {}: engines not asked",
-                crate::web::engines::public_reason(&e.to_string())
-            );
-            crate::web::engines::TargetViews::default()
+            eprintln!("pier: {}", report(&e));
+            if e.is::<StillRunning>() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }
 
-/// `  engine tls1  sha256:…  pier-web-…  running  (rollout: health started)`.
-fn engine_line(e: &crate::web::engines::EngineRow) -> String {
-    let digest = e
-        .digest
-        .as_deref()
-        .map(crate::web::engines::short_digest)
-        .unwrap_or_else(|| "-".to_owned());
-    let container = e
-        .container_name
-        .as_deref()
-        .or(e.container_id.as_deref())
-        .unwrap_or("-");
-    let mut line = format!(
-        "  engine {:<12} {digest:<20} {container:<32} {}",
-        e.target, e.state
-    );
-    if let Some(why) = &e.unreachable {
-        line.push_str(&format!(": {why}"));
+/// An error and every cause under it, each once: a cause that an outer message already
+/// quotes (`read pier.toml: No such file…` over the io error itself) is not repeated.
+pub fn report(e: &anyhow::Error) -> String {
+    crate::error::error_chain(e.as_ref())
+}
+
+async fn dispatch(cli: Cli) -> anyhow::Result<()> {
+    let Cli {
+        config,
+        pid_file,
+        remote,
+        command,
+        ..
+    } = cli;
+    match command {
+        Command::Check => check::run(&config),
+        Command::Login { server } => credentials::login(remote, server).await,
+        Command::Logout => credentials::logout(),
+        Command::Status { json } => status::run(remote, json).await,
+        c @ (Command::Serve
+        | Command::Worker
+        | Command::Proxy { .. }
+        | Command::Migrate
+        | Command::Reload { .. }
+        | Command::Import { .. }
+        | Command::Volumes { .. }) => server_commands::run(&config, pid_file, c).await,
+        operator_command => operator::run(remote, operator_command).await,
     }
-    if let Some(r) = &e.rollout {
-        line.push_str(&format!("  (rollout: {})", r.words()));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_chain_prints_each_cause_once() {
+        let missing = std::path::Path::new("/nonexistent/pier-test/pier.toml");
+        let e = server_commands::load_config(missing).unwrap_err();
+        let text = report(&e);
+        assert_eq!(
+            text.matches("No such file or directory").count(),
+            1,
+            "{text}"
+        );
+        assert!(text.contains("--config FILE"), "{text}");
+        assert!(text.contains("PIER_CONFIG"), "{text}");
+
+        // A cause quoted by its wrapper and also given as its source is printed once; a
+        // context over it adds only its own words.
+        #[derive(Debug, thiserror::Error)]
+        #[error("target `t`: {source}")]
+        struct Wrapper {
+            #[source]
+            source: std::io::Error,
+        }
+        let inner = std::io::Error::new(std::io::ErrorKind::Other, "engine gone");
+        let e = anyhow::Error::new(Wrapper { source: inner }).context("ask the engines");
+        assert_eq!(report(&e), "ask the engines: target `t`: engine gone");
     }
-    line
+
+    #[test]
+    fn no_help_text_names_a_token_value_or_an_issue_number() {
+        use clap::CommandFactory;
+        let mut cmd = Cli::command();
+        let mut texts = vec![cmd.render_long_help().to_string()];
+        for sub in cmd.get_subcommands_mut() {
+            texts.push(sub.render_long_help().to_string());
+        }
+        for t in texts {
+            assert!(!t.to_lowercase().contains("issue "), "{t}");
+            assert!(!t.contains("PIER_TOKEN="), "{t}");
+        }
+    }
 }
