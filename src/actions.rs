@@ -74,21 +74,21 @@ pub(crate) enum ActionError {
     /// 409
     #[error("deployment {id} has already ended: {state}")]
     AlreadyFinal { id: Uuid, state: DeploymentState },
-    /// 409 (issue 26): the deployment is not waiting for what the decision is about.
+    /// 409: the deployment is not waiting for what the decision is about.
     #[error("deployment {id} is {state}, not waiting for {what}")]
     NotWaiting {
         id: Uuid,
         state: DeploymentState,
         what: &'static str,
     },
-    /// 403 (issue 26): this admin's approval does not count for this app.
+    /// 403: this admin's approval does not count for this app.
     #[error("admin `{admin}` may not approve deployments of `{app}` (approval.from: {from})")]
     NotAnApprover {
         admin: String,
         app: String,
         from: String,
     },
-    /// 400 (issue 26): an override or a freeze needs its reason.
+    /// 400: an override or a freeze needs its reason.
     #[error("{0}")]
     Invalid(String),
     /// 400: a freeze's `until` is neither a duration nor an RFC 3339 time (`given` is

@@ -16,7 +16,7 @@ mod pages;
 pub mod server;
 pub(crate) mod swarm_rows;
 mod views;
-// The browser side (issue 11): sign-in, live pages.
+// The browser side: sign-in, live pages, forms.
 mod forms;
 mod gates;
 mod live;
@@ -49,11 +49,11 @@ pub struct AppState {
     pub config: Arc<Config>,
     pub store: Store,
     pub engine: EngineView,
-    /// Every target's engine, read-only, for the pages' row per engine (issue 23).
+    /// Every target's engine, read-only, for the pages' row per engine.
     pub targets: engines::TargetViews,
     pub metrics: Option<PrometheusHandle>,
     pub guard: Arc<guard::Guard>,
-    /// The config as reloaded (issue 10), beside `config` (the one at start): the status
+    /// The config as reloaded (SIGHUP, `pier reload`), beside `config` (the one at start): the status
     /// page shows a refused reload's error from here.
     pub live: Option<crate::config::LiveConfig>,
     /// Sign-in brake and live-page streams.
