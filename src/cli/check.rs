@@ -244,6 +244,9 @@ mod tests {
         let file = stand_in.strip_prefix("file:").unwrap();
         assert_eq!(std::fs::read_to_string(file).unwrap(), STAND_IN_DATABASE);
         drop(s);
-        assert!(!Path::new(file).exists(), "stand-ins are deleted after the check");
+        assert!(
+            !Path::new(file).exists(),
+            "stand-ins are deleted after the check"
+        );
     }
 }

@@ -89,9 +89,7 @@ pub(super) struct Client {
 /// `given` as the base URL of a Pier server: http or https, no user or password, no
 /// query; a path is kept (a Pier behind a reverse proxy under `/pier/`).
 pub(super) fn base_url(given: &str) -> Result<String, ClientError> {
-    let bad = || ClientError::BadUrl {
-        given: clip(given),
-    };
+    let bad = || ClientError::BadUrl { given: clip(given) };
     let url = reqwest::Url::parse(given.trim()).map_err(|_| bad())?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
         return Err(bad());
@@ -186,10 +184,7 @@ impl Client {
         let too_large = || ClientError::TooLarge {
             url: self.base.clone(),
         };
-        if resp
-            .content_length()
-            .is_some_and(|n| n > MAX_ANSWER as u64)
-        {
+        if resp.content_length().is_some_and(|n| n > MAX_ANSWER as u64) {
             return Err(too_large());
         }
         let mut body = Vec::new();
@@ -260,16 +255,19 @@ fn ca_certificates(path: &Path) -> Result<Vec<reqwest::Certificate>, ClientError
 }
 
 /// The server's certificate was refused by rustls, in its words. rustls' error sits inside
-/// an `io::Error`, whose `source()` skips it, so each `io::Error` is looked into.
+/// an `io::Error` (inside another one), whose `source()` skips it, so each `io::Error` is
+/// looked into.
 fn certificate_error(e: &reqwest::Error) -> Option<String> {
     let mut cause = std::error::Error::source(e);
     while let Some(c) = cause {
-        let tls = c.downcast_ref::<rustls::Error>().or_else(|| {
-            c.downcast_ref::<std::io::Error>()?
-                .get_ref()?
-                .downcast_ref::<rustls::Error>()
-        });
-        if let Some(t @ rustls::Error::InvalidCertificate(_)) = tls {
+        let mut inner: &(dyn std::error::Error + 'static) = c;
+        while let Some(wrapped) = inner
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            inner = wrapped;
+        }
+        if let Some(t @ rustls::Error::InvalidCertificate(_)) = inner.downcast_ref() {
             return Some(t.to_string());
         }
         cause = c.source();

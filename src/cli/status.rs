@@ -139,9 +139,15 @@ mod tests {
             }]
         });
         let text = app_text(&pick(&app));
-        assert!(text.starts_with("web                  r/web:main\n"), "{text}");
+        assert!(
+            text.starts_with("web                  r/web:main\n"),
+            "{text}"
+        );
         assert!(text.contains("  serving: sha256:abc\n"), "{text}");
-        assert!(text.contains("3/3 running, 3 on the serving digest"), "{text}");
+        assert!(
+            text.contains("3/3 running, 3 on the serving digest"),
+            "{text}"
+        );
         assert_eq!(text.matches("    node ").count(), 2, "{text}");
         assert!(
             !pick(&app).as_object().unwrap().contains_key("warnings"),

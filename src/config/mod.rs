@@ -15,7 +15,10 @@ use serde::Deserialize;
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("read {}: {cause}", path.display())]
-    Read { path: PathBuf, cause: std::io::Error },
+    Read {
+        path: PathBuf,
+        cause: std::io::Error,
+    },
     #[error("parse {}: {message}", path.display())]
     Parse { path: PathBuf, message: String },
     #[error("secret {what}: environment variable {name} is not set")]

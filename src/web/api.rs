@@ -66,8 +66,7 @@ pub(super) async fn deploy(
         serde_json::from_slice(&body)
             .map_err(|e| WebError::BadRequest(format!("invalid body: {e}")))?
     };
-    let enqueued =
-        crate::actions::deploy(&s.store, &s.current(), &name, req.digest, &who).await?;
+    let enqueued = crate::actions::deploy(&s.store, &s.current(), &name, req.digest, &who).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(serde_json::json!({ "deployment": hooks::deployment_ref(enqueued) })),

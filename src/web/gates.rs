@@ -37,7 +37,6 @@ fn named_by_token(s: &AppState, headers: &HeaderMap) -> Result<String, WebError>
     }
 }
 
-
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ReasonBody {
