@@ -297,6 +297,11 @@ mod tests {
         );
         assert!(text.contains("--config FILE"), "{text}");
         assert!(text.contains("PIER_CONFIG"), "{text}");
+        // The config error itself quotes its cause and does not chain it again, so that
+        // anyhow's own `{:#}` prints it once too.
+        let e = anyhow::Error::new(crate::config::Config::load(missing).unwrap_err());
+        let alt = format!("{e:#}");
+        assert_eq!(alt.matches("No such file or directory").count(), 1, "{alt}");
 
         // A cause quoted by its wrapper and also given as its source is printed once; a
         // context over it adds only its own words.
@@ -306,7 +311,7 @@ mod tests {
             #[source]
             source: std::io::Error,
         }
-        let inner = std::io::Error::new(std::io::ErrorKind::Other, "engine gone");
+        let inner = std::io::Error::other("engine gone");
         let e = anyhow::Error::new(Wrapper { source: inner }).context("ask the engines");
         assert_eq!(report(&e), "ask the engines: target `t`: engine gone");
     }
