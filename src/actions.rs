@@ -17,12 +17,12 @@ use crate::store::{
 /// Who did it, as the record shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Actor {
-    /// The admin bearer token (API, or the token form field).
+    /// The shared `server.admin_token` as a bearer token (the API and the command line,
+    /// which is its client), or the token form field.
     Token,
-    /// A signed-in user of the pages.
+    /// A signed-in user of the pages (the name given at sign-in), or a named admin by
+    /// their own bearer token.
     Session { user: String },
-    /// `pier` on the command line, as the OS user running it.
-    Cli,
 }
 
 impl Actor {
@@ -31,10 +31,6 @@ impl Actor {
         match self {
             Actor::Token => "api token".to_owned(),
             Actor::Session { user } => format!("user {}", clip(user, 64)),
-            Actor::Cli => match std::env::var("USER").or_else(|_| std::env::var("LOGNAME")) {
-                Ok(u) if !u.is_empty() => format!("cli ({})", clip(&u, 64)),
-                _ => "cli".to_owned(),
-            },
         }
     }
 }
@@ -78,21 +74,21 @@ pub(crate) enum ActionError {
     /// 409
     #[error("deployment {id} has already ended: {state}")]
     AlreadyFinal { id: Uuid, state: DeploymentState },
-    /// 409 (issue 26): the deployment is not waiting for what the decision is about.
+    /// 409: the deployment is not waiting for what the decision is about.
     #[error("deployment {id} is {state}, not waiting for {what}")]
     NotWaiting {
         id: Uuid,
         state: DeploymentState,
         what: &'static str,
     },
-    /// 403 (issue 26): this admin's approval does not count for this app.
+    /// 403: this admin's approval does not count for this app.
     #[error("admin `{admin}` may not approve deployments of `{app}` (approval.from: {from})")]
     NotAnApprover {
         admin: String,
         app: String,
         from: String,
     },
-    /// 400 (issue 26): an override or a freeze needs its reason.
+    /// 400: an override or a freeze needs its reason.
     #[error("{0}")]
     Invalid(String),
     /// 400: a freeze's `until` is neither a duration nor an RFC 3339 time (`given` is

@@ -6,7 +6,7 @@ pub mod archive;
 pub mod backoff;
 pub mod cli;
 pub mod config;
-/// Issue 10: `pier volumes`, `pier reload`, `pier import`.
+/// `pier volumes`, `pier reload`, `pier import`: contained apps' server-side commands.
 pub mod contain;
 /// The vocabulary every layer shares (digests, app names, tag rules, platforms, engine
 /// addresses); it depends on nothing else in Pier.
@@ -20,7 +20,7 @@ pub mod log_budget;
 pub mod notify;
 pub mod pipeline;
 pub mod poller;
-/// Issue 23: the HTTP health probe the pipeline and a remote target's `pier proxy` share.
+/// The HTTP health probe the pipeline and a remote target's `pier proxy` share.
 pub mod probe;
 pub mod promote;
 pub mod proxy;

@@ -23,11 +23,5 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(pier::cli::run(cli)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("pier: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    runtime.block_on(pier::cli::run(cli))
 }

@@ -9,22 +9,25 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+/// Why a config cannot be used. Each variant's message carries its whole cause in its
+/// text, and none has a `source()`: the reload error on the status page shows `to_string()`,
+/// and a chain printed with `{:#}` or [`crate::error::error_chain`] shows each cause once.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("read {path}: {source}")]
+    #[error("read {}: {cause}", path.display())]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
-    #[error("parse {path}: {message}")]
+    #[error("parse {}: {message}", path.display())]
     Parse { path: PathBuf, message: String },
     #[error("secret {what}: environment variable {name} is not set")]
     MissingEnv { what: String, name: String },
-    #[error("secret {what}: read {path}: {source}")]
+    #[error("secret {what}: read {}: {cause}", path.display())]
     SecretFile {
         what: String,
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("invalid config: {0}")]
     Invalid(String),
@@ -71,10 +74,10 @@ impl Secret {
                         Origin::Reference,
                     )
                 })
-                .map_err(|source| ConfigError::SecretFile {
+                .map_err(|cause| ConfigError::SecretFile {
                     what: what.to_owned(),
                     path,
-                    source,
+                    cause,
                 });
         }
         Ok(Secret(spec.to_owned(), Origin::Inline))
@@ -323,9 +326,9 @@ impl AppConfig {
 
 impl Config {
     pub(crate) fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let text = std::fs::read_to_string(path).map_err(|cause| ConfigError::Read {
             path: path.to_owned(),
-            source,
+            cause,
         })?;
         let base = path.parent().unwrap_or(Path::new("."));
         Self::parse(&text, base).map_err(|e| match e {

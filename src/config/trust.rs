@@ -134,10 +134,10 @@ fn read_key(field: &str, spec: &str, base: &Path) -> Result<PublicKey, ConfigErr
                 path.display()
             )));
         }
-        std::fs::read_to_string(&path).map_err(|source| ConfigError::SecretFile {
+        std::fs::read_to_string(&path).map_err(|cause| ConfigError::SecretFile {
             what: field.to_owned(),
             path,
-            source,
+            cause,
         })?
     } else {
         super::Secret::resolve(field, spec, base)?

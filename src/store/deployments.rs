@@ -402,11 +402,6 @@ impl Store {
         )
     }
 
-    /// What serves the app on each of its engines, by target name.
-    pub(crate) async fn generations_of(&self, app: &str) -> Result<Vec<Generation>> {
-        generations_of_in(&self.pool, app).await
-    }
-
     pub(crate) async fn generations(&self) -> Result<Vec<Generation>> {
         Ok(
             sqlx::query_as("SELECT * FROM app_generations ORDER BY app, target")

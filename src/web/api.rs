@@ -6,7 +6,7 @@ use axum::response::IntoResponse;
 use serde::Deserialize;
 
 use super::views::{self, AppView};
-use super::{AppState, WebError, check_admin, hooks};
+use super::{AppState, WebError, bearer_admin, hooks};
 use crate::actions::Actor;
 
 pub(super) async fn apps(State(s): State<AppState>) -> Result<Json<Vec<AppView>>, WebError> {
@@ -33,6 +33,23 @@ struct DeployRequest {
     digest: Option<String>,
 }
 
+/// `GET /api/whoami` (bearer token): whose token this is and how what it does is recorded,
+/// so that a client (`pier login`, `pier approve --as NAME`) can check who it acts as
+/// before it acts. 401 for a token that is nobody's.
+pub(super) async fn whoami(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<serde_json::Value>, WebError> {
+    let who = bearer_admin(&s.config, &headers)?;
+    let admin = match &who {
+        Actor::Session { user } => Some(user.clone()),
+        _ => None,
+    };
+    Ok(Json(
+        serde_json::json!({ "admin": admin, "recorded_as": who.describe() }),
+    ))
+}
+
 /// `POST /api/apps/{app}/deploy` (admin bearer token): queues a manual deployment of the
 /// app's tag, or of a pinned digest given as `{"digest": "sha256:…"}`.
 pub(super) async fn deploy(
@@ -41,7 +58,7 @@ pub(super) async fn deploy(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<impl IntoResponse, WebError> {
-    check_admin(&s.config, &headers, None)?;
+    let who = bearer_admin(&s.config, &headers)?;
     views::find_app(&s, &name)?;
     let req: DeployRequest = if body.iter().all(u8::is_ascii_whitespace) {
         DeployRequest::default()
@@ -49,8 +66,7 @@ pub(super) async fn deploy(
         serde_json::from_slice(&body)
             .map_err(|e| WebError::BadRequest(format!("invalid body: {e}")))?
     };
-    let enqueued =
-        crate::actions::deploy(&s.store, &s.current(), &name, req.digest, &Actor::Token).await?;
+    let enqueued = crate::actions::deploy(&s.store, &s.current(), &name, req.digest, &who).await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(serde_json::json!({ "deployment": hooks::deployment_ref(enqueued) })),

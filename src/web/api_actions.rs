@@ -1,5 +1,6 @@
 //! The JSON API's operator actions: rollback, unpin, cancel, the deliveries list and the
-//! long-poll of a deployment. Bearer token (`server.admin_token`) on every route.
+//! long-poll of a deployment. An admin's bearer token on every route: the shared
+//! `server.admin_token` or a named admin's own (see [`super::bearer_admin`]).
 
 use crate::actions::ActionError;
 
@@ -39,8 +40,8 @@ use serde::Deserialize;
 use uuid::Uuid;
 
 use super::views::{self, DeploymentView};
-use super::{AppState, check_admin, hooks};
-use crate::actions::{self, Actor, Cancelled};
+use super::{AppState, bearer_admin, hooks};
+use crate::actions::{self, Cancelled};
 use crate::store::{DeliveryFilter, MAX_PAGE, VerdictFilter};
 
 /// A JSON body of at most a few fields; nothing else is read.
@@ -86,13 +87,13 @@ pub(super) async fn rollback(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<impl IntoResponse, WebError> {
-    check_admin(&s.config, &headers, None)?;
+    let who = bearer_admin(&s.config, &headers)?;
     views::find_app(&s, &app)?;
     let req: RollbackRequest = json_body(&body)?;
     let digest = req
         .digest
         .ok_or_else(|| WebError::BadRequest("`digest` is required".into()))?;
-    let enqueued = actions::rollback(&s.store, &s.current(), &app, &digest, &Actor::Token).await?;
+    let enqueued = actions::rollback(&s.store, &s.current(), &app, &digest, &who).await?;
     let pin = s.store.pin(&app).await?;
     Ok((
         StatusCode::ACCEPTED,
@@ -106,9 +107,9 @@ pub(super) async fn unpin(
     Path(app): Path<String>,
     headers: HeaderMap,
 ) -> Result<impl IntoResponse, WebError> {
-    check_admin(&s.config, &headers, None)?;
+    let who = bearer_admin(&s.config, &headers)?;
     views::find_app(&s, &app)?;
-    let u = actions::unpin(&s.store, &app, &Actor::Token).await?;
+    let u = actions::unpin(&s.store, &app, &who).await?;
     Ok(Json(
         serde_json::json!({ "app": u.app, "unpinned": u.was, "by": u.by }),
     ))
@@ -121,7 +122,7 @@ pub(super) async fn rollback_choices(
     Path(app): Path<String>,
     headers: HeaderMap,
 ) -> Result<impl IntoResponse, WebError> {
-    check_admin(&s.config, &headers, None)?;
+    bearer_admin(&s.config, &headers)?;
     views::find_app(&s, &app)?;
     let pin = s.store.pin(&app).await?;
     let digests = s.store.succeeded_digests(&app, 50).await?;
@@ -138,9 +139,9 @@ pub(super) async fn cancel(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<impl IntoResponse, WebError> {
-    check_admin(&s.config, &headers, None)?;
+    let who = bearer_admin(&s.config, &headers)?;
     let id = deployment_id(&id)?;
-    let result = actions::cancel(&s.store, id, &Actor::Token).await?;
+    let result = actions::cancel(&s.store, id, &who).await?;
     let status = match result {
         Cancelled::Cancelled => StatusCode::OK,
         Cancelled::StopRequested => StatusCode::ACCEPTED,
@@ -176,7 +177,7 @@ pub(super) async fn deployment(
     let q: WaitQuery = query(raw)?;
     if let Some(w) = q.wait.as_deref().filter(|w| !w.is_empty()) {
         // Waiting holds a listening connection: only for the admin.
-        check_admin(&s.config, &headers, None)?;
+        bearer_admin(&s.config, &headers)?;
         let wait = humantime::parse_duration(w.trim()).map_err(|_| {
             WebError::BadRequest("wait must be a duration such as 60s or 2m".into())
         })?;
@@ -207,7 +208,7 @@ pub(super) async fn deliveries(
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> Result<impl IntoResponse, WebError> {
-    check_admin(&s.config, &headers, None)?;
+    bearer_admin(&s.config, &headers)?;
     let q: DeliveriesQuery = query(raw)?;
     let nonempty = |v: Option<String>| v.filter(|v| !v.is_empty());
     let source = nonempty(q.source);
@@ -286,7 +287,7 @@ pub(super) async fn notifications(
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> Result<impl IntoResponse, WebError> {
-    check_admin(&s.config, &headers, None)?;
+    bearer_admin(&s.config, &headers)?;
     let q: NotificationsQuery = query(raw)?;
     let deployment = match q.deployment.as_deref().filter(|d| !d.is_empty()) {
         Some(d) => Some(

@@ -1,4 +1,4 @@
-//! Issue 26 over HTTP: approve, reject and override (named admins only), freeze and
+//! The gates over HTTP: approve, reject and override (named admins only), freeze and
 //! unfreeze, as JSON API routes (bearer token) and as the pages' forms (a session and its
 //! form token, behind the CSRF layer like every other form).
 
@@ -16,7 +16,7 @@ use super::error::PageError;
 use super::forms::AdminForm;
 use super::pages::form_field;
 use super::session::Viewer;
-use super::{AppState, WebError, check_admin, views};
+use super::{AppState, WebError, bearer_admin, check_admin, views};
 use crate::actions::Actor;
 use crate::gates;
 
@@ -34,15 +34,6 @@ fn named_by_token(s: &AppState, headers: &HeaderMap) -> Result<String, WebError>
             "this needs a named admin's own token ([[admins]]), not server.admin_token".into(),
         )),
         Err(_) => Err(WebError::Unauthorized),
-    }
-}
-
-/// Freezing needs an admin, named or the shared token.
-fn any_admin(s: &AppState, headers: &HeaderMap) -> Result<Actor, WebError> {
-    match named_by_token(s, headers) {
-        Ok(name) => Ok(Actor::Session { user: name }),
-        Err(WebError::Forbidden(_)) => Ok(Actor::Token),
-        Err(e) => Err(e),
     }
 }
 
@@ -117,7 +108,7 @@ pub(super) async fn freeze(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<impl IntoResponse, WebError> {
-    let who = any_admin(&s, &headers)?;
+    let who = bearer_admin(&s.config, &headers)?;
     views::find_app(&s, &app)?;
     let b: FreezeBody = json_body(&body)?;
     let until = b
@@ -143,7 +134,7 @@ pub(super) async fn unfreeze(
     Path(app): Path<String>,
     headers: HeaderMap,
 ) -> Result<impl IntoResponse, WebError> {
-    let who = any_admin(&s, &headers)?;
+    let who = bearer_admin(&s.config, &headers)?;
     views::find_app(&s, &app)?;
     let f = gates::unfreeze(&s.store, &s.current(), &app, &who).await?;
     Ok((StatusCode::OK, Json(serde_json::json!({ "lifted": f }))))

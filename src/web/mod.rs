@@ -16,7 +16,7 @@ mod pages;
 pub mod server;
 pub(crate) mod swarm_rows;
 mod views;
-// The browser side (issue 11): sign-in, live pages.
+// The browser side: sign-in, live pages, forms.
 mod forms;
 mod gates;
 mod live;
@@ -37,6 +37,7 @@ use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
+use crate::actions::Actor;
 use crate::config::Config;
 use crate::engine::EngineView;
 use crate::intake::verify;
@@ -48,11 +49,11 @@ pub struct AppState {
     pub config: Arc<Config>,
     pub store: Store,
     pub engine: EngineView,
-    /// Every target's engine, read-only, for the pages' row per engine (issue 23).
+    /// Every target's engine, read-only, for the pages' row per engine.
     pub targets: engines::TargetViews,
     pub metrics: Option<PrometheusHandle>,
     pub guard: Arc<guard::Guard>,
-    /// The config as reloaded (issue 10), beside `config` (the one at start): the status
+    /// The config as reloaded (SIGHUP, `pier reload`), beside `config` (the one at start): the status
     /// page shows a refused reload's error from here.
     pub live: Option<crate::config::LiveConfig>,
     /// Sign-in brake and live-page streams.
@@ -96,7 +97,8 @@ pub fn router(state: AppState) -> Router {
         .route("/api/apps", get(api::apps))
         .route("/api/apps/{app}", get(api::app))
         .route("/api/apps/{app}/deploy", post(api::deploy))
-        // Operator actions and the long-poll (issue 11b): api_actions.rs.
+        .route("/api/whoami", get(api::whoami))
+        // Operator actions and the long-poll: api_actions.rs.
         .route("/api/deployments/{id}/cancel", post(api_actions::cancel))
         .route("/api/apps/{app}/rollback", post(api_actions::rollback))
         .route(
@@ -104,7 +106,7 @@ pub fn router(state: AppState) -> Router {
             get(api_actions::rollback_choices),
         )
         .route("/api/apps/{app}/unpin", post(api_actions::unpin))
-        // Approvals, windows and freezes (issue 26): gates.rs.
+        // Approvals, windows and freezes: gates.rs.
         .route("/api/deployments/{id}/approve", post(gates::approve))
         .route("/api/deployments/{id}/reject", post(gates::reject))
         .route("/api/deployments/{id}/override", post(gates::override_wait))
@@ -188,8 +190,27 @@ async fn metrics(State(s): State<AppState>) -> impl IntoResponse {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
 }
 
-/// The admin token, as `Authorization: Bearer …` or a form field; compared in constant
-/// time. Without a configured token the admin actions are disabled, never open.
+/// The admin a bearer token proves, as the record shows them: a named admin's own token
+/// (`[[admins]]`: `user NAME`, as when they sign in) or the shared `server.admin_token`
+/// (`api token`). Every token is compared in constant time. With neither configured the
+/// admin actions are disabled, never open.
+pub(crate) fn bearer_admin(config: &Config, headers: &HeaderMap) -> Result<Actor, WebError> {
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    if let Some(a) = crate::gates::admin_by_token(config, given) {
+        return Ok(Actor::Session {
+            user: a.name.to_string(),
+        });
+    }
+    if config.server.admin_token.is_none() && config.admins.iter().any(|a| a.token.is_some()) {
+        return Err(WebError::Unauthorized);
+    }
+    check_admin(config, headers, None).map(|()| Actor::Token)
+}
+
+/// The shared admin token, as `Authorization: Bearer …` or a form field; compared in
+/// constant time. Without a configured token the admin actions are disabled, never open.
 pub(crate) fn check_admin(
     config: &Config,
     headers: &HeaderMap,

@@ -1,4 +1,4 @@
-//! Issue 26: waiting is a state in Postgres, never a sleeping task. Pier is SIGKILLed while
+//! Waiting is a state in Postgres, never a sleeping task. Pier is SIGKILLed while
 //! one deployment waits for approval and another for its window; after the restart both
 //! still wait, then each runs exactly once (approved with `pier approve`, and when its
 //! window opens).
@@ -75,21 +75,20 @@ async fn after_a_sigkill_waiting_deployments_still_wait_and_each_runs_exactly_on
         assert!(steps_of(&env, d["id"].as_str().unwrap()).await.is_empty());
     }
 
-    // `pier approve ID --as ops`, proven by ops's own token.
+    // `pier approve ID --as ops`, a client of the restarted server with ops's own token.
     let a_id = a["id"].as_str().unwrap().to_owned();
-    let cli = |t: &str| {
-        let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_pier"));
-        c.arg("--config")
-            .arg(env.pier().config_path())
-            .args(["approve", &a_id, "--as", "ops"])
-            .env("PIER_ADMIN_TOKEN", t)
-            .stdin(std::process::Stdio::null())
-            .kill_on_drop(true);
-        c
+    let home = tempfile::tempdir().expect("tempdir");
+    let url = env.pier_url("");
+    let approve = |t: String| {
+        let (home, url, a_id) = (home.path().to_owned(), url.clone(), a_id.clone());
+        async move {
+            let env = [("PIER_URL", url.as_str()), ("PIER_TOKEN", t.as_str())];
+            run_pier_client(&home, &env, &["approve", &a_id, "--as", "ops"]).await
+        }
     };
-    let out = cli("not-ops").output().await.expect("run pier approve");
+    let out = approve(random_hex(32)).await;
     assert!(!out.status.success(), "a wrong token approves nothing");
-    let out = cli(&token).output().await.expect("run pier approve");
+    let out = approve(token.clone()).await;
     assert!(
         out.status.success(),
         "{}",

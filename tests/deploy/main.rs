@@ -1,6 +1,7 @@
 //! What a deployment does on the host's engine: exactly the pushed digest, its health,
 //! blue-green, signatures, hostile registries, the journal that survives every crash,
-//! operator actions, approvals and windows, promotion, notifications and reloads.
+//! operator actions and the command line that asks for them, approvals and windows,
+//! promotion, notifications and reloads.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -9,6 +10,7 @@ mod approvals;
 mod approvals_restart;
 mod blue_green;
 mod blue_green_crash;
+mod cli;
 mod crash_safety;
 mod hostile_registry;
 mod in_process;

@@ -307,23 +307,66 @@ impl PierProcess {
         }
     }
 
-    /// Runs a one-shot CLI command against this process's config:
-    /// `pier --config <path> <args...>`.
+    /// Runs a one-shot CLI command against this process: `pier --config <path> <args...>`,
+    /// with `PIER_URL` and `PIER_TOKEN` (the config's inline `server.admin_token`) for the
+    /// operator's commands, which are clients of its API.
     pub async fn run_cli(&self, args: &[&str]) -> std::process::Output {
         run_pier_cli(&self.config_path(), args).await
     }
 }
 
-/// `pier --config <config> <args...>` to completion (60 s at most).
+/// The inline `server.admin_token` of a pier.toml (none for an `env:`/`file:` reference).
+pub fn admin_token_of(config_toml: &str) -> Option<String> {
+    let v: toml::Value = toml::from_str(config_toml).ok()?;
+    let t = v.get("server")?.get("admin_token")?.as_str()?;
+    (!t.starts_with("env:") && !t.starts_with("file:")).then(|| t.to_owned())
+}
+
+/// `pier --config <config> <args...>` to completion (60 s at most), with `PIER_URL` and
+/// `PIER_TOKEN` from the config's `server.listen` and inline `server.admin_token`.
 pub async fn run_pier_cli(config: &Path, args: &[&str]) -> std::process::Output {
-    let fut = tokio::process::Command::new(env!("CARGO_BIN_EXE_pier"))
-        .arg("--config")
+    let toml = std::fs::read_to_string(config).unwrap_or_default();
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_pier"));
+    cmd.arg("--config")
         .arg(config)
         .args(args)
         .env("RUST_LOG", "pier=debug,info")
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .output();
+        .env_remove("PIER_TOKEN_FILE")
+        .env_remove("PIER_CA_FILE");
+    match listen_of(&toml) {
+        Some(listen) => cmd.env("PIER_URL", format!("http://{listen}")),
+        None => cmd.env_remove("PIER_URL"),
+    };
+    match admin_token_of(&toml) {
+        Some(token) => cmd.env("PIER_TOKEN", token),
+        None => cmd.env_remove("PIER_TOKEN"),
+    };
+    finish(cmd, args).await
+}
+
+/// `pier <args...>` as an operator on another machine runs it: no config file, none of
+/// the test's environment (no database URL, no Docker host), only PATH, `HOME` and
+/// `XDG_CONFIG_HOME` under `home` (its working directory too), and `env`.
+pub async fn run_pier_client(
+    home: &Path,
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> std::process::Output {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_pier"));
+    cmd.args(args)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .current_dir(home);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    finish(cmd, args).await
+}
+
+async fn finish(mut cmd: tokio::process::Command, args: &[&str]) -> std::process::Output {
+    let fut = cmd.stdin(Stdio::null()).kill_on_drop(true).output();
     tokio::time::timeout(Duration::from_secs(60), fut)
         .await
         .unwrap_or_else(|_| panic!("pier {args:?} did not finish within 60s"))
