@@ -204,6 +204,53 @@ async fn pushes_through_a_failover_get_503_in_the_gap_and_no_acknowledged_delive
     env.cleanup().await;
 }
 
+/// `/readyz` means "a delivery would be stored now". With the synchronous standby gone no
+/// commit can finish while reads still answer: readiness says so, with the reason, and a
+/// webhook gets its 503 in seconds rather than after the pool's patience; with the standby
+/// back, both recover.
+#[tokio::test]
+async fn readiness_fails_while_no_write_can_commit_and_webhooks_get_a_quick_503() {
+    let pair = PgPair::start().await;
+    let env = TestEnv::builder().on_pair(&pair).start().await;
+    let readyz =
+        || async { http_get_within(&env.pier_url("/readyz"), Duration::from_secs(10)).await };
+    wait_until("Pier is ready", DEPLOY, || async {
+        matches!(readyz().await, Some((200, _))).then_some(())
+    })
+    .await;
+    assert!(is_2xx(send_one(&env).await.status));
+
+    pair.stop_standby();
+    let body = wait_until("readiness turns", DEPLOY, || async {
+        match readyz().await {
+            Some((503, body)) => Some(body),
+            _ => None,
+        }
+    })
+    .await;
+    assert!(
+        body.contains("database: unavailable: a write did not commit within 2s"),
+        "{body}"
+    );
+    let refused = send_one(&env).await;
+    assert_eq!(refused.status, Some(503), "{refused:?}");
+    // Stored within 4 s or refused: the registries' own timeouts are 3 to 5 s. Before,
+    // the answer came after the statement's 10 s deadline; the bound leaves a loaded
+    // machine 5 s of slack and stays below those 10 s.
+    assert!(
+        refused.took < Duration::from_secs(9),
+        "the 503 took {:?}",
+        refused.took
+    );
+
+    pair.start_standby();
+    wait_until("Pier is ready again", DEPLOY, || async {
+        matches!(readyz().await, Some((200, _))).then_some(())
+    })
+    .await;
+    assert!(is_2xx(send_one(&env).await.status));
+}
+
 /// One signed delivery of a tag no app follows: stored with its verdict (and answered 200
 /// once stored), deploying nothing, so that the pushes alone decide what runs.
 async fn send_one(env: &TestEnv) -> Sent {

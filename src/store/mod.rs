@@ -16,6 +16,7 @@ mod notify;
 mod probes;
 mod promotions;
 mod proxy_reports;
+mod readiness;
 mod reconcile;
 mod retention;
 mod routes;
@@ -116,6 +117,8 @@ pub struct Store {
     batch: Arc<batch::Batcher>,
     /// Which of the configured hosts Pier uses (issue 28); every connection comes from it.
     cluster: Arc<Cluster>,
+    /// The last write probe's verdict, for `/readyz`.
+    readiness: Arc<readiness::Readiness>,
 }
 
 /// Connections the shared pool holds at most.
@@ -147,6 +150,7 @@ impl Store {
             pool,
             batch: batch::Batcher::new(),
             cluster,
+            readiness: Default::default(),
         })
     }
 
@@ -162,6 +166,7 @@ impl Store {
             pool,
             batch: batch::Batcher::new(),
             cluster,
+            readiness: Default::default(),
         }
     }
 

@@ -165,18 +165,25 @@ async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// Ready only when both the database and the Docker engine answer.
+/// Ready only when a delivery would be stored now (a write commits, see
+/// `store/readiness.rs`) and the Docker engine answers; 503 with the reason otherwise.
+/// Bounded by the write probe's deadline, and shared: however often it is asked, the
+/// database sees at most one probe a second.
 async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
-    // Bounded: a probe that hangs for the pool's acquire timeout is no answer.
-    let within = std::time::Duration::from_secs(1);
     let (db, docker) = tokio::join!(
-        tokio::time::timeout(within, s.store.ping()),
-        tokio::time::timeout(within, s.engine.ping())
+        s.store.writable(),
+        tokio::time::timeout(std::time::Duration::from_secs(1), s.engine.ping())
     );
-    let (db, docker) = (db.is_ok_and(|r| r.is_ok()), docker.is_ok_and(|r| r.is_ok()));
-    let line = |ok: bool| if ok { "ok" } else { "unavailable" };
-    let body = format!("database: {}\ndocker: {}\n", line(db), line(docker));
-    let status = if db && docker {
+    let docker = docker.is_ok_and(|r| r.is_ok());
+    let body = format!(
+        "database: {}\ndocker: {}\n",
+        match &db {
+            Ok(()) => "ok".to_owned(),
+            Err(why) => format!("unavailable: {why}"),
+        },
+        if docker { "ok" } else { "unavailable" }
+    );
+    let status = if db.is_ok() && docker {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE

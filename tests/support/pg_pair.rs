@@ -336,6 +336,17 @@ impl PgPair {
 }
 
 impl PgPair {
+    /// Stops the synchronous standby: the primary still answers reads, and every commit
+    /// that writes waits for a standby that is not there.
+    pub fn stop_standby(&self) {
+        self.standby.stop_now();
+    }
+
+    /// Starts the stopped standby again; commits go through once it streams.
+    pub fn start_standby(&self) {
+        self.standby.start(self.dir.path(), &[]);
+    }
+
     /// The killed primary started again on its own data directory (crash recovery), with
     /// synchronous replication off: the baseline of a plain restart. Waits until the killed
     /// postmaster's processes are gone (they hold its shared memory) and it accepts writes.

@@ -38,9 +38,16 @@ mod reply;
 const MAX_BATCH: usize = 64;
 /// Batches in flight at once (each holds one connection while it runs).
 const MAX_DRAINERS: usize = 4;
-/// Deadline for the statement that records a batch (and the one for its repeats). Past it the senders are answered
-/// 503 and retry; if it committed after all, their retries are counted as repeats.
-const STATEMENT_DEADLINE: Duration = Duration::from_secs(10);
+/// How long a sender waits for the commit that stores its delivery, queueing behind other
+/// batches included. Past it the sender is answered 503 and retries: shorter than the
+/// registries' own timeouts (Harbor's is 3 s per try and it retries; others give 5 s or
+/// more), so that a commit that cannot finish (a synchronous standby missing) is a quick
+/// 503 and not the sender giving up on a hung request. If the delivery was stored after
+/// all, its retry is counted as a repeat: nothing is deployed twice.
+pub(crate) const DELIVERY_DEADLINE: Duration = Duration::from_secs(4);
+/// Deadline for the statement that records a batch (and the one for its repeats): no
+/// sender of the batch waits longer, so neither does its lane.
+const STATEMENT_DEADLINE: Duration = DELIVERY_DEADLINE;
 
 type Reply = reply::Reply<Result<DeliveryOutcome>>;
 type Own = reply::Own<Result<DeliveryOutcome>>;
@@ -76,24 +83,30 @@ impl Store {
         let (reply, mut answer) = reply::channel();
         let apps = req.apps().map(str::to_owned).collect();
         let drains = self.batch.pending().push(apps, (req, reply));
-        let answered = if drains {
-            let (store, own) = (self.clone(), answer.own());
-            let mut drain = FinishOnDrop::new(async move { store.drain(&own).await });
-            std::future::poll_fn(|cx| {
-                // Registered first: another drainer may take this delivery and wake us.
-                if let Poll::Ready(out) = Pin::new(&mut answer).poll(cx) {
-                    return Poll::Ready(out);
-                }
-                // Done or waiting on Postgres (which wakes us), the drain has had its turn.
-                let _: Poll<()> = Pin::new(&mut drain).poll(cx);
-                // Our own drain answers without waking us (reply.rs): look now. Nothing
-                // yet means our drain waits on Postgres, or our delivery is another
-                // drainer's, which wakes us.
-                answer.ready().map_or(Poll::Pending, Poll::Ready)
-            })
-            .await
-        } else {
-            answer.await
+        let answered = async {
+            if drains {
+                let (store, own) = (self.clone(), answer.own());
+                let mut drain = FinishOnDrop::new(async move { store.drain(&own).await });
+                std::future::poll_fn(|cx| {
+                    // Registered first: another drainer may take this delivery and wake us.
+                    if let Poll::Ready(out) = Pin::new(&mut answer).poll(cx) {
+                        return Poll::Ready(out);
+                    }
+                    // Done or waiting on Postgres (which wakes us), the drain has had its turn.
+                    let _: Poll<()> = Pin::new(&mut drain).poll(cx);
+                    // Our own drain answers without waking us (reply.rs): look now. Nothing
+                    // yet means our drain waits on Postgres, or our delivery is another
+                    // drainer's, which wakes us.
+                    answer.ready().map_or(Poll::Pending, Poll::Ready)
+                })
+                .await
+            } else {
+                answer.await
+            }
+        };
+        // A drain this caller started goes on in a task of its own (FinishOnDrop).
+        let Ok(answered) = tokio::time::timeout(DELIVERY_DEADLINE, answered).await else {
+            return Err(no_commit_in_time());
         };
         answered.unwrap_or_else(|| {
             Err(StoreError::Query(sqlx::Error::Protocol(
@@ -182,7 +195,7 @@ impl Store {
                 }
                 // A lane that failed is closed (dropped here), whatever the reason.
                 Ok(Err(e)) => Err(e),
-                Err(_) => Err(StoreError::Unavailable(sqlx::Error::PoolTimedOut)),
+                Err(_) => Err(no_commit_in_time()),
             };
             return self.noticed(res);
         }
@@ -200,6 +213,13 @@ impl Store {
         tx.commit().await?;
         Ok(outcomes)
     }
+}
+
+fn no_commit_in_time() -> StoreError {
+    StoreError::Unavailable(sqlx::Error::Protocol(format!(
+        "the delivery did not commit within {}s",
+        DELIVERY_DEADLINE.as_secs()
+    )))
 }
 
 /// A future that, dropped before it finished, finishes in a task of its own: a drainer
