@@ -151,6 +151,7 @@ async fn two_distinct_admins_must_approve_and_a_rejection_cancels_naming_who() {
         outcome.contains("rejected by release: not before the release notes"),
         "{outcome}"
     );
+    assert!(rejected["waiting_for"].is_null(), "{rejected:#}");
     let (code, body) = api_post(&env, &path, &ops, json!({})).await;
     assert_eq!(code, 409, "approving a finished one: {body}");
     env.wait_app_version("v1", Duration::from_secs(5)).await;
@@ -193,6 +194,9 @@ async fn an_approval_request_that_expires_ends_cancelled_with_the_reason() {
         outcome.contains("approval request expired after 3s with 1 of 2 approvals"),
         "{outcome}"
     );
+    // What it waited for ended with it: nothing says "waits for" about a finished one.
+    assert!(expired["waiting_for"].is_null(), "{expired:#}");
+    assert!(expired["waiting_until"].is_null(), "{expired:#}");
     assert!(env.running_digests_of(env.app()).await.is_empty());
 
     // It was announced once when it started waiting, with a link to its page.
