@@ -26,6 +26,26 @@ fn exempt(dep: &Deployment) -> bool {
     dep.gated_at.is_some() || (dep.trigger == Trigger::Reconcile && dep.delivery_id.is_none())
 }
 
+/// A promotion of the digest that already serves the app everywhere (staging redeployed
+/// what production runs) changes nothing: asking two admins to approve it would be a
+/// no-op's paperwork. It passes; the pipeline then ends it as the no-op it is, recorded
+/// with the container that serves, or redeploys that digest if its container is gone.
+async fn promotes_what_serves(
+    store: &Store,
+    dep: &Deployment,
+    app: &AppConfig,
+) -> Result<bool, StoreError> {
+    let Some(digest) = dep.claimed_digest.as_deref() else {
+        return Ok(false);
+    };
+    if dep.trigger != Trigger::Promotion {
+        return Ok(false);
+    }
+    store
+        .serves_everywhere(&app.name, &app.targets, digest)
+        .await
+}
+
 pub(crate) async fn check(
     store: &Store,
     owner: &str,
@@ -33,6 +53,11 @@ pub(crate) async fn check(
     app: &AppConfig,
 ) -> Result<Gate, StoreError> {
     if exempt(dep) {
+        return Ok(Gate::Pass);
+    }
+    if promotes_what_serves(store, dep, app).await? {
+        tracing::info!("the promoted digest serves already: nothing to approve or wait for");
+        store.pass_gates(dep.id, owner).await?;
         return Ok(Gate::Pass);
     }
     if let Some(a) = &app.gates.approval {

@@ -37,6 +37,26 @@ impl Store {
             .await?)
     }
 
+    /// Whether `digest` is what serves `app` on every one of `targets` (the same rows the
+    /// workers write at each switch).
+    pub(crate) async fn serves_everywhere(
+        &self,
+        app: &str,
+        targets: &[String],
+        digest: &str,
+    ) -> Result<bool> {
+        let serving: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM app_generations
+             WHERE app = $1 AND target = ANY ($2) AND digest = $3",
+        )
+        .bind(app)
+        .bind(targets)
+        .bind(digest)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(usize::try_from(serving).is_ok_and(|n| n == targets.len()))
+    }
+
     /// Queues the promotion of `source`'s proven deployment `from` to `d.app`, if it is
     /// still the one serving and has served for `after`, under the target's enqueue lock:
     /// however many Pier processes look at once, it is queued once. Promotions of other

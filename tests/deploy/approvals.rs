@@ -10,7 +10,7 @@ const DEPLOY: Duration = Duration::from_secs(60);
 const WAIT: Duration = Duration::from_secs(30);
 
 /// Three named admins, each with their own token: `(toml, [ops, release, dev])`.
-fn admins() -> (String, [String; 3]) {
+pub(crate) fn admins() -> (String, [String; 3]) {
     let tokens = [random_hex(32), random_hex(32), random_hex(32)];
     let toml = ["ops", "release", "dev"]
         .iter()
@@ -33,7 +33,7 @@ async fn start(app_lines: &str) -> (TestEnv, [String; 3]) {
 }
 
 /// `POST /api/<path>` with `token` as bearer; `(status, json)`.
-async fn api_post(env: &TestEnv, path: &str, token: &str, body: Value) -> (u16, Value) {
+pub(crate) async fn api_post(env: &TestEnv, path: &str, token: &str, body: Value) -> (u16, Value) {
     let (status, text) = http_post(
         &env.pier_url(&format!("/api{path}")),
         &[

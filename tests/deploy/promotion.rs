@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::support::*;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 const DEPLOY: Duration = Duration::from_secs(90);
 
@@ -76,5 +76,68 @@ async fn production_gets_exactly_what_staging_proved_and_never_a_digest_that_fai
         .collect();
     assert_eq!(digests, [v1.as_str(), v3.as_str()], "{rows:?}");
     assert!(rows.iter().all(|r| r.trigger == "promotion"), "{rows:?}");
+    env.cleanup().await;
+}
+
+/// Staging redeployed with the digest production already runs proves it again, and the
+/// promotion that follows changes nothing: it asks no admin to approve a no-op and ends
+/// at once, saying why.
+#[tokio::test]
+async fn promoting_what_production_already_runs_asks_no_approval_and_ends_as_a_no_op() {
+    let (admins_toml, [ops, release, _]) = crate::approvals::admins();
+    let staging = unique_app("stg");
+    let repo = format!("demo/{staging}");
+    let mut prod = AppSpec::new("prod");
+    prod.repo = repo.clone();
+    prod.extra_toml = format!(
+        "promote_from = \"{staging}\"\nafter = \"1s\"\n\
+         approval = {{ required = 2, from = [\"ops\", \"release\"], expires = \"1h\" }}"
+    );
+    let prod_name = prod.name.clone();
+    let (s, r) = (staging.clone(), repo);
+    let env = TestEnv::builder()
+        .sources_toml(&admins_toml)
+        .app(move |a| {
+            a.name = s;
+            a.repo = r;
+        })
+        .add_app(prod)
+        .start()
+        .await;
+    let v1 = env.push(&TestImage::healthy("v1"), "main").await;
+    let waiting = latest_final(&env, &prod_name, &[]).await;
+    assert_eq!(waiting["state"], "awaiting_approval", "{waiting:#}");
+    let first = waiting["id"].as_str().unwrap().to_owned();
+    for token in [&ops, &release] {
+        let path = format!("/deployments/{first}/approve");
+        let (code, body) = crate::approvals::api_post(&env, &path, token, json!({})).await;
+        assert_eq!(code, 200, "{body}");
+    }
+    let p1 = wait_until("the approved promotion succeeds", DEPLOY, || async {
+        let (_, d) = env.api_get(&format!("/deployments/{first}")).await;
+        (d["state"] == "succeeded").then_some(d)
+    })
+    .await;
+    assert_eq!(p1["resolved_digest"], v1.as_str(), "{p1:#}");
+
+    // Staging again, by hand, with the very digest production runs.
+    let (code, body) = crate::approvals::api_post(
+        &env,
+        &format!("/apps/{staging}/deploy"),
+        &env.admin_token,
+        json!({ "digest": v1 }),
+    )
+    .await;
+    assert_eq!(code, 202, "{body}");
+    let p2 = latest_final(&env, &prod_name, &[&first]).await;
+    assert_eq!(p2["trigger"], "promotion", "{p2:#}");
+    assert_eq!(p2["state"], "succeeded", "no approval asked: {p2:#}");
+    let outcome = p2["outcome"].as_str().unwrap_or_default();
+    assert!(outcome.contains("no-op"), "says why: {p2:#}");
+    assert!(p2["waiting_for"].is_null(), "{p2:#}");
+    let (_, full) = env
+        .api_get(&format!("/deployments/{}", p2["id"].as_str().unwrap()))
+        .await;
+    assert_eq!(full["decisions"], json!([]), "{full:#}");
     env.cleanup().await;
 }
