@@ -206,6 +206,18 @@ fn a_signature_by_another_key_names_that_key() {
             .contains(&format!("signed by an untrusted key {other_fp}")),
         "{e}"
     );
+    // A recovered key cannot tell another signer from a changed payload: it says both.
+    let legacy = sig_tag(&other, IMAGE, DIGEST, "null");
+    let e = check(&[legacy], &policy(&[&trusted], &[])).unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains("a signature no trusted key verifies: it was made by another key"),
+        "{text}"
+    );
+    assert!(
+        text.contains("or what it signed was changed since"),
+        "{text}"
+    );
 }
 
 #[test]

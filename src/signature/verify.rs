@@ -146,17 +146,20 @@ impl fmt::Display for Finding {
                 Untrusted::Key(k) => write!(f, "signed by an untrusted key {k} ({})", at(format)),
                 Untrusted::OneOf(ks) => write!(
                     f,
-                    "a signature no trusted key verifies: its key, recovered from the ECDSA \
-                     signature, is {} (a changed payload also shows this way) ({})",
+                    "a signature no trusted key verifies: it was made by another key (recovered \
+                     from the ECDSA signature, {}), or what it signed was changed since ({})",
                     ks.iter()
                         .map(|k| k.to_string())
                         .collect::<Vec<_>>()
                         .join(" or "),
                     at(format)
                 ),
-                Untrusted::Unknown => {
-                    write!(f, "a signature no trusted key verifies ({})", at(format))
-                }
+                Untrusted::Unknown => write!(
+                    f,
+                    "a signature no trusted key verifies: it was made by another key, or what \
+                     it signed was changed since ({})",
+                    at(format)
+                ),
             },
             Finding::Tampered { format, key } => write!(
                 f,

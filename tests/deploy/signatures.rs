@@ -261,7 +261,7 @@ async fn an_image_signed_by_another_key_fails_and_names_that_key() {
     );
     assert!(
         error.contains(&format!(
-            "recovered from the ECDSA signature, is {}",
+            "recovered from the ECDSA signature, {}",
             other.fingerprint()
         )) || error.contains(&format!(" or {}", other.fingerprint())),
         "the legacy signature's key is named too: {error}"
