@@ -2,7 +2,6 @@
 //! strategy, health check and limits here; its containment, services, targets, gates,
 //! signature and swarm service by the modules of those sections.
 
-use super::raw::invalid;
 use super::*;
 use crate::domain::AppName;
 
@@ -20,9 +19,8 @@ fn default_true() -> bool {
 }
 /// Enough for a JVM's threads; a fork bomb stops here instead of at the host's limit.
 fn default_pids_limit() -> i64 {
-    DEFAULT_PIDS_LIMIT
+    super::services::DEFAULT_PIDS_LIMIT
 }
-pub(super) const DEFAULT_PIDS_LIMIT: i64 = 4096;
 
 /// How often an app that no webhook source covers is polled by default.
 pub const DEFAULT_POLL: Duration = Duration::from_secs(300);

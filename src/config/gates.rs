@@ -8,11 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{ConfigError, Secret};
-
-fn invalid(m: String) -> ConfigError {
-    ConfigError::Invalid(m)
-}
+use super::{ConfigError, Secret, invalid};
 
 /// `[[admins]]` as written.
 #[derive(Deserialize)]

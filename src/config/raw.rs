@@ -127,10 +127,6 @@ fn check_routes(apps: &[AppConfig]) -> Result<(), ConfigError> {
     Ok(())
 }
 
-pub(super) fn invalid(msg: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid(msg.into())
-}
-
 impl Config {
     pub(crate) fn resolve(self, base: &Path) -> Result<super::Config, ConfigError> {
         let allow_short = self.server.allow_short_secrets;

@@ -2,7 +2,6 @@
 //! timeout and size is checked here, so that a zero that would stall the worker or the
 //! proxy fails at load instead of at the first webhook.
 
-use super::raw::invalid;
 use super::*;
 
 fn default_listen() -> SocketAddr {

@@ -21,6 +21,8 @@ use crate::domain::image::ImageName;
 /// How long a service without a health check must keep running before it counts as
 /// healthy: long enough for a process that dies at start-up to have died.
 pub(crate) const DEFAULT_SETTLE: Duration = Duration::from_secs(2);
+/// Enough for a JVM's threads; a fork bomb stops here instead of at the host's limit.
+pub(super) const DEFAULT_PIDS_LIMIT: i64 = 4096;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -161,7 +163,7 @@ impl RawService {
             .map(|m| parse_bytes(&m))
             .transpose()
             .map_err(|e| bad(app, &name, format!("memory: {e}")))?;
-        let pids_limit = self.pids_limit.unwrap_or(super::app::DEFAULT_PIDS_LIMIT);
+        let pids_limit = self.pids_limit.unwrap_or(DEFAULT_PIDS_LIMIT);
         Ok(AppConfig {
             publish: None,
             publish_public: false,

@@ -78,10 +78,6 @@ pub(super) struct RawSource {
     access_method: Option<ArtifactoryAccess>,
 }
 
-fn invalid(msg: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid(msg.into())
-}
-
 /// `host`, `host:port`, lower-case letters, digits, `.` and `-`.
 fn valid_host(host: &str) -> bool {
     let (name, port) = match host.rsplit_once(':') {

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::ConfigError;
+use super::{ConfigError, invalid};
 use crate::domain::{Endpoint, EndpointOptions, TlsFiles};
 
 /// The target an app runs on when it names none, and the name `server.docker_host` gets.
@@ -68,10 +68,6 @@ struct RawTls {
 struct RawSsh {
     known_hosts: String,
     identity: Option<String>,
-}
-
-fn invalid(msg: String) -> ConfigError {
-    ConfigError::Invalid(msg)
 }
 
 /// Every target, `local` first. `docker_host` is the old `server.docker_host`: it is the

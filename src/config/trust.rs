@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{AppConfig, ConfigError};
+use super::{AppConfig, ConfigError, invalid};
 use crate::signature::{Policy, PublicKey, Rule};
 
 /// Repositories per entry, and keys per entry: a policy, not a database.
@@ -62,10 +62,6 @@ impl TrustEntry {
     pub(crate) fn covers(&self, image: &str) -> bool {
         self.repositories.iter().any(|p| repository_match(p, image))
     }
-}
-
-fn invalid(msg: String) -> ConfigError {
-    ConfigError::Invalid(msg)
 }
 
 pub(super) fn resolve(raw: Vec<RawTrust>, base: &Path) -> Result<Vec<TrustEntry>, ConfigError> {

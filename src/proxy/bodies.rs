@@ -14,8 +14,11 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 
-use super::forward::{BoxError, ProxyBody};
 use super::table::InFlight;
+
+/// What the proxy sends on, either way: a body read ahead or one streamed through.
+pub type ProxyBody = BoxBody<Bytes, BoxError>;
+pub(super) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// How a streamed request body failed, as the proxy answers it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -16,13 +16,12 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 
 use super::Shared;
-use super::bodies::{Ahead, BodyFailure, Counted, Failure, Prepared, read_ahead, streamed};
+use super::bodies::{
+    Ahead, BodyFailure, BoxError, Counted, Failure, Prepared, ProxyBody, read_ahead, streamed,
+};
 use super::rules::{self, ToApp};
 use super::table::{Entry, InFlight};
 use super::upstream::{SendError, Upstreams};
-
-pub type ProxyBody = BoxBody<Bytes, BoxError>;
-pub(super) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Bodies up to this size are read before forwarding, so that a request can be sent
 /// again to the standby if the serving generation is gone; larger ones stream through.

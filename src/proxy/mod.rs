@@ -34,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::log_budget::LogBudget;
 use crate::store::Route;
-pub use forward::ProxyBody;
+pub use bodies::ProxyBody;
 
 /// The byte path's parsers, for the fuzz targets (`fuzz/`); not an API.
 #[doc(hidden)]

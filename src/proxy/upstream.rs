@@ -27,7 +27,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::time::Instant;
 
-use super::forward::ProxyBody;
+use super::bodies::ProxyBody;
 
 /// A connection to the app must be established within this.
 pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);

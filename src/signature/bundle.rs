@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use super::error::SignatureError;
 use super::key::Fingerprint;
-use super::verify::{Opened, Signer};
+use super::opened::{Opened, Signer};
 use super::{Claim, Signed};
 
 const IN_TOTO: &str = "application/vnd.in-toto+json";

@@ -2,7 +2,7 @@
 //! be opened), or after one verified it (what it signed is not an image signature). Every
 //! registry-supplied word is shown through [`quote`]: printable and short.
 
-use super::simple::{SIGNATURE_ANNOTATION, quote};
+use super::opened::SIGNATURE_ANNOTATION;
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum SignatureError {
@@ -50,4 +50,13 @@ pub(crate) enum SignatureError {
         quote(predicate_type)
     )]
     Attestation { predicate_type: String },
+}
+
+/// Registry-supplied text in a message: printable, short.
+pub(super) fn quote(text: &str) -> String {
+    let mut out: String = text.chars().filter(|c| !c.is_control()).take(120).collect();
+    if text.chars().count() > 120 {
+        out.push('…');
+    }
+    out
 }

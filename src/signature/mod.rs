@@ -15,6 +15,7 @@
 mod bundle;
 mod error;
 mod key;
+mod opened;
 mod simple;
 mod verify;
 

@@ -9,10 +9,9 @@ use base64::Engine as _;
 use serde::Deserialize;
 
 use super::error::SignatureError;
-use super::verify::{Opened, Signer};
+use super::opened::{Opened, SIGNATURE_ANNOTATION, Signer};
 use super::{Claim, PublicKey, Signed};
 
-pub(crate) const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
 const REKOR_BUNDLE_ANNOTATION: &str = "dev.sigstore.cosign/bundle";
 const CERTIFICATE_ANNOTATION: &str = "dev.sigstore.cosign/certificate";
 /// `critical.type` of an image signature: cosign 1 and 2 write the first; tools that show
@@ -126,13 +125,4 @@ pub(super) fn claim(payload: &[u8]) -> Result<Claim, SignatureError> {
         }],
         reference: Some(p.critical.identity.docker_reference),
     })
-}
-
-/// Registry-supplied text in a message: printable, short.
-pub(super) fn quote(text: &str) -> String {
-    let mut out: String = text.chars().filter(|c| !c.is_control()).take(120).collect();
-    if text.chars().count() > 120 {
-        out.push('…');
-    }
-    out
 }

@@ -12,7 +12,7 @@ use p256::pkcs8::{EncodePublicKey as _, LineEnding};
 use sha2::{Digest as _, Sha256};
 
 use super::bundle::{SIGN_PREDICATE, pae};
-use super::simple::SIGNATURE_ANNOTATION;
+use super::opened::SIGNATURE_ANNOTATION;
 use super::*;
 use crate::domain::image::ImageName;
 

@@ -4,29 +4,10 @@
 
 use std::fmt;
 
+use super::error::quote;
 use super::key::{Fingerprint, PublicKey, recover_p256};
+use super::opened::{Opened, Signer};
 use super::{Envelope, Format, Policy, Rule, Subject, Verified, bundle, simple};
-
-/// A signature opened but not believed yet: the bytes its signatures are over, and who it
-/// says signed it.
-pub(super) struct Opened {
-    pub message: Vec<u8>,
-    pub signatures: Vec<Vec<u8>>,
-    pub signer: Signer,
-    /// The signed payload (the simple-signing JSON, or the in-toto statement).
-    pub payload: Vec<u8>,
-}
-
-/// Who a signature says made it: never believed, only used to name an untrusted signer.
-pub(super) enum Signer {
-    /// A key the signature carries (in its Rekor entry).
-    Key(PublicKey),
-    /// A bundle's key hint.
-    Hint(Fingerprint),
-    /// A Fulcio certificate: a keyless signature.
-    Certificate,
-    Unnamed,
-}
 
 /// Who signed a signature that no trusted key verifies.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -290,11 +271,7 @@ fn judge(
         return Err(Finding::OtherDigest {
             format,
             key: fp(),
-            signed: claim
-                .subjects
-                .iter()
-                .map(|s| simple::quote(&s.digest))
-                .collect(),
+            signed: claim.subjects.iter().map(|s| quote(&s.digest)).collect(),
         });
     };
     if let Some(r) = &claim.reference
@@ -303,7 +280,7 @@ fn judge(
         return Err(Finding::OtherRepository {
             format,
             key: fp(),
-            signed: simple::quote(r),
+            signed: quote(r),
         });
     }
     for (name, want) in &rule.annotations {

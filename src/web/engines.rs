@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use uuid::Uuid;
 
+pub use super::format::short_digest;
 use super::swarm_rows::{ServiceRow, ServiceSeen};
-pub use super::views::short_digest;
 use crate::config::{AppConfig, LOCAL, TargetKind};
 use crate::engine::{ContainerFacts, EngineView, LABEL_DIGEST};
 use crate::store::{Deployment, Generation, Step, StepRecord, StepState};

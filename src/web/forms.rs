@@ -11,8 +11,8 @@ use axum::response::{IntoResponse, Redirect, Response};
 use uuid::Uuid;
 
 use super::error::PageError;
-use super::pages::form_field;
 use super::session::{Admin, Viewer, admin_form};
+use super::template::form_field;
 use super::{AppState, WebError};
 use crate::actions::{self, Actor};
 use crate::store::Enqueued;

@@ -10,6 +10,7 @@ mod api_actions;
 pub(crate) mod client;
 pub mod engines;
 mod error;
+mod format;
 pub mod guard;
 mod hooks;
 mod pages;
@@ -22,6 +23,7 @@ mod gates;
 mod live;
 mod session;
 mod streams;
+mod template;
 mod timeline;
 pub mod ui;
 

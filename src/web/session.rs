@@ -168,7 +168,7 @@ pub(crate) fn admin_form(
     let Some(user) = &viewer.user else {
         return Err(Refused::SignIn);
     };
-    let given = super::pages::form_field(body, "form_token");
+    let given = super::template::form_field(body, "form_token");
     verify::token(given.as_deref(), &viewer.form_token)
         .map_err(|_| {
             Refused::Page(WebError::Forbidden(
@@ -190,7 +190,7 @@ pub(super) struct LoginPage {
     viewer: Viewer,
     live: bool,
 }
-impl super::pages::Fmt for LoginPage {}
+impl super::template::Fmt for LoginPage {}
 
 #[derive(Deserialize, Default)]
 pub(super) struct LoginQuery {

@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use super::error::PageError;
 use super::live::{self, Frame};
-use super::pages::Fmt;
+use super::template::Fmt;
 use super::views::{self, AppView, DeploymentView};
 use super::{AppState, WebError};
 use crate::store::Deployment;

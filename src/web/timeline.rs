@@ -6,7 +6,7 @@
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use super::views::{short_digest, took};
+use super::format::{short_digest, took};
 use crate::pipeline::records::{
     Applied, AppliedIntent, Candidate, ConnectIntent, CreateIntent, DrainIntent, Healthy,
     ImageIntent, ImportIntent, NetworkIntent, OldGeneration, Probe, Resolved, RetireIntent,
