@@ -42,7 +42,7 @@ use uuid::Uuid;
 use super::views::{self, DeploymentView};
 use super::{AppState, bearer_admin, hooks};
 use crate::actions::{self, Cancelled};
-use crate::store::{DeliveryFilter, MAX_PAGE, VerdictFilter};
+use super::delivery_filter::{DeliveriesQuery, Filtered};
 
 /// A JSON body of at most a few fields; nothing else is read.
 pub(super) fn json_body<T: for<'de> Deserialize<'de> + Default>(
@@ -191,16 +191,6 @@ pub(super) async fn deployment(
     Ok(Json(v))
 }
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub(super) struct DeliveriesQuery {
-    source: Option<String>,
-    verdict: Option<String>,
-    /// The id of the last delivery of the previous page.
-    before: Option<String>,
-    limit: Option<i64>,
-}
-
 /// `GET /api/deliveries?source=&verdict=&before=&limit=`: authentic deliveries, newest
 /// first, with the deployments each created; `next` is the `before` of the next page.
 pub(super) async fn deliveries(
@@ -210,37 +200,7 @@ pub(super) async fn deliveries(
 ) -> Result<impl IntoResponse, WebError> {
     bearer_admin(&s.config, &headers)?;
     let q: DeliveriesQuery = query(raw)?;
-    let nonempty = |v: Option<String>| v.filter(|v| !v.is_empty());
-    let source = nonempty(q.source);
-    if source.as_ref().is_some_and(|s| s.len() > 64) {
-        return Err(WebError::BadRequest(
-            "source is at most 64 characters".into(),
-        ));
-    }
-    let verdict = nonempty(q.verdict)
-        .as_deref()
-        .map(str::parse::<VerdictFilter>)
-        .transpose()
-        .map_err(|e| WebError::BadRequest(e.to_string()))?;
-    let before = match nonempty(q.before) {
-        None => None,
-        Some(id) => {
-            let id = Uuid::parse_str(&id)
-                .map_err(|_| WebError::BadRequest("before must be a delivery id".into()))?;
-            let d = s
-                .store
-                .delivery(id)
-                .await?
-                .ok_or_else(|| WebError::NotFound(format!("delivery {id}")))?;
-            Some((d.received_at, d.id))
-        }
-    };
-    let limit = q.limit.unwrap_or(50).clamp(1, MAX_PAGE);
-    let filter = DeliveryFilter {
-        source,
-        verdict,
-        before,
-    };
+    let Filtered { filter, limit, .. } = q.check(&s.store, 50).await?;
     let page = s.store.deliveries_page(&filter, limit).await?;
     let ids: Vec<Uuid> = page.iter().map(|d| d.id).collect();
     let created = s.store.deployments_of_deliveries(&ids).await?;

@@ -9,6 +9,7 @@ mod api;
 mod api_actions;
 pub(crate) mod client;
 pub mod engines;
+mod delivery_filter;
 mod error;
 mod format;
 pub mod guard;

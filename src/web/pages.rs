@@ -11,10 +11,11 @@ use uuid::Uuid;
 
 use super::error::PageError;
 use super::session::Viewer;
+use super::delivery_filter::{DeliveriesQuery, Filtered};
 use super::template::Fmt;
 use super::views::{self, AppView, DeploymentView};
 use super::{AppState, WebError};
-use crate::store::{Delivery, DeliveryFilter, Deployment, MAX_PAGE, VerdictFilter};
+use crate::store::{Delivery, Deployment};
 
 #[derive(Template, WebTemplate)]
 #[template(path = "index.html")]
@@ -183,15 +184,6 @@ pub(super) struct HistoryQuery {
 /// Deliveries listed on one page.
 const DELIVERIES_PAGE: i64 = 50;
 
-#[derive(Deserialize, Default)]
-pub(super) struct DeliveriesQuery {
-    source: Option<String>,
-    verdict: Option<String>,
-    /// The id of the last delivery of the previous page.
-    before: Option<String>,
-    limit: Option<i64>,
-}
-
 /// `GET /deliveries?source=&verdict=&before=`: every authentic delivery, newest first, a
 /// page at a time, filtered by source and by verdict (`queued`, `ignored`, `duplicate`,
 /// `replay`, `redelivery`).
@@ -200,36 +192,12 @@ pub(super) async fn deliveries(
     Extension(viewer): Extension<Viewer>,
     Query(q): Query<DeliveriesQuery>,
 ) -> Result<DeliveriesPage, PageError> {
-    let nonempty = |v: Option<String>| v.filter(|v| !v.is_empty());
-    let source = nonempty(q.source);
-    if source.as_ref().is_some_and(|s| s.len() > 64) {
-        return Err(WebError::BadRequest("source is at most 64 characters".into()).into());
-    }
-    let verdict_text = nonempty(q.verdict);
-    let verdict = verdict_text
-        .as_deref()
-        .map(str::parse::<VerdictFilter>)
-        .transpose()
-        .map_err(|e| WebError::BadRequest(e.to_string()))?;
-    let before = match nonempty(q.before) {
-        None => None,
-        Some(id) => {
-            let id = Uuid::parse_str(&id)
-                .map_err(|_| WebError::BadRequest("before must be a delivery id".into()))?;
-            let d = s
-                .store
-                .delivery(id)
-                .await?
-                .ok_or_else(|| WebError::NotFound(format!("delivery {id}")))?;
-            Some((d.received_at, d.id))
-        }
-    };
-    let limit = q.limit.unwrap_or(DELIVERIES_PAGE).clamp(1, MAX_PAGE);
-    let filter = DeliveryFilter {
-        source: source.clone(),
-        verdict,
-        before,
-    };
+    let Filtered {
+        filter,
+        limit,
+        verdict_text,
+    } = q.check(&s.store, DELIVERIES_PAGE).await?;
+    let source = filter.source.clone();
     let page = s.store.deliveries_page(&filter, limit).await?;
     let next = (page.len() as i64 == limit)
         .then(|| page.last().map(|d| d.id.to_string()))
