@@ -1,4 +1,4 @@
-//! Issue 26: whether a claimed deployment may run now. Approvals first (an admin may
+//! Whether a claimed deployment may run now. Approvals first (an admin may
 //! approve at any hour), then the app's freeze and its deploy windows, unless an admin
 //! overrode them for this deployment. A deployment that must wait is put back in Postgres
 //! in a waiting state with the moment it is looked at again; no task sleeps for it, so a

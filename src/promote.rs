@@ -1,4 +1,4 @@
-//! Issue 26: promotion. An app with `promote_from = "web-staging"` and `after = "15m"` is
+//! Promotion. An app with `promote_from = "web-staging"` and `after = "15m"` is
 //! deployed only with the digest that `web-staging` has served healthily for `after`.
 //!
 //! One task per process, one timer: it looks when a source app's queue changes (the

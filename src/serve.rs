@@ -328,7 +328,7 @@ impl SideTasks<'_> {
             }
             .run(shutdown.clone()),
         );
-        // Promotions (issue 26): one task, one timer, woken by the source apps' queue changes.
+        // Promotions: one task, one timer, woken by the source apps' queue changes.
         tasks.spawn(
             crate::promote::Promoter {
                 live: self.live.clone(),

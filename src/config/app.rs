@@ -99,7 +99,7 @@ pub(super) struct App {
     #[serde(default = "default_pids_limit")]
     pids_limit: i64,
     route: Option<super::proxy::RawRoute>,
-    /// Issue 10 (contained apps): service, networks, volumes, secrets, files, binds,
+    /// Contained apps: service, networks, volumes, secrets, files, binds,
     /// devices, cap_keep, read_only, tmpfs, user, port_env; see `contained.rs`.
     #[serde(flatten)]
     contained: super::contained::RawContained,
@@ -111,16 +111,16 @@ pub(super) struct App {
     /// The targets the app runs on (default `["local"]`) and how a rollout crosses them.
     targets: Option<Vec<String>>,
     rollout: Option<super::targets::RawRollout>,
-    /// Issue 25: the image must be signed by a key of a `[[trust]]` entry covering it;
+    /// The image must be signed by a key of a `[[trust]]` entry covering it;
     /// default: as the covering entries say.
     require_signature: Option<bool>,
-    /// Issue 26: approvals and deploy windows (see `gates.rs`).
+    /// Approvals and deploy windows (see `gates.rs`).
     approval: Option<super::gates::RawApproval>,
     #[serde(default)]
     windows: Vec<String>,
     promote_from: Option<String>,
     after: Option<String>,
-    /// Issue 24: the service of an app on a `kind = "swarm"` target, see `swarm.rs`.
+    /// The service of an app on a `kind = "swarm"` target, see `swarm.rs`.
     swarm: Option<super::swarm::RawSwarm>,
 }
 
@@ -221,7 +221,7 @@ impl App {
             swarm: None,
         };
         if app.gates.promotion.is_some() {
-            // Issue 26: only promotions deploy it; no push, no poll.
+            // Only promotions deploy it; no push, no poll.
             app.poll = None;
             app.poll_explicit = true;
         }

@@ -1,4 +1,4 @@
-//! Issue 26: what may hold a deployment before it runs. `[[admins]]` (named admins with their
+//! What may hold a deployment before it runs. `[[admins]]` (named admins with their
 //! own password hash or token, so that an approval names a person), an app's `approval`
 //! (how many of which admins, and for how long the request stands) and its `windows`
 //! (`"Mon-Fri 09:00-17:00 Europe/Berlin"`, IANA time zones through chrono-tz).

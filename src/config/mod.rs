@@ -103,15 +103,15 @@ pub struct Config {
     pub registries: Vec<RegistryConfig>,
     pub sources: Vec<SourceConfig>,
     pub apps: Vec<AppConfig>,
-    /// `[policy]`: the host paths each app may use (issue 10).
+    /// `[policy]`: the host paths each app may use.
     pub policy: Policy,
     /// Where deployment outcomes are sent (`[[notifications]]`).
     pub notifications: Vec<NotificationConfig>,
     /// Where apps run: `local` (from `server.docker_host`) and every `[[targets]]` entry.
     pub targets: Vec<TargetConfig>,
-    /// `[[trust]]`: the keys that sign which repositories' images (issue 25).
+    /// `[[trust]]`: the keys that sign which repositories' images.
     pub trust: Vec<TrustEntry>,
-    /// `[[admins]]`: named admins, each with their own secret (issue 26).
+    /// `[[admins]]`: named admins, each with their own secret.
     pub admins: Vec<NamedAdmin>,
 }
 
@@ -280,7 +280,7 @@ pub struct AppConfig {
     pub pids_limit: Option<i64>,
     /// Blue-green apps: how the proxy reaches them.
     pub route: Option<RouteConfig>,
-    /// Network, volumes, secrets, host mounts, hardening (issue 10).
+    /// Network, volumes, secrets, host mounts, hardening.
     pub contained: Contained,
     /// Replaces the image's entrypoint and command when set.
     pub command: Option<Vec<String>>,
@@ -296,7 +296,7 @@ pub struct AppConfig {
     /// The keys its image must be signed by (`require_signature`, or a `[[trust]]` entry
     /// that covers it); `None`: no signature is checked.
     pub signature: Option<std::sync::Arc<crate::signature::Policy>>,
-    /// Approvals and deploy windows (issue 26).
+    /// Approvals and deploy windows.
     pub gates: Gates,
     /// On a `kind = "swarm"` target: the service's replicas, update and placement.
     pub swarm: Option<SwarmApp>,

@@ -14,7 +14,7 @@ pub(crate) const EVENTS: &[&str] = &[
     "deployment.succeeded",
     "deployment.failed",
     "deployment.rolled_back",
-    // Issue 26: it started waiting for approval (the payload says for whom, until when).
+    // It started waiting for approval (the payload says for whom, until when).
     "deployment.awaiting_approval",
 ];
 

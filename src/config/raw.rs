@@ -17,21 +17,21 @@ pub(crate) struct Config {
     sources: Vec<super::source::RawSource>,
     #[serde(default)]
     apps: Vec<super::app::App>,
-    /// Issue 12: how long history is kept.
+    /// How long history is kept.
     #[serde(default)]
     retention: super::retention::RawRetention,
-    /// Issue 10: which host paths each app may mount.
+    /// Which host paths each app may mount.
     #[serde(default)]
     policy: super::policy::RawPolicy,
     #[serde(default)]
     notifications: Vec<super::notify::RawNotification>,
-    /// Issue 23: where apps run (see `targets.rs`).
+    /// Where apps run (see `targets.rs`).
     #[serde(default)]
     targets: Vec<super::targets::RawTarget>,
-    /// Issue 25: which keys sign which repositories' images.
+    /// Which keys sign which repositories' images.
     #[serde(default)]
     trust: Vec<super::trust::RawTrust>,
-    /// Issue 26: named admins, who sign in and approve as themselves (see `gates.rs`).
+    /// Named admins, who sign in and approve as themselves (see `gates.rs`).
     #[serde(default)]
     admins: Vec<super::gates::RawAdmin>,
 }

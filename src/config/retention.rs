@@ -1,5 +1,5 @@
 //! `[retention]`: how long deliveries and finished deployments' journal steps are kept.
-//! Pruning runs in the sweep, a bounded number of rows at a time (issue 12).
+//! Pruning runs in the sweep, a bounded number of rows at a time.
 
 use std::time::Duration;
 

@@ -43,7 +43,7 @@ fn default_pull_timeout() -> Duration {
 pub(super) struct Server {
     #[serde(default = "default_listen")]
     listen: SocketAddr,
-    /// One Postgres URL; it may name several hosts, libpq style (issue 28).
+    /// One Postgres URL; it may name several hosts, libpq style.
     database_url: Option<String>,
     /// Or a list of them: Pier uses the one that accepts writes.
     #[serde(default)]

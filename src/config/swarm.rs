@@ -1,5 +1,5 @@
-//! `[apps.swarm]`: how an app on a `kind = "swarm"` target runs as a Docker Swarm service
-//! (issue 24). Pier writes the service's spec and watches Swarm roll it out; it never
+//! `[apps.swarm]`: how an app on a `kind = "swarm"` target runs as a Docker Swarm service.
+//! Pier writes the service's spec and watches Swarm roll it out; it never
 //! places a task itself, so everything here is a value Swarm's own spec has, checked so
 //! that Swarm cannot refuse it half-way through a deployment.
 

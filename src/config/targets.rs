@@ -24,7 +24,7 @@ pub enum TargetKind {
     #[default]
     Engine,
     /// A Docker Swarm manager's engine: Pier writes a service's spec and Swarm places and
-    /// replaces its tasks (issue 24).
+    /// replaces its tasks.
     Swarm,
 }
 

@@ -1,4 +1,4 @@
-//! `[[trust]]`: which keys may sign the images of which repositories (issue 25). Every key
+//! `[[trust]]`: which keys may sign the images of which repositories. Every key
 //! is read and parsed at load: one that does not parse stops Pier with its field named,
 //! never at the first deployment. Each app's requirement is settled here too, from its own
 //! `require_signature` or the entries that cover its image.

@@ -1,4 +1,4 @@
-//! Issue 26: deploy windows, `"Mon-Fri 09:00-17:00 Europe/Berlin"`, with time zones from
+//! Deploy windows, `"Mon-Fri 09:00-17:00 Europe/Berlin"`, with time zones from
 //! the IANA database (chrono-tz), and when the next one opens.
 
 use chrono::{DateTime, Datelike, Days, NaiveDate, NaiveTime, TimeZone, Utc};

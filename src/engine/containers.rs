@@ -33,7 +33,7 @@ pub struct ContainerSpec {
     pub no_new_privileges: bool,
     pub pids_limit: Option<i64>,
     pub restart: RestartPolicy,
-    /// Network, mounts and hardening (issue 10).
+    /// Network, mounts and hardening.
     pub contained: ContainedSpec,
     /// Replaces the image's entrypoint (and so its command): program, then arguments.
     pub command: Option<Vec<String>>,

@@ -1,4 +1,4 @@
-//! Swarm services, tasks and nodes (issue 24), through bollard's services API, reduced to
+//! Swarm services, tasks and nodes, through bollard's services API, reduced to
 //! the facts a rollout needs. As for containers: "not found" is a value, every call has a
 //! deadline, every failure is an [`EngineError`] that says whether a retry may help.
 //!

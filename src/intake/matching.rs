@@ -63,7 +63,7 @@ pub(crate) fn match_apps<'a>(
     let matched: Vec<&AppConfig> = same_repo
         .into_iter()
         .filter(|a| a.rule.matches(tag, fold_case))
-        // Issue 26: a promoted app deploys only what its `promote_from` app proved.
+        // A promoted app deploys only what its `promote_from` app proved.
         .filter(|a| a.gates.promotion.is_none())
         .collect();
     if matched.is_empty() {

@@ -160,7 +160,7 @@ pub(crate) async fn run_until(config: Config, shutdown: CancellationToken) -> an
         shutdown.clone(),
     ));
     // A remote target's pipeline reaches this host only through Postgres: the proxy
-    // probes its candidates' health and reports what it serves (issue 23). The `local`
+    // probes its candidates' health and reports what it serves. The `local`
     // proxy's pipeline probes and asks its admin endpoint itself.
     if config.proxy.target != crate::config::LOCAL {
         let store = crate::store::Store::connect_lazy_many(&config.server.database_urls())

@@ -41,7 +41,7 @@ pub struct Deployment {
     /// Who asked to cancel or stop it, and when.
     pub cancel_requested_by: Option<String>,
     pub cancel_requested_at: Option<DateTime<Utc>>,
-    /// Issue 26: when it passed its gates (a resumed run is not held again).
+    /// When it passed its gates (a resumed run is not held again).
     pub gated_at: Option<DateTime<Utc>>,
     /// Why it waits, while it is `awaiting_approval` or `awaiting_window`.
     pub waiting_for: Option<String>,
@@ -217,7 +217,7 @@ impl Store {
                                AND pier_holder_gone(d.lease_key))))
                   OR (d.state = 'queued' AND NOT EXISTS (
                         SELECT 1 FROM deployments r WHERE r.app = d.app AND r.state = 'running'))
-                  -- Issue 26: a wait whose time came (a window opens, a freeze or an
+                  -- A wait whose time came (a window opens, a freeze or an
                   -- approval request ends) is claimed to be judged again.
                   OR (d.state IN ('awaiting_approval', 'awaiting_window')
                       AND d.waiting_until <= now() AND NOT EXISTS (
@@ -480,7 +480,7 @@ impl Store {
     /// expires, or [`TAKEOVER_CHECK`] when a deployment runs under another process, whose
     /// death must be noticed within a second or two.
     pub async fn next_wakeup(&self, liveness_key: i64) -> Result<Option<Duration>> {
-        // One statement: the running ones' leases, and (issue 26) the earliest moment a
+        // One statement: the running ones' leases, and the earliest moment a
         // waiting deployment may run or expire, which is the one timer a wait needs.
         // A wait whose app has a deployment running is not claimable until that one ends,
         // and its end wakes the workers (NOTIFY): counting it here would spin them.

@@ -1,4 +1,4 @@
-//! Issue 26's freezes, with their history: while one is in force, every new deployment of
+//! Freezes, with their history: while one is in force, every new deployment of
 //! the app waits in `awaiting_window` until it ends or is lifted.
 
 use chrono::{DateTime, Utc};

@@ -1,4 +1,4 @@
-//! Issue 26's SQL: holding a claimed deployment in `awaiting_approval` or `awaiting_window`,
+//! The gates' SQL: holding a claimed deployment in `awaiting_approval` or `awaiting_window`,
 //! the decisions of named admins (approve, reject, override), and freezes.
 //!
 //! Every transition takes the deployment's row lock, so an approval arriving while a worker

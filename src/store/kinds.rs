@@ -99,9 +99,9 @@ pub enum DeploymentState {
     Cancelled,
     /// Switched to the new generation, then back: it failed its soak.
     RolledBack,
-    /// Issue 26: held until enough named admins approve it (or it is rejected or expires).
+    /// Held until enough named admins approve it (or it is rejected or expires).
     AwaitingApproval,
-    /// Issue 26: held until the app's next deploy window opens or its freeze ends.
+    /// Held until the app's next deploy window opens or its freeze ends.
     AwaitingWindow,
 }
 
@@ -117,7 +117,7 @@ impl DeploymentState {
         )
     }
 
-    /// Held by a gate (issue 26): a row in Postgres, no task sleeps for it.
+    /// Held by a gate: a row in Postgres, no task sleeps for it.
     pub(crate) fn is_waiting(self) -> bool {
         matches!(self, Self::AwaitingApproval | Self::AwaitingWindow)
     }
@@ -145,7 +145,7 @@ pub enum Trigger {
     Manual,
     Rollback,
     Reconcile,
-    /// Issue 26: a digest another app (staging) proved, promoted to this one.
+    /// A digest another app (staging) proved, promoted to this one.
     Promotion,
 }
 
@@ -179,14 +179,14 @@ impl Trigger {
 #[serde(rename_all = "snake_case")]
 pub enum Step {
     Resolve,
-    /// Issue 25: the resolved digest carries a trusted key's cosign signature.
+    /// The resolved digest carries a trusted key's cosign signature.
     Signature,
-    /// Issue 23: a rollout across engines first asks every engine whether it answers,
+    /// A rollout across engines first asks every engine whether it answers,
     /// so that one that is down fails the deployment before any engine changed.
     Reach,
     Pull,
     Verify,
-    /// The app's private network exists (issue 10).
+    /// The app's private network exists.
     Network,
     /// The app's named volumes are owned (recorded) and exist.
     Volumes,
@@ -207,10 +207,10 @@ pub enum Step {
     Revert,
     Retire,
     Rollback,
-    /// Issue 24: the swarm service's spec names the deployment's digest (created or
+    /// The swarm service's spec names the deployment's digest (created or
     /// updated once; a replay proves from the spec and its tasks that it happened).
     Update,
-    /// Issue 24: Swarm's rollout of that spec, watched to a verdict.
+    /// Swarm's rollout of that spec, watched to a verdict.
     Converge,
 }
 
@@ -221,7 +221,7 @@ fn unknown_step(value: &str) -> UnknownValue {
 impl Step {
     /// Steps of the whole deployment, which no engine runs: journaled once, with the empty
     /// target, however many engines the rollout crosses. One resolved digest for all, and
-    /// one signature check of it (issue 25).
+    /// one signature check of it.
     pub(crate) fn is_shared(self) -> bool {
         matches!(self, Self::Resolve | Self::Signature)
     }

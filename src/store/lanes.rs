@@ -4,11 +4,11 @@
 //! task it spawns for that), so one statement through the pool costs three round trips to
 //! Postgres and three wake-ups of its backend. A batch of deliveries is one statement
 //! (migration 0015), so through the pool two thirds of a delivery's database work were
-//! pings (issue 12). A lane is lent with no ping unless it sat idle long enough to have
+//! pings. A lane is lent with no ping unless it sat idle long enough to have
 //! been cut off unseen (Postgres restarted, a network drop), and a lane whose statement
 //! failed in any way is closed, never lent again: a broken connection costs at most the
 //! one statement that found it broken, answered 503 so that its senders retry. A lane is
-//! opened through the cluster (issue 28), on the host that accepts writes, and one opened
+//! opened through the cluster, on the host that accepts writes, and one opened
 //! before the cluster last moved hosts is closed instead of lent.
 
 use std::sync::Mutex;

@@ -113,9 +113,9 @@ pub(crate) type Result<T, E = StoreError> = std::result::Result<T, E>;
 #[derive(Clone, Debug)]
 pub struct Store {
     pool: PgPool,
-    /// The group commit deliveries share (issue 12).
+    /// The group commit deliveries share.
     batch: Arc<batch::Batcher>,
-    /// Which of the configured hosts Pier uses (issue 28); every connection comes from it.
+    /// Which of the configured hosts Pier uses; every connection comes from it.
     cluster: Arc<Cluster>,
     /// The last write probe's verdict, for `/readyz`.
     readiness: Arc<readiness::Readiness>,

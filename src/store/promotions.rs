@@ -1,4 +1,4 @@
-//! Issue 26's promotions: the digest an app (staging) has served healthily, queued for the
+//! Promotions: the digest an app (staging) has served healthily, queued for the
 //! app that promotes from it, once, linked to the deployment that proved it.
 
 use chrono::{DateTime, Utc};

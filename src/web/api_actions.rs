@@ -39,10 +39,10 @@ use axum::response::IntoResponse;
 use serde::Deserialize;
 use uuid::Uuid;
 
+use super::delivery_filter::{DeliveriesQuery, Filtered};
 use super::views::{self, DeploymentView};
 use super::{AppState, bearer_admin, hooks};
 use crate::actions::{self, Cancelled};
-use super::delivery_filter::{DeliveriesQuery, Filtered};
 
 /// A JSON body of at most a few fields; nothing else is read.
 pub(super) fn json_body<T: for<'de> Deserialize<'de> + Default>(

@@ -1,5 +1,5 @@
 //! Each engine an app runs on, as the app page, `GET /api/apps/{app}` and `pier status`
-//! show it (issue 23): what the journal says serves there beside what that engine says
+//! show it: what the journal says serves there beside what that engine says
 //! of its container, and where a rollout in progress stands on it.
 //!
 //! Every engine is asked at once, each within [`ENGINE_DEADLINE`]: an engine that is down

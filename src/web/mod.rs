@@ -8,8 +8,8 @@
 mod api;
 mod api_actions;
 pub(crate) mod client;
-pub mod engines;
 mod delivery_filter;
+pub mod engines;
 mod error;
 mod format;
 pub mod guard;

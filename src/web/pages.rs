@@ -9,9 +9,9 @@ use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 use uuid::Uuid;
 
+use super::delivery_filter::{DeliveriesQuery, Filtered};
 use super::error::PageError;
 use super::session::Viewer;
-use super::delivery_filter::{DeliveriesQuery, Filtered};
 use super::template::Fmt;
 use super::views::{self, AppView, DeploymentView};
 use super::{AppState, WebError};
@@ -43,7 +43,7 @@ pub(super) struct AppPage {
     /// The pin in force, and the earlier digests a rollback may choose.
     pin: Option<crate::store::Pin>,
     choices: Vec<crate::store::SucceededDigest>,
-    /// The freeze in force (issue 26).
+    /// The freeze in force.
     freeze: Option<crate::store::Freeze>,
 }
 impl Fmt for AppPage {}

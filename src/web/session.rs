@@ -31,7 +31,7 @@ pub(crate) struct Viewer {
     /// (which cannot read the cookie) cannot make it.
     pub form_token: String,
     session_id: Option<String>,
-    /// Issue 26: set when the session is a named admin's (signed in with their own
+    /// Set when the session is a named admin's (signed in with their own
     /// secret): only then may it approve, reject or override.
     pub admin: Option<String>,
 }

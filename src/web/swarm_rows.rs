@@ -1,5 +1,5 @@
-//! A swarm app's service as the app page, `GET /api/apps/{app}` and `pier status` show it
-//! (issue 24): replicas desired, running, and running the serving digest, per node, and
+//! A swarm app's service as the app page, `GET /api/apps/{app}` and `pier status` show it:
+//! replicas desired, running, and running the serving digest, per node, and
 //! the errors of tasks that failed lately. Read from the manager, within the same
 //! deadline as any engine's listing, beside the journal's serving generation.
 

@@ -219,7 +219,7 @@ pub(crate) struct DeploymentView {
     #[serde(flatten)]
     pub deployment: Deployment,
     pub steps: Vec<StepRecord>,
-    /// Approvals, rejections and overrides, oldest first (issue 26).
+    /// Approvals, rejections and overrides, oldest first.
     pub decisions: Vec<crate::store::Decision>,
 }
 

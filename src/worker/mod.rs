@@ -224,7 +224,7 @@ impl Worker {
             return;
         };
         tracing::info!(owner = %self.owner, "claimed");
-        // Issue 26: approvals, freezes and windows, judged before any step; a deployment
+        // Approvals, freezes and windows, judged before any step; a deployment
         // that must wait goes back to Postgres as a waiting row, and this worker moves on.
         // A database outage (a failover) is waited out as the journal's writes wait it
         // out: released at once, the claim would keep its lease and be resumed by another

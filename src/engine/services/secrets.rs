@@ -1,4 +1,4 @@
-//! Swarm secrets for a swarm app's `secrets` (issue 24): mounted into each task as a file
+//! Swarm secrets for a swarm app's `secrets`: mounted into each task as a file
 //! under `/run/secrets/`, never put in the service's env, so `docker inspect` of a task or
 //! the service shows a secret's name, not its value.
 //!

@@ -3,7 +3,7 @@
 //! Kept beside `pier_record_deliveries` (migration 0026) for speed alone: it stores a new
 //! delivery as `ignored` and nothing else, and every rule beyond that (a repeat counted on
 //! its first row) is the function's. Through the function such a batch cost a quarter of
-//! the ingest bench's `no app` rate at concurrency 16 (`bench/RESULTS.md`, issue 27).
+//! the ingest bench's `no app` rate at concurrency 16 (`bench/RESULTS.md`).
 
 use uuid::Uuid;
 

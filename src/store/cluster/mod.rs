@@ -1,4 +1,4 @@
-//! The one place where Pier picks its database server (issue 28). `database_url` may name
+//! The one place where Pier picks its database server. `database_url` may name
 //! a primary and its standbys; sqlx 0.9 connects to one host per URL and knows nothing of
 //! `target_session_attrs`, so every connection Pier opens comes through here: the pool's
 //! (through its hooks), the group commit's lanes and the LISTEN connections.
