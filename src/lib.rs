@@ -3,11 +3,11 @@
 
 pub mod actions;
 pub mod archive;
+/// What runs beside the workers: sweeps, reconciliation, notifications, promotions, the poller.
+pub mod background;
 pub mod backoff;
 pub mod cli;
 pub mod config;
-/// `pier volumes`, `pier reload`, `pier import`: contained apps' server-side commands.
-pub mod contain;
 /// The vocabulary every layer shares (digests, app names, tag rules, platforms, engine
 /// addresses); it depends on nothing else in Pier.
 pub mod domain;
@@ -17,15 +17,13 @@ pub mod faults;
 pub mod gates;
 pub mod intake;
 pub mod log_budget;
-pub mod notify;
 pub mod pipeline;
-pub mod poller;
 /// The HTTP health probe the pipeline and a remote target's `pier proxy` share.
 pub mod probe;
-pub mod promote;
 pub mod proxy;
-pub mod reconcile;
 pub mod registry;
+/// Start-up helpers `serve` and `proxy` share: logging, the TLS provider, metrics, signals.
+pub mod runtime;
 pub mod senders;
 pub mod serve;
 pub mod signature;

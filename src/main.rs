@@ -4,7 +4,7 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let cli = pier::cli::Cli::parse();
-    pier::serve::init_tracing(cli.log_format);
+    pier::runtime::init_tracing(cli.log_format);
     // One thread means one event loop, as nginx's worker: no work stealing, and no
     // scheduling shortcut that lets a busy connection starve the others.
     let threads = pier::cli::threads(&cli);

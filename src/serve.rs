@@ -2,7 +2,7 @@
 //! shutdown signal.
 
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use metrics_exporter_prometheus::PrometheusHandle;
 
+use crate::background::Background;
 use crate::backoff::Backoff;
 use crate::config::Config;
 use crate::engine::{Engine, EngineView};
@@ -21,38 +22,6 @@ use crate::registry::Registry;
 use crate::store::Store;
 use crate::web::{self, AppState};
 use crate::worker::{self, Signals, Workers};
-
-/// How log lines are written: human-readable text, or one JSON object per line for a log
-/// collector. Colour codes only when the output is a terminal.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum LogFormat {
-    #[default]
-    Text,
-    Json,
-}
-
-pub fn init_tracing(format: LogFormat) {
-    use std::io::IsTerminal;
-    use tracing_subscriber::EnvFilter;
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("pier=info,warn"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_target(false);
-    match format {
-        LogFormat::Text => builder.with_ansi(std::io::stdout().is_terminal()).init(),
-        LogFormat::Json => builder
-            .json()
-            .with_current_span(true)
-            .with_span_list(true)
-            .init(),
-    }
-}
-
-/// Exactly one TLS crypto provider: reqwest's `rustls` feature (the registry client, probes) brings aws-lc-rs.
-pub(crate) fn install_crypto_provider() {
-    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-}
 
 pub(crate) struct Parts {
     pub config: Arc<Config>,
@@ -66,7 +35,7 @@ pub(crate) struct Parts {
 /// Connects to the database (migrating it) and the engine. The database may be briefly
 /// unavailable at boot (Postgres starting beside Pier): wait for it with a deadline.
 pub(crate) async fn connect(config: Config, migrate: bool) -> anyhow::Result<Parts> {
-    install_crypto_provider();
+    crate::runtime::install_crypto_provider();
     let store = Store::connect_lazy_many(&config.server.database_urls()).context("database url")?;
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2))
         .within(Duration::from_secs(30));
@@ -122,7 +91,7 @@ pub(crate) async fn run(config: Config, path: Option<PathBuf>, http: bool) -> an
     let shutdown = CancellationToken::new();
     let on_signal = shutdown.clone();
     tokio::spawn(async move {
-        shutdown_signal().await;
+        crate::runtime::shutdown_signal().await;
         tracing::info!(
             "shutting down: no new claims; finishing or releasing deployments in flight"
         );
@@ -148,7 +117,7 @@ pub(crate) async fn run_until_with(
     http: Option<tokio::net::TcpListener>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let metrics = metrics_handle();
+    let metrics = crate::runtime::metrics_handle();
     let Parts {
         config,
         store,
@@ -158,9 +127,6 @@ pub(crate) async fn run_until_with(
     let (platform, env_key) = platform_and_key(&engine, &store).await?;
     let poll_platform = platform.clone();
     let live = crate::config::LiveConfig::new(config.clone(), path.clone());
-    if path.is_some() {
-        tokio::spawn(reload_on_sighup(live.clone(), shutdown.clone()));
-    }
     let ctx = Arc::new(pipeline_context(
         &config,
         (store.clone(), targets),
@@ -173,28 +139,22 @@ pub(crate) async fn run_until_with(
     let liveness_key = worker::liveness_key();
 
     // Before any claim: remove what crashed runs left behind and that nothing will resume.
-    run_reconcile(&config, &store, &ctx.targets).await;
+    crate::background::reconcile_now(&config, &store, &ctx.targets).await;
 
-    // The listener holds this process's liveness lock: it stops only after the workers
-    // have finished or released their deployments, or they would look abandoned.
-    let listener_stop = CancellationToken::new();
-    let listening = tokio::spawn(worker::listen(
-        store.clone(),
-        liveness_key,
-        signals,
-        listener_stop.clone(),
-    ));
+    let (listener_stop, listening) = start_listener(&store, liveness_key, signals);
 
     let mut tasks = tokio::task::JoinSet::new();
-    let side = SideTasks {
+    Background {
         config: &config,
         live: &live,
         store: &store,
+        targets: &ctx.targets,
+        platform: poll_platform,
+        path,
         shutdown: &shutdown,
-    };
-    side.spawn_sweeper(&mut tasks, &ctx.targets);
-    side.spawn_outbox_and_timers(&mut tasks, poll_platform)
-        .await;
+    }
+    .start(&mut tasks)
+    .await;
     // The pages' read-only view of every target's engine, before the workers take `ctx`.
     let page_targets = web::engines::TargetViews::of(&ctx.targets);
     tasks.spawn(
@@ -211,7 +171,13 @@ pub(crate) async fn run_until_with(
     );
     if let Some(listener) = http {
         tracing::info!(addr = %listener.local_addr()?, "listening");
-        side.spawn_http(&mut tasks, listener, (engine, page_targets, metrics));
+        let http = Http {
+            config: &config,
+            live: &live,
+            store: &store,
+            shutdown: &shutdown,
+        };
+        http.spawn(&mut tasks, listener, (engine, page_targets, metrics));
     }
     tracing::info!(workers = config.server.workers, "pier running");
     shutdown.cancelled().await;
@@ -219,6 +185,24 @@ pub(crate) async fn run_until_with(
     listener_stop.cancel();
     let _ = listening.await;
     Ok(())
+}
+
+/// The queue's listener. It holds this process's liveness lock, so it is stopped (by the
+/// returned token) only after the workers have finished or released their deployments,
+/// or they would look abandoned.
+fn start_listener(
+    store: &Store,
+    liveness_key: i64,
+    signals: Signals,
+) -> (CancellationToken, tokio::task::JoinHandle<()>) {
+    let stop = CancellationToken::new();
+    let listening = tokio::spawn(worker::listen(
+        store.clone(),
+        liveness_key,
+        signals,
+        stop.clone(),
+    ));
+    (stop, listening)
 }
 
 /// The engine's platform (what images are pulled for) and the installation's env key.
@@ -272,87 +256,17 @@ fn pipeline_context(
     }
 }
 
-/// What the tasks beside the workers share; each `spawn_*` starts its tasks in `tasks`,
-/// which `run_until_with` drains on shutdown before it releases the liveness lock.
-struct SideTasks<'a> {
+/// What the HTTP app shares with the rest of the process.
+struct Http<'a> {
     config: &'a Arc<Config>,
     live: &'a crate::config::LiveConfig,
     store: &'a Store,
     shutdown: &'a CancellationToken,
 }
 
-impl SideTasks<'_> {
-    /// Every sweep: reconciliation and retention, with the config as reloaded, so that
-    /// reconciliation repairs what the config says now.
-    fn spawn_sweeper(&self, tasks: &mut JoinSet<()>, targets: &crate::target::Targets) {
-        let (c, s, e, stop) = (
-            self.live.clone(),
-            self.store.clone(),
-            targets.clone(),
-            self.shutdown.clone(),
-        );
-        let sweep = self.config.server.sweep_interval;
-        tasks.spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = tokio::time::sleep(sweep) => {
-                        let config = c.load();
-                        run_reconcile(&config, &s, &e).await;
-                        run_retention(&config, &s).await;
-                    }
-                    _ = stop.cancelled() => return,
-                }
-            }
-        });
-    }
-
-    /// Outgoing notifications (the endpoints the outbox trigger reads, then one sender),
-    /// promotions, and the reconcile poller.
-    async fn spawn_outbox_and_timers(
-        &self,
-        tasks: &mut JoinSet<()>,
-        poll_platform: crate::domain::Platform,
-    ) {
-        let (config, store, shutdown) = (self.config, self.store, self.shutdown);
-        if let Err(e) = store
-            .sync_endpoints(&crate::notify::endpoints(config))
-            .await
-        {
-            tracing::warn!(error = %error_chain(&e), "cannot record the notification endpoints; the previous ones stay in force until the next start");
-        }
-        tasks.spawn(
-            crate::notify::Sender {
-                store: store.clone(),
-                endpoints: config.notifications.clone(),
-                public_url: config.server.sign_in.public_url.clone(),
-            }
-            .run(shutdown.clone()),
-        );
-        // Promotions: one task, one timer, woken by the source apps' queue changes.
-        tasks.spawn(
-            crate::promote::Promoter {
-                live: self.live.clone(),
-                store: store.clone(),
-                sweep: config.server.sweep_interval,
-            }
-            .run(shutdown.clone()),
-        );
-        // The reconcile poller: one timer per app with `poll` on, none otherwise.
-        crate::poller::spawn(
-            tasks,
-            crate::poller::Poller {
-                live: self.live.clone(),
-                store: store.clone(),
-                registry: Registry::new(&config.registries, config.server.registry_limits),
-                tags: crate::registry::tags::TagLister::new(&config.registries),
-                platform: poll_platform,
-            },
-            shutdown,
-        );
-    }
-
+impl Http<'_> {
     /// The HTTP app on `listener`, with the server's header timeout and connection cap.
-    fn spawn_http(
+    fn spawn(
         &self,
         tasks: &mut JoinSet<()>,
         listener: tokio::net::TcpListener,
@@ -380,95 +294,5 @@ impl SideTasks<'_> {
             limits,
             self.shutdown.clone(),
         ));
-    }
-}
-
-/// The process's metrics recorder, installed once however many times Pier starts in it.
-fn metrics_handle() -> Option<PrometheusHandle> {
-    static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
-    HANDLE
-        .get_or_init(|| {
-            // Durations are histograms with buckets (not summaries), so that they can be
-            // summed across processes: a step takes milliseconds to minutes.
-            metrics_exporter_prometheus::PrometheusBuilder::new()
-                .set_buckets_for_metric(
-                    metrics_exporter_prometheus::Matcher::Suffix("_seconds".into()),
-                    &[
-                        0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
-                    ],
-                )
-                .ok()?
-                .install_recorder()
-                .ok()
-        })
-        .clone()
-}
-
-async fn run_reconcile(config: &Config, store: &Store, targets: &crate::target::Targets) {
-    match crate::reconcile::reconcile_all(config, store, targets).await {
-        Ok(r) => {
-            for w in &r.warnings {
-                tracing::warn!("reconcile: {w}");
-            }
-            if !r.removed.is_empty() || !r.requeued.is_empty() || !r.networks_removed.is_empty() {
-                tracing::info!(
-                    removed = r.removed.len(),
-                    requeued = r.requeued.len(),
-                    networks_removed = r.networks_removed.len(),
-                    "reconciled"
-                );
-            }
-        }
-        Err(e) => {
-            tracing::warn!(error = %error_chain(&e), "reconciliation failed; it runs again at the next sweep")
-        }
-    }
-}
-
-/// Retention rides on the sweep: at most `per_sweep` rows per policy each time, so a long
-/// backlog drains over a few sweeps instead of one long transaction.
-async fn run_retention(config: &Config, store: &Store) {
-    match store.apply_retention(&config.retention).await {
-        Ok(p) if p.deliveries > 0 || p.steps > 0 => {
-            tracing::info!(
-                deliveries = p.deliveries,
-                steps = p.steps,
-                "retention pruned history"
-            )
-        }
-        Ok(_) => {}
-        Err(e) => {
-            tracing::warn!(error = %error_chain(&e), "retention failed; it runs again at the next sweep")
-        }
-    }
-}
-
-pub(crate) async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).expect("install SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
-}
-
-/// `SIGHUP` (sent by `pier reload`): the file is read and checked whole; an invalid one
-/// changes nothing, and its error is logged and kept for the status page.
-async fn reload_on_sighup(live: crate::config::LiveConfig, stop: CancellationToken) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let Ok(mut hup) = signal(SignalKind::hangup()) else {
-        tracing::warn!("cannot install a SIGHUP handler; `pier reload` will not work");
-        return;
-    };
-    loop {
-        tokio::select! {
-            got = hup.recv() => if got.is_none() { return },
-            _ = stop.cancelled() => return,
-        }
-        match live.reload() {
-            Ok(()) => tracing::info!(reloads = live.reloads(), "configuration reloaded"),
-            Err(e) => tracing::error!(error = %error_chain(&e),
-                "configuration reload refused; the previous configuration stays in force"),
-        }
     }
 }

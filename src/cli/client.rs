@@ -109,7 +109,7 @@ impl Client {
         token: Option<Secret>,
         ca_file: Option<&Path>,
     ) -> Result<Self, ClientError> {
-        crate::serve::install_crypto_provider();
+        crate::runtime::install_crypto_provider();
         let mut builder = reqwest::Client::builder()
             .user_agent(concat!("pier-cli/", env!("CARGO_PKG_VERSION")))
             .connect_timeout(CONNECT_DEADLINE)

@@ -16,6 +16,7 @@ use clap::{Args, Parser, Subcommand};
 
 mod check;
 mod client;
+pub(crate) mod contained;
 mod credentials;
 mod operator;
 mod server_commands;
@@ -49,7 +50,7 @@ pub struct Cli {
         value_enum,
         default_value = "text"
     )]
-    pub log_format: crate::serve::LogFormat,
+    pub log_format: crate::runtime::LogFormat,
     /// `serve`/`worker` write their process id here; `reload` reads it.
     #[arg(long, global = true, env = "PIER_PID_FILE")]
     pub pid_file: Option<PathBuf>,
@@ -193,7 +194,7 @@ pub enum Command {
     /// List named volumes and the app that owns each; `rm NAME` deletes one.
     Volumes {
         #[command(subcommand)]
-        action: Option<crate::contain::VolumesCommand>,
+        action: Option<crate::cli::contained::VolumesCommand>,
     },
 }
 

@@ -33,7 +33,7 @@ pub(super) async fn run(
         Command::Serve | Command::Worker => {
             let _pid = pid_file
                 .as_deref()
-                .map(crate::contain::PidFile::write)
+                .map(crate::cli::contained::PidFile::write)
                 .transpose()?;
             let http = matches!(command, Command::Serve);
             crate::serve::run(config, Some(config_path.to_owned()), http).await
@@ -43,9 +43,9 @@ pub(super) async fn run(
             archive,
             digest,
             platform,
-        } => crate::contain::import(&config, &app, &archive, digest, platform).await,
-        Command::Reload { pid } => crate::contain::reload(pid, pid_file.as_deref()),
-        Command::Volumes { action } => crate::contain::volumes(&config, action).await,
+        } => crate::cli::contained::import(&config, &app, &archive, digest, platform).await,
+        Command::Reload { pid } => crate::cli::contained::reload(pid, pid_file.as_deref()),
+        Command::Volumes { action } => crate::cli::contained::volumes(&config, action).await,
         Command::Proxy { target } => proxy(config, target).await,
         Command::Migrate => {
             let store = crate::store::Store::connect_lazy_many(&config.server.database_urls())?;

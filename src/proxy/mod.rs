@@ -105,7 +105,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     let on_signal = shutdown.clone();
     tokio::spawn(async move {
-        crate::serve::shutdown_signal().await;
+        crate::runtime::shutdown_signal().await;
         on_signal.cancel();
     });
     run_until(config, shutdown).await
@@ -113,7 +113,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
 
 pub(crate) async fn run_until(config: Config, shutdown: CancellationToken) -> anyhow::Result<()> {
     let config = Arc::new(config);
-    crate::serve::install_crypto_provider();
+    crate::runtime::install_crypto_provider();
     let acceptors = tls::acceptors(&config)?;
     let shared = Arc::new(Shared {
         config: config.clone(),

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use crate::support::*;
-use pier::reconcile::Reconciled;
+use pier::background::reconcile::Reconciled;
 
 const DEPLOY: Duration = Duration::from_secs(60);
 
@@ -43,7 +43,7 @@ async fn reconcile_with(toml: &str) -> Reconciled {
     let config = pier::config::Config::parse(toml, std::path::Path::new(".")).expect("config");
     let store = pier::store::Store::connect_lazy_many(&config.server.database_urls()).unwrap();
     let targets = pier::target::Targets::build(&config.targets, None).unwrap();
-    pier::reconcile::reconcile_all(&config, &store, &targets)
+    pier::background::reconcile::reconcile_all(&config, &store, &targets)
         .await
         .expect("reconcile")
 }

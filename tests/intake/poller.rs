@@ -173,7 +173,7 @@ async fn a_rate_limiting_registry_is_asked_again_only_after_its_retry_after() {
     );
     let config =
         std::sync::Arc::new(pier::config::Config::parse(&toml, std::path::Path::new(".")).unwrap());
-    let poller = pier::poller::Poller {
+    let poller = pier::background::poller::Poller {
         store: pier::store::Store::connect_lazy_many(&config.server.database_urls()).unwrap(),
         registry: pier::registry::Registry::new(&config.registries, config.server.registry_limits),
         tags: pier::registry::tags::TagLister::new(&config.registries),
@@ -182,7 +182,7 @@ async fn a_rate_limiting_registry_is_asked_again_only_after_its_retry_after() {
     };
     let shutdown = tokio_util::sync::CancellationToken::new();
     let mut tasks = tokio::task::JoinSet::new();
-    pier::poller::spawn(&mut tasks, poller, &shutdown);
+    pier::background::poller::spawn(&mut tasks, poller, &shutdown);
 
     // The interval is 1 s; the registry asks for 3 s: three requests span at least 6 s.
     wait_until(
