@@ -60,10 +60,19 @@ fn engine_row<'a>(html: &'a str, target: &str) -> &'a str {
     &html[start..start + len]
 }
 
-/// `pier status [--json]` with `config`, timed; it must end within [`STATUS_WITHIN`].
+/// `pier status [--json]` against the Pier that `config` describes (its `listen` and its
+/// inline admin token, as an operator's `PIER_URL` and `PIER_TOKEN`), timed; it must end
+/// within [`STATUS_WITHIN`].
 async fn pier_status(config: &std::path::Path, json: bool) -> (String, Duration) {
+    let toml = std::fs::read_to_string(config).expect("read the config");
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_pier"));
-    cmd.arg("--config").arg(config).arg("status");
+    cmd.arg("status");
+    if let Some(listen) = listen_of(&toml) {
+        cmd.env("PIER_URL", format!("http://{listen}"));
+    }
+    if let Some(token) = admin_token_of(&toml) {
+        cmd.env("PIER_TOKEN", token);
+    }
     if json {
         cmd.arg("--json");
     }
