@@ -7,20 +7,11 @@
 
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
-
-use super::image::VerifiedImage;
-use super::records::ImportIntent;
+use super::records::{ImportIntent, Loaded, VerifiedImage};
 use super::refusal::{Refusal, reserved_labels_claimed};
 use super::{PipelineError, Run, Step, StepError};
 use crate::registry::Resolved;
 use crate::store::Import;
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Loaded {
-    resolved: Resolved,
-    image: VerifiedImage,
-}
 
 impl Run<'_> {
     pub(super) async fn load_archive(

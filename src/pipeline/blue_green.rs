@@ -13,16 +13,13 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use tokio::time::Instant;
-use uuid::Uuid;
 
-use super::container::Candidate;
-use super::container::OldGeneration;
-use super::health::Probe;
 use super::records::{
-    Applied, AppliedIntent, DrainIntent, RetireIntent, RevertIntent, SoakIntent, StartIntent,
-    SwitchIntent,
+    Applied, AppliedIntent, Candidate, DrainIntent, Drained, OldGeneration, Previous, Probe,
+    RetireIntent, Retired, RevertIntent, Reverted, SoakIntent, Soaked, StartIntent, Started,
+    SwitchIntent, Switched,
 };
 use super::refusal::Refusal;
 use super::{PipelineError, Run, Step, StepError, error_chain};
@@ -38,48 +35,6 @@ mod remote;
 const APPLY_DEADLINE: Duration = Duration::from_secs(15);
 /// How often the soak looks at the new generation.
 const SOAK_EVERY: Duration = Duration::from_secs(1);
-
-/// What the generation being replaced was, as `switch` found it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Previous {
-    pub deployment: Uuid,
-    pub digest: String,
-    pub container: String,
-    pub upstream: Option<String>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Switched {
-    pub version: i64,
-    pub upstream: String,
-    pub previous: Option<Previous>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Started {
-    upstream: String,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Drained {
-    /// Requests that were in flight on the old generation when the drain began.
-    in_flight_at_switch: u64,
-    /// How long they took to finish (or the drain timeout, if some did not).
-    waited_ms: u64,
-    timed_out: bool,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Reverted {
-    upstream: String,
-    version: i64,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Soaked {
-    checks: u32,
-    failures: u32,
-}
 
 /// A blue-green generation that serves and passed its soak, its predecessor not yet retired.
 pub(super) struct Served {
@@ -141,7 +96,7 @@ impl Run<'_> {
     pub(super) async fn serve_blue_green(
         &self,
         resolved: &Resolved,
-        image: &super::image::VerifiedImage,
+        image: &super::records::VerifiedImage,
         candidate: Candidate,
     ) -> Result<Served, PipelineError> {
         let upstream = self.start_published(&candidate).await?;
@@ -529,13 +484,13 @@ impl Run<'_> {
                 standby: None,
             }),
         };
-        let retired: super::container::Retired = self
+        let retired: Retired = self
             .switching_step(
                 Step::Retire,
                 &intent,
                 |_| Some(change.clone()),
                 || async {
-                    let mut r = super::container::Retired::default();
+                    let mut r = Retired::default();
                     for id in &intent.containers {
                         match self.engine().remove_container(id).await {
                             Ok(Removed::Removed) => r.removed.push(id.clone()),

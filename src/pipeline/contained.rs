@@ -6,28 +6,11 @@
 
 use std::collections::HashMap;
 
-use serde::{Deserialize, Serialize};
-
-use super::container::Candidate;
-use super::records::{ConnectIntent, Connected, NetworkIntent};
+use super::records::{Candidate, ConnectIntent, Connected, NetworkIntent, VolumeIntent, Volumes};
 use super::refusal::Refusal;
 use super::{PipelineError, Run, Step, StepError};
 use crate::config::Contained;
 use crate::engine::{ContainedSpec, LABEL_APP, LABEL_INCARNATION, LABEL_MANAGED, LABEL_SERVICE};
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-struct VolumeIntent {
-    /// The engine's name (`pier-<app>-<name>`).
-    name: String,
-    target: String,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct Volumes {
-    /// Volumes this step created; the others existed already and are the app's.
-    pub created: Vec<String>,
-    pub reused: Vec<String>,
-}
 
 impl Run<'_> {
     fn contained(&self) -> &Contained {

@@ -6,10 +6,9 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 
 use hmac::{Hmac, KeyInit, Mac};
-use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
-use super::records::{CreateIntent, RetireIntent, StartIntent};
+use super::records::{Candidate, CreateIntent, OldGeneration, RetireIntent, Retired, StartIntent};
 use super::{PipelineError, Run, Step, StepError, error_chain};
 use crate::config::{Origin, Strategy};
 use crate::engine::{
@@ -17,38 +16,6 @@ use crate::engine::{
     Removed, Stopped,
 };
 use crate::registry::Resolved;
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Candidate {
-    pub id: String,
-    pub name: String,
-    /// True when a replay found the container already created and took it over.
-    #[serde(default)]
-    pub adopted: bool,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct OldGeneration {
-    /// Containers that were running when the step began: stopped now, and started
-    /// again if the deployment fails.
-    pub running: Vec<String>,
-    /// Other containers of the app (stopped leftovers): removed by `retire`. Left out of
-    /// the JSON when empty, so a blue-green stop (one running container) journals
-    /// `{"running": [id]}` as it always has.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub idle: Vec<String>,
-    /// Containers labelled for the app that Pier's journal does not know (started by hand,
-    /// say): never stopped or removed, only reported.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub unaccounted: Vec<String>,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Retired {
-    pub removed: Vec<String>,
-    pub already_gone: Vec<String>,
-    pub warnings: Vec<String>,
-}
 
 impl Run<'_> {
     /// The candidate's logs are shown on the status page: env values that came from a

@@ -4,12 +4,9 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
-use super::container::Candidate;
-use super::image::VerifiedImage;
-use super::records::{SwitchIntent, SwitchedTo};
+use super::records::{Candidate, Healthy, Probe, SwitchIntent, SwitchedTo, VerifiedImage};
 use super::refusal::Refusal;
 use super::{PipelineError, Run, Step, StepError};
 
@@ -18,37 +15,6 @@ use crate::engine::Health;
 use crate::probe::{NotHealthy, next_probe_delay};
 use crate::registry::Resolved;
 use crate::store::GenerationSwitch;
-
-/// How the candidate is judged healthy.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(tag = "mode", rename_all = "snake_case")]
-pub enum Probe {
-    /// HTTP GET on the published port until a 2xx (whose JSON body has `json`'s fields,
-    /// when some are required).
-    Http {
-        url: String,
-        timeout_ms: u64,
-        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-        json: BTreeMap<String, String>,
-        /// The target whose `pier proxy` sends the GETs, on its own host (a remote
-        /// engine publishes on that host's loopback, not this one's); none: Pier does.
-        /// Part of the journaled intent, so a replay never moves the probe elsewhere.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        via: Option<String>,
-    },
-    /// The image's own HEALTHCHECK, as the engine reports it.
-    Healthcheck { timeout_ms: u64 },
-    /// Nothing to probe: running is all that can be checked.
-    Running,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Healthy {
-    pub probes: u32,
-    pub elapsed_ms: u64,
-    /// What answered; for a remote target, also which `pier proxy` sent the probes.
-    pub detail: String,
-}
 
 impl std::fmt::Display for Healthy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

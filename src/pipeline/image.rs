@@ -1,10 +1,8 @@
 //! resolve, pull, verify: from a tag to a local image that is exactly the pinned digest.
 
-use serde::{Deserialize, Serialize};
-
 use std::time::Duration;
 
-use super::records::{ImageIntent, ResolveIntent};
+use super::records::{ImageIntent, ResolveIntent, VerifiedImage};
 use super::refusal::{Refusal, reserved_labels_claimed};
 use super::{PipelineError, Run, Step};
 use crate::backoff::Backoff;
@@ -13,12 +11,6 @@ use crate::registry::{RegistryError, Resolved, Wanted};
 
 /// How long a resolve waits for the tag to name the digest the sender said it pushed.
 const SETTLE: Duration = Duration::from_secs(3);
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct VerifiedImage {
-    pub image_id: String,
-    pub has_healthcheck: bool,
-}
 
 impl Run<'_> {
     pub(super) fn reference(&self, r: &Resolved) -> String {

@@ -7,6 +7,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tracing::Instrument;
 
+use super::records::{StopRequest, Unobserved};
 use super::{PipelineError, Run, Step, StepError, error_chain};
 
 use crate::backoff::{Backoff, retry, retry_hinted};
@@ -207,11 +208,11 @@ impl Run<'_> {
         // A stop journaled before the process died ends as the stop it was (its record
         // holds who asked, not the step's intent: it is no conflict).
         if rec.state == StepState::Failed
-            && let Some(by) = rec.intent.get("stop_requested_by").and_then(Value::as_str)
+            && let Ok(stop) = serde_json::from_value::<StopRequest>(rec.intent.clone())
         {
             return Err(PipelineError::Stopped {
                 step,
-                by: by.to_owned(),
+                by: stop.stop_requested_by,
             });
         }
         if check == IntentCheck::Strict && rec.intent != intent {
@@ -274,7 +275,10 @@ impl Run<'_> {
 
     /// Journals `step` as begun and failed because an operator asked to stop.
     async fn stopped(&self, step: Step, by: String) -> PipelineError {
-        let intent = serde_json::json!({ "stop_requested_by": by });
+        let intent = serde_json::to_value(StopRequest {
+            stop_requested_by: by.clone(),
+        })
+        .expect("intents serialize");
         let res = self
             .store_retry(|| {
                 self.ctx.store.step_begin(
@@ -315,7 +319,7 @@ impl Run<'_> {
     /// begun and failed so that the timeline shows where it stopped.
     pub(super) async fn failed_before_begin(&self, step: Step, e: StepError) -> PipelineError {
         if let Err(p) = self
-            .begin::<Value>(step, &serde_json::json!({}), IntentCheck::Recorded)
+            .begin::<Value>(step, &Unobserved {}, IntentCheck::Recorded)
             .await
         {
             return p;

@@ -294,8 +294,8 @@ enum Prepared {
     Skip(Done),
     Candidate {
         resolved: crate::registry::Resolved,
-        image: image::VerifiedImage,
-        candidate: container::Candidate,
+        image: records::VerifiedImage,
+        candidate: records::Candidate,
         /// Every further service's image, in config order (see `service_images.rs`).
         services: Vec<service_images::ServiceImage>,
     },
@@ -344,7 +344,7 @@ impl Run<'_> {
     async fn contain_and_create(
         &self,
         resolved: crate::registry::Resolved,
-        image: image::VerifiedImage,
+        image: records::VerifiedImage,
         services: Vec<service_images::ServiceImage>,
     ) -> Result<Prepared, PipelineError> {
         // Before any container of the app exists: its network and its owned volumes.
@@ -373,7 +373,7 @@ impl Run<'_> {
         // One generation: every service is created before any is started, and every one is
         // healthy before the switch (see `services.rs`).
         let others = self.create_services(&images).await?;
-        let all: Vec<&container::Candidate> = std::iter::once(&candidate).chain(&others).collect();
+        let all: Vec<&records::Candidate> = std::iter::once(&candidate).chain(&others).collect();
         let old = self.stop_old(&all).await?;
         self.start(&candidate).await?;
         self.start_services(&others).await?;

@@ -2,19 +2,9 @@
 //! the deployment created (all its services', by the journal and by label) is removed and
 //! every container `stop_old` stopped is started again.
 
-use serde::{Deserialize, Serialize};
-
-use super::container::{Candidate, OldGeneration};
+use super::records::{Candidate, OldGeneration, RollbackIntent, RolledBack, Unobserved};
 use super::{PipelineError, Run, Step, StepError, error_chain};
 use crate::store::{StepRecord, StepState};
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct RolledBack {
-    pub removed_candidates: Vec<String>,
-    pub restarted: Vec<String>,
-    pub warnings: Vec<String>,
-    pub logs: Option<String>,
-}
 
 impl RolledBack {
     pub(crate) fn summary(&self) -> String {
@@ -43,16 +33,6 @@ fn short(ids: &[String]) -> String {
         .map(|i| i.chars().take(12).collect::<String>())
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RollbackIntent {
-    pub candidates: Vec<String>,
-    pub restore: Vec<String>,
-    /// Blue-green, after a revert: the route version the proxy must serve before the
-    /// candidate is removed, so that no request is sent to a container being removed.
-    #[serde(default)]
-    pub after_route: Option<i64>,
 }
 
 impl Run<'_> {
@@ -121,7 +101,7 @@ impl Run<'_> {
         let restore: Vec<String> = match own_step(steps, Step::StopOld) {
             // After a revert the previous generation already runs and serves.
             _ if reverted.is_some() => vec![],
-            Some(r) if r.intent != serde_json::json!({}) => {
+            Some(r) if !Unobserved::is(&r.intent) => {
                 serde_json::from_value::<OldGeneration>(r.intent.clone())
                     .map_err(|e| PipelineError::journal(Step::StopOld, "intent", e))?
                     .running

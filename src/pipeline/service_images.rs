@@ -19,8 +19,7 @@
 //!   generation keeps serving;
 //! - a service's resolve is journaled before its pull; a replay uses the recorded digest.
 
-use super::image::VerifiedImage;
-use super::records::ServiceResolveIntent;
+use super::records::{ServiceResolveIntent, VerifiedImage};
 use super::{PipelineError, Run, Step, StepError};
 use crate::registry::{Resolved, Wanted};
 

@@ -17,10 +17,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::container::Candidate;
-use super::health::{Healthy, Probe};
-use super::image::VerifiedImage;
-use super::records::{ServiceHealthIntent, ServiceProbe};
+use super::records::{Candidate, Healthy, Probe, ServiceHealthIntent, ServiceProbe, VerifiedImage};
 use super::refusal::Refusal;
 use super::service_images::ServiceImage;
 use super::{PipelineError, Run, Step, StepError};

@@ -12,32 +12,12 @@
 
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
+use super::records::{SignatureIntent, Signed};
 use super::refusal::Refusal;
 use super::{PipelineError, Run, Step, StepError};
 use crate::backoff::Backoff;
 use crate::registry::{Place, RegistryError, Resolved};
-use crate::signature::{Envelope, Finding, Format, Policy, Rejected, Subject, Verified, verify};
-
-/// What `signature` checks: the subject, and what may sign it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SignatureIntent {
-    /// `repo@sha256:…` that must be signed: the image manifest, or the index it came from.
-    pub subject: String,
-    /// When the subject is an index: the platform manifest that will be pulled, which must
-    /// be one of the index's entries.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub manifest: Option<String>,
-    /// The keys accepted, `SHA256:… (trust ci)`.
-    pub keys: Vec<String>,
-    /// Annotations each trust entry requires, `ci: env=prod`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub annotations: Vec<String>,
-}
-
-/// The step's result: which key signed what runs.
-pub type Signed = Verified;
+use crate::signature::{Envelope, Finding, Format, Policy, Rejected, Subject, verify};
 
 impl Run<'_> {
     /// `None` when the app need not be signed (no step is journaled then).

@@ -460,11 +460,6 @@ fn the_files_of_a_folder_reference_each_other_without_a_cycle() {
     );
     let mut found = Vec::new();
     for (folder, edges) in &graphs {
-        // The pipeline's files are being regrouped into plans that own their steps (each
-        // plan's forward and undo together); its cycles go with that change.
-        if folder == "pipeline" {
-            continue;
-        }
         for c in cycles(edges) {
             let inner: Vec<String> = c
                 .iter()

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{APPLY_DEADLINE, Drained};
+use super::APPLY_DEADLINE;
+use crate::pipeline::records::Drained;
 use crate::pipeline::refusal::Refusal;
 use crate::pipeline::{Run, StepError};
 use crate::store::{Channel, ProxyReport, StoreError};

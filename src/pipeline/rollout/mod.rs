@@ -14,10 +14,8 @@
 
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
-
 use super::blue_green::Served;
-use super::container::{Candidate, OldGeneration};
+use super::records::{Candidate, OldGeneration, ReachIntent, Reached};
 use super::refusal::Refusal;
 use super::{Outcome, PipelineError, Prepared, Run, Step, error_chain};
 use crate::config::Strategy;
@@ -39,34 +37,6 @@ enum Up {
     },
     /// `blue-green`: the new generation serves through the proxy and passed its soak.
     Routed(Served),
-}
-
-/// The generation an engine served before this deployment's switch, as `revert` puts back.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct RevertToIntent {
-    /// `None`: the engine served nothing of the app before; the revert forgets the
-    /// generation after removing the candidate.
-    pub to: Option<super::records::GenerationRef>,
-    pub remove: Vec<String>,
-    pub restart: Vec<String>,
-}
-
-/// `reach`: the engine answered its `/_ping` before any engine of the rollout changed.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct ReachIntent {
-    pub target: String,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct Reached {
-    /// From the step's start to the engine's answer, retries within the budget included.
-    pub waited_ms: u64,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub(crate) struct RevertedTo {
-    pub removed: Vec<String>,
-    pub restarted: Vec<String>,
 }
 
 impl<'a> Run<'a> {

@@ -4,9 +4,10 @@
 //! nothing twice. A rollout whose old generations were already being retired is past the
 //! point of return: every engine switched, and the undo would have nothing to go back to.
 
-use super::{RevertToIntent, RevertedTo, Up};
-use crate::pipeline::container::{Candidate, OldGeneration};
-use crate::pipeline::records::GenerationRef;
+use super::Up;
+use crate::pipeline::records::{
+    Candidate, GenerationRef, OldGeneration, RevertToIntent, RevertedTo, Unobserved,
+};
 use crate::pipeline::refusal::Refusal;
 use crate::pipeline::{Outcome, PipelineError, Run, Step, error_chain};
 use crate::store::{DeploymentState, GenerationSwitch, StepState};
@@ -214,7 +215,7 @@ impl<'a> Run<'a> {
             }
         }
         let mut restart = Vec::new();
-        for s in own(Step::StopOld).filter(|s| s.intent != serde_json::json!({})) {
+        for s in own(Step::StopOld).filter(|s| !Unobserved::is(&s.intent)) {
             let old: OldGeneration = serde_json::from_value(s.intent.clone())
                 .map_err(|e| PipelineError::journal(Step::StopOld, "intent", e))?;
             restart.extend(old.running);

@@ -15,53 +15,15 @@ mod watch;
 
 pub use watch::RolloutFailure;
 
-use serde::{Deserialize, Serialize};
-
+use super::records::{
+    Checked, ConvergeIntent, Converged, ManifestIntent, SpecBefore, UpdatePlan, Updated,
+};
 use super::refusal::Refusal;
 use super::{PipelineError, Run, Step, StepError};
 use crate::config::SwarmApp;
-use crate::domain::Platform;
 use crate::engine::{EngineError, LABEL_DEPLOYMENT, LABEL_DIGEST, LABEL_MANAGED, ServiceFacts};
 use crate::registry::Resolved;
 use crate::store::GenerationSwitch;
-
-/// `verify` of a swarm app: what the spec will name, as the registry serves it now.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Checked {
-    /// The digest in the spec: the index's, when the tag named one.
-    digest: String,
-    platforms: Vec<Platform>,
-}
-
-/// What served before the update, observed when the `update` step first began: the
-/// recorded plan of every replay, and what a rollback returns to.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub(super) struct UpdatePlan {
-    service: String,
-    image: String,
-    /// Keyed hash of the whole spec: a replay whose config changed is a conflict.
-    spec_hmac: String,
-    /// `None`: there was no service; this deployment creates it.
-    previous: Option<Previous>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub(super) struct Previous {
-    deployment: Option<String>,
-    image: String,
-    /// The service's `Version.Index` when the update was planned (shown; the update
-    /// itself names the version it reads then, since Swarm moves it on its own).
-    version: u64,
-    force_update: u64,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Updated {
-    created: bool,
-    /// Swarm's warnings (an image it could not inspect on the manager, say).
-    #[serde(default)]
-    warnings: Vec<String>,
-}
 
 /// At most this many reads and writes of one update when Swarm keeps moving the version
 /// between them (its own task status changes do).
@@ -191,7 +153,10 @@ impl Run<'_> {
             .index_digest
             .clone()
             .unwrap_or_else(|| r.digest.to_string());
-        let intent = serde_json::json!({ "digest": digest, "member": r.digest });
+        let intent = ManifestIntent {
+            digest: digest.clone(),
+            member: r.digest.to_string(),
+        };
         self.step(Step::Verify, &intent, || async {
             let platforms = self
                 .ctx
@@ -270,7 +235,7 @@ impl Run<'_> {
             Ok(f) => f,
             Err(e) => return Err(self.failed_before_begin(Step::Update, e.into()).await),
         };
-        let previous = facts.as_ref().map(|f| Previous {
+        let previous = facts.as_ref().map(|f| SpecBefore {
             deployment: f.label(LABEL_DEPLOYMENT).map(str::to_owned),
             image: f.image.clone(),
             version: f.version,
@@ -425,18 +390,14 @@ impl Run<'_> {
 
     /// `converge`: the rollout watched to a verdict. Its success is the app's serving
     /// generation on this target, written with the step's result.
-    async fn converge(
-        &self,
-        swarm: &SwarmApp,
-        r: &Resolved,
-    ) -> Result<watch::Converged, PipelineError> {
+    async fn converge(&self, swarm: &SwarmApp, r: &Resolved) -> Result<Converged, PipelineError> {
         let deployment = self.dep.id.to_string();
         let name = self.service_name();
-        let intent = serde_json::json!({
-            "service": name,
-            "deployment": deployment,
-            "timeout_secs": swarm.rollout_timeout.as_secs(),
-        });
+        let intent = ConvergeIntent {
+            service: name.to_owned(),
+            deployment: deployment.clone(),
+            timeout_secs: swarm.rollout_timeout.as_secs(),
+        };
         let goal = watch::Goal {
             service: name,
             deployment: &deployment,
@@ -447,7 +408,7 @@ impl Run<'_> {
             settle: swarm.update.monitor,
             rollback: false,
         };
-        let switch = |_: &watch::Converged| {
+        let switch = |_: &Converged| {
             Some(GenerationSwitch {
                 app: self.app.name.to_string(),
                 target: self.target.name.clone(),

@@ -4,10 +4,10 @@
 //! from the journal's recorded plan and Swarm's records, so a replay after a crash undoes
 //! exactly what was done. A rollback that does not converge is said loudly.
 
-use super::UpdatePlan;
 use super::watch::{self, Goal};
 use crate::engine::{EngineError, LABEL_DEPLOYMENT, UpdateState};
 use crate::pipeline::outcome::Undone;
+use crate::pipeline::records::{Converged, ServiceRemoved, ServiceRollbackIntent, UpdatePlan};
 use crate::pipeline::refusal::Refusal;
 use crate::pipeline::{PipelineError, Run, Step, StepError};
 use crate::store::StepState;
@@ -41,18 +41,24 @@ impl Run<'_> {
             return Ok(Undone::note("the service was not changed"));
         }
         let Some(previous) = plan.previous.clone() else {
-            let intent = serde_json::json!({ "remove": plan.service });
-            self.step(Step::Rollback, &intent, || async {
-                Ok(self.engine().remove_service(&plan.service).await?)
-            })
-            .await?;
+            let intent = ServiceRollbackIntent::Remove {
+                remove: plan.service.clone(),
+            };
+            let _: ServiceRemoved = self
+                .step(Step::Rollback, &intent, || async {
+                    Ok(self.engine().remove_service(&plan.service).await?)
+                })
+                .await?;
             return Ok(Undone::note(&format!(
                 "removed service {}, which this deployment had created",
                 plan.service
             )));
         };
         let to = previous.deployment.clone().unwrap_or_default();
-        let intent = serde_json::json!({ "service": plan.service, "to_deployment": to });
+        let intent = ServiceRollbackIntent::To {
+            service: plan.service.clone(),
+            to_deployment: to.clone(),
+        };
         let swarm = self.swarm()?;
         let goal = Goal {
             service: &plan.service,
@@ -61,7 +67,7 @@ impl Run<'_> {
             settle: swarm.update.monitor,
             rollback: true,
         };
-        let back = self
+        let back: Converged = self
             .step(Step::Rollback, &intent, || async {
                 self.ask_for_rollback(&plan.service).await?;
                 watch::watch(self.engine(), &goal, swarm.rollout_timeout)

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{Engine, ServiceFacts, TaskFacts, TaskState, UpdateState};
+use crate::pipeline::records::Converged;
 
 /// What a rollout is waiting for: the service's spec from one deployment, on every replica.
 #[derive(Debug, Clone)]
@@ -39,14 +40,6 @@ pub enum Progress {
         said: String,
     },
     Failed(RolloutFailure),
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Converged {
-    /// Tasks running the goal's spec.
-    pub running: u64,
-    /// Running tasks per node id.
-    pub nodes: std::collections::BTreeMap<String, u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,0 +1,84 @@
+//! What each step writes to its journal row, as types: the step serializes them as its
+//! intent and result, and the status page deserializes the same types to say what the
+//! step did. A field renamed on one side is renamed on both, so the page cannot read a key
+//! the step never writes (it once said "none runs" of every recreate's stop, reading
+//! `containers` where the step wrote `running`).
+//!
+//! The JSON of each record is part of the journal protocol: a replay compares a strict
+//! intent with the recorded one by value, so a shape change here makes deployments that
+//! were in flight across an upgrade fail as conflicts rather than swap parameters.
+//!
+//! One file per family of steps: the image's (`image.rs`), a container's (`container.rs`),
+//! the ones that move traffic between generations (`traffic.rs`), a rollout's across
+//! engines (`rollout.rs`), a Swarm service's (`swarm.rs`). The types hold data only; what
+//! a step does with them is beside the step.
+
+mod container;
+mod image;
+mod rollout;
+mod swarm;
+mod traffic;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub(crate) use crate::registry::Resolved;
+pub(crate) use container::{
+    Candidate, ConnectIntent, Connected, CreateIntent, Healthy, NetworkIntent, OldGeneration,
+    Probe, RetireIntent, Retired, RollbackIntent, RolledBack, ServiceHealthIntent, ServiceProbe,
+    StartIntent, VolumeIntent, Volumes,
+};
+pub(crate) use image::{
+    ImageIntent, ImportIntent, Loaded, ResolveIntent, ServiceResolveIntent, SignatureIntent,
+    Signed, VerifiedImage,
+};
+pub(crate) use rollout::{ReachIntent, Reached, RevertToIntent, RevertedTo};
+pub(crate) use swarm::{
+    Checked, ConvergeIntent, Converged, ManifestIntent, ServiceRemoved, ServiceRollbackIntent,
+    SpecBefore, UpdatePlan, Updated,
+};
+pub(crate) use traffic::{
+    Applied, AppliedIntent, DrainIntent, Drained, GenerationRef, Previous, RevertIntent, Reverted,
+    SoakIntent, Soaked, Started, SwitchIntent, Switched, SwitchedTo,
+};
+
+/// The intent of a step an operator stopped the deployment before: who asked. Written in
+/// place of the step's own intent, so a replay knows the stop was no conflict.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct StopRequest {
+    pub stop_requested_by: String,
+}
+
+/// The intent of a step that failed while observing what it would do (the engine did not
+/// answer), before it had an intent: `{}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Unobserved {}
+
+impl Unobserved {
+    /// Whether `intent` is this marker rather than a step's own intent.
+    pub(crate) fn is(intent: &Value) -> bool {
+        intent.as_object().is_some_and(|o| o.is_empty())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn the_journals_markers_write_the_json_they_always_wrote() {
+        let stop = StopRequest {
+            stop_requested_by: "admin".into(),
+        };
+        assert_eq!(
+            serde_json::to_value(&stop).unwrap(),
+            json!({ "stop_requested_by": "admin" })
+        );
+        let none = serde_json::to_value(Unobserved {}).unwrap();
+        assert_eq!(none, json!({}));
+        assert!(Unobserved::is(&none));
+        assert!(!Unobserved::is(&json!({ "running": [] })));
+    }
+}
