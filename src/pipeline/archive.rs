@@ -9,11 +9,11 @@ use std::path::Path;
 
 use super::records::{ImportIntent, Loaded, VerifiedImage};
 use super::refusal::{Refusal, reserved_labels_claimed};
-use super::{PipelineError, Run, Step, StepError};
+use super::{EngineRun, PipelineError, Step, StepError};
 use crate::registry::Resolved;
 use crate::store::Import;
 
-impl Run<'_> {
+impl EngineRun<'_> {
     pub(super) async fn load_archive(
         &self,
         import: &Import,

@@ -16,15 +16,17 @@ use std::time::Duration;
 use serde::Deserialize;
 use tokio::time::Instant;
 
+use super::plan::Placed;
 use super::records::{
     Applied, AppliedIntent, Candidate, DrainIntent, Drained, OldGeneration, Previous, Probe,
     RetireIntent, Retired, RevertIntent, Reverted, SoakIntent, Soaked, StartIntent, Started,
     SwitchIntent, Switched,
 };
 use super::refusal::Refusal;
-use super::{PipelineError, Run, Step, StepError, error_chain};
+use super::replace::{Made, Replace};
+use super::{EngineRun, PipelineError, Step, StepError, error_chain};
 use crate::backoff::Backoff;
-use crate::config::RouteConfig;
+use crate::config::{AppConfig, RouteConfig};
 use crate::engine::{Removed, Stopped};
 use crate::registry::Resolved;
 use crate::store::{GenerationSwitch, RouteWrite, StepState};
@@ -36,12 +38,55 @@ const APPLY_DEADLINE: Duration = Duration::from_secs(15);
 /// How often the soak looks at the new generation.
 const SOAK_EVERY: Duration = Duration::from_secs(1);
 
+/// Strategy `blue-green` on one engine behind its `pier proxy`.
+pub(super) struct BlueGreen;
+
 /// A blue-green generation that serves and passed its soak, its predecessor not yet retired.
 pub(super) struct Served {
-    pub candidate: Candidate,
-    pub switched: Switched,
-    pub upstream: SocketAddr,
-    pub note: String,
+    candidate: Candidate,
+    switched: Switched,
+    upstream: SocketAddr,
+    note: String,
+}
+
+impl Replace for BlueGreen {
+    type Serving = Served;
+
+    /// An ephemeral loopback port beside the old generation; clients reach it through the
+    /// proxy only.
+    fn publish(&self, _: &AppConfig) -> Option<SocketAddr> {
+        Some(SocketAddr::from(([127, 0, 0, 1], 0)))
+    }
+
+    /// The config gives a blue-green app no further services: the candidate is the
+    /// generation.
+    async fn serve(&self, run: &EngineRun<'_>, made: Made) -> Result<Served, PipelineError> {
+        run.serve_blue_green(&made.resolved, &made.image, made.candidate)
+            .await
+    }
+
+    /// The soak passed: the previous generation is removed, and the proxy's standby is
+    /// cleared in the same transaction as the step's result.
+    async fn retire(
+        &self,
+        run: &EngineRun<'_>,
+        served: &Served,
+    ) -> Result<Vec<String>, PipelineError> {
+        run.retire_previous(&served.candidate, &served.switched, served.upstream)
+            .await
+    }
+
+    async fn revert(&self, run: &EngineRun<'_>) -> Result<Option<i64>, PipelineError> {
+        run.revert().await
+    }
+
+    fn said_alone(&self, served: &Served, _: &Resolved) -> String {
+        served.note.clone()
+    }
+
+    fn said_among(&self, served: &Served, target: &str) -> String {
+        format!("{target}: {}", served.note)
+    }
 }
 
 /// What the proxy's admin endpoint says.
@@ -62,7 +107,7 @@ struct ProxyUpstream {
     in_flight: u64,
 }
 
-impl Run<'_> {
+impl EngineRun<'_> {
     fn route(&self) -> &RouteConfig {
         self.app
             .route
@@ -70,30 +115,11 @@ impl Run<'_> {
             .expect("config checks that a blue-green app has a route")
     }
 
-    pub(super) async fn steps_blue_green(&self) -> Result<super::Done, PipelineError> {
-        let (resolved, image, candidate) = match self.prepare().await? {
-            super::Prepared::Skip(done) => return Ok(done),
-            super::Prepared::Candidate {
-                resolved,
-                image,
-                candidate,
-                ..
-            } => (resolved, image, candidate),
-        };
-        let served = self.serve_blue_green(&resolved, &image, candidate).await?;
-        let warnings = self.retire_served(&served).await?;
-        let mut note = served.note;
-        if !warnings.is_empty() {
-            note.push_str(&format!("; retire warnings: {}", warnings.join("; ")));
-        }
-        Ok(super::Done::Succeeded(note))
-    }
-
     /// Everything from the candidate's start to the end of its soak: afterwards the new
     /// generation serves through this engine's proxy and has proven itself, and the old
     /// one is stopped (or kept as the standby) but not yet removed, so a revert still has
     /// it. A rollout across engines retires only once every engine got here.
-    pub(super) async fn serve_blue_green(
+    async fn serve_blue_green(
         &self,
         resolved: &Resolved,
         image: &super::records::VerifiedImage,
@@ -131,45 +157,6 @@ impl Run<'_> {
             upstream,
             note,
         })
-    }
-
-    /// `retire` of a generation [`Self::serve_blue_green`] left serving: its warnings, if any.
-    pub(super) async fn retire_served(
-        &self,
-        served: &Served,
-    ) -> Result<Vec<String>, PipelineError> {
-        self.retire_previous(&served.candidate, &served.switched, served.upstream)
-            .await
-    }
-
-    /// A digest that failed its health check or soak is not deployed again by a push or the
-    /// poller; an operator's deploy of exactly it clears the quarantine.
-    pub(super) async fn skip_quarantined(
-        &self,
-        digest: &str,
-    ) -> Result<Option<String>, PipelineError> {
-        if self.dep.trigger.is_operator() {
-            let cleared = self
-                .store_retry(|| self.ctx.store.clear_quarantine(&self.app.name, digest))
-                .await?;
-            if cleared {
-                tracing::info!(%digest, "quarantine cleared by an operator's deploy");
-            }
-            return Ok(None);
-        }
-        // Quarantined by this very deployment (its soak failed, then Pier died): it is being
-        // rolled back, and its replay must get there, not stop here.
-        let q = self
-            .store_retry(|| self.ctx.store.quarantined(&self.app.name, digest))
-            .await?
-            .filter(|q| q.deployment_id != Some(self.dep.id));
-        Ok(q.map(|q| {
-            format!(
-                "skipped: {digest} is quarantined for {} ({}); deploy exactly this digest as an \
-                 admin to clear it",
-                self.app.name, q.reason
-            )
-        }))
     }
 
     /// Starts the candidate and journals the loopback address the engine bound for it.
@@ -233,7 +220,7 @@ impl Run<'_> {
         let change = GenerationSwitch {
             app: self.app.name.to_string(),
             forget: false,
-            target: self.target.name.clone(),
+            target: self.target.name().to_owned(),
             generation: Some((self.dep.id, r.digest.to_string(), candidate.id.clone())),
             route: Some(RouteWrite {
                 version,
@@ -264,10 +251,14 @@ impl Run<'_> {
         candidate: &str,
     ) -> Result<Option<Previous>, PipelineError> {
         let generation = self
-            .store_retry(|| self.ctx.store.generation(&self.app.name, &self.target.name))
+            .store_retry(|| {
+                self.ctx
+                    .store
+                    .generation(&self.app.name, self.target.name())
+            })
             .await?;
         let route = self
-            .store_retry(|| self.ctx.store.route(&self.app.name, &self.target.name))
+            .store_retry(|| self.ctx.store.route(&self.app.name, self.target.name()))
             .await?;
         Ok(generation
             .filter(|g| g.container_id != candidate)
@@ -454,8 +445,6 @@ impl Run<'_> {
         Ok(None)
     }
 
-    /// The soak passed: the previous generation is removed, and the proxy's standby is
-    /// cleared in the same transaction as the step's result.
     async fn retire_previous(
         &self,
         candidate: &Candidate,
@@ -474,7 +463,7 @@ impl Run<'_> {
         let change = GenerationSwitch {
             app: self.app.name.to_string(),
             forget: false,
-            target: self.target.name.clone(),
+            target: self.target.name().to_owned(),
             generation: None,
             route: Some(RouteWrite {
                 version,
@@ -508,7 +497,7 @@ impl Run<'_> {
     /// After a failed soak (or a failure between the switch and the end): the previous
     /// generation is started again if needed, proven healthy, and made to serve, route and
     /// generation in one transaction. `None` when there is nothing to switch back to.
-    pub(super) async fn revert(&self) -> Result<Option<i64>, PipelineError> {
+    async fn revert(&self) -> Result<Option<i64>, PipelineError> {
         let steps = self.target_steps().await?;
         let switch = steps
             .iter()
@@ -533,7 +522,7 @@ impl Run<'_> {
             Some(GenerationSwitch {
                 app: self.app.name.to_string(),
                 forget: false,
-                target: self.target.name.clone(),
+                target: self.target.name().to_owned(),
                 generation: Some((prev.deployment, prev.digest.clone(), prev.container.clone())),
                 route: Some(RouteWrite {
                     version: r.version,

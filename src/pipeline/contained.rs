@@ -6,13 +6,14 @@
 
 use std::collections::HashMap;
 
+use super::plan::Placed;
 use super::records::{Candidate, ConnectIntent, Connected, NetworkIntent, VolumeIntent, Volumes};
 use super::refusal::Refusal;
-use super::{PipelineError, Run, Step, StepError};
+use super::{EngineRun, PipelineError, Step, StepError};
 use crate::config::Contained;
 use crate::engine::{ContainedSpec, LABEL_APP, LABEL_INCARNATION, LABEL_MANAGED, LABEL_SERVICE};
 
-impl Run<'_> {
+impl EngineRun<'_> {
     fn contained(&self) -> &Contained {
         &self.app.contained
     }
@@ -66,21 +67,6 @@ impl Run<'_> {
             tmpfs_owner: c.tmpfs_owner(),
             user: c.user.clone(),
         }
-    }
-
-    /// The admin policy as the live config says now, applied to this app's host paths.
-    /// Called at the start of a run and inside every effect that mutates the engine.
-    pub(super) fn policy_check(&self) -> Result<(), StepError> {
-        let live = self.ctx.live.load();
-        if live.app(&self.app.name).is_none() {
-            return Err(Refusal::AppRemoved {
-                app: self.app.name.to_string(),
-            }
-            .into());
-        }
-        live.policy
-            .check(&self.app.name, self.contained())
-            .map_err(|r| Refusal::Policy(r).into())
     }
 
     /// Before any container of the app exists: its private network `pier-<app>`, made by
@@ -158,7 +144,11 @@ impl Run<'_> {
     /// volume's labels decide whether it is the record's.
     async fn own_volume(&self, name: &str) -> Result<bool, StepError> {
         let app = &self.app.name;
-        let recorded = self.ctx.store.volume_owner(&self.target.name, name).await?;
+        let recorded = self
+            .ctx
+            .store
+            .volume_owner(self.target.name(), name)
+            .await?;
         if let Some(o) = &recorded
             && o.app != *app
         {
@@ -179,7 +169,7 @@ impl Run<'_> {
             .ctx
             .store
             .claim_volume(
-                &self.target.name,
+                self.target.name(),
                 name,
                 app,
                 &self.contained().service,
@@ -217,7 +207,7 @@ impl Run<'_> {
         if let Err(e) = self
             .ctx
             .store
-            .unclaim_volume(&self.target.name, name, &self.app.name, self.dep.id)
+            .unclaim_volume(self.target.name(), name, &self.app.name, self.dep.id)
             .await
         {
             return e.into();

@@ -1,39 +1,20 @@
 //! create, stop_old, start and retire: the container side effects (rollback is in
-//! `rollback.rs`), each
-//! idempotent on replay by the IDs in the journal and the `pier.*` labels.
+//! `rollback.rs`), each idempotent on replay by the IDs in the journal and the `pier.*`
+//! labels.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
-use hmac::{Hmac, KeyInit, Mac};
-use sha2::Sha256;
-
 use super::records::{Candidate, CreateIntent, OldGeneration, RetireIntent, Retired, StartIntent};
-use super::{PipelineError, Run, Step, StepError, error_chain};
-use crate::config::{Origin, Strategy};
+use super::{EngineRun, PipelineError, ServiceName, Step, StepError, error_chain};
 use crate::engine::{
     ContainerSpec, LABEL_APP, LABEL_DEPLOYMENT, LABEL_DIGEST, LABEL_MANAGED, LABEL_SERVICE,
     Removed, Stopped,
 };
 use crate::registry::Resolved;
 
-impl Run<'_> {
-    /// The candidate's logs are shown on the status page: env values that came from a
-    /// secret reference are masked, in case the app printed them.
-    pub(super) fn redact(&self, text: &str) -> String {
-        let secrets = std::iter::once(self.app)
-            .chain(&self.app.services)
-            .flat_map(|a| {
-                a.env
-                    .values()
-                    .filter(|v| v.origin() == Origin::Reference)
-                    .chain(a.contained.secrets.values())
-            })
-            .map(|v| v.expose());
-        super::redact::storable(&super::redact::redact(text, secrets))
-    }
-
-    fn spec(&self, r: &Resolved) -> ContainerSpec {
+impl EngineRun<'_> {
+    fn spec(&self, r: &Resolved, publish: Option<SocketAddr>) -> ContainerSpec {
         let labels = HashMap::from([
             (LABEL_MANAGED.to_owned(), "true".to_owned()),
             (LABEL_APP.to_owned(), self.app.name.to_string()),
@@ -43,27 +24,18 @@ impl Run<'_> {
         ]);
         ContainerSpec {
             // The primary service's container keeps the one-service name.
-            name: if self.service.is_empty() {
-                format!("pier-{}-{}", self.app.name, self.dep.short_id())
-            } else {
-                format!(
-                    "pier-{}-{}-{}",
-                    self.app.name,
-                    self.service,
-                    self.dep.short_id()
-                )
+            name: match self.service {
+                ServiceName::Primary => format!("pier-{}-{}", self.app.name, self.dep.short_id()),
+                ServiceName::Named(service) => {
+                    format!("pier-{}-{service}-{}", self.app.name, self.dep.short_id())
+                }
             },
             command: self.app.command.clone(),
             image: self.reference(r),
             env: self.env(),
             labels,
             port: self.app.port,
-            // A blue-green generation gets an ephemeral loopback port; clients reach it
-            // through the proxy only.
-            publish: match self.app.strategy {
-                Strategy::BlueGreen => Some(SocketAddr::from(([127, 0, 0, 1], 0))),
-                Strategy::Recreate => self.app.publish,
-            },
+            publish,
             memory_bytes: self.app.memory_bytes,
             nano_cpus: self.app.cpus.map(|c| (c * 1e9) as i64),
             no_new_privileges: self.app.no_new_privileges,
@@ -88,17 +60,15 @@ impl Run<'_> {
             .filter(|o| o.uid != 0))
     }
 
-    pub(super) fn keyed_hash(&self, text: &str) -> String {
-        let mut mac = Hmac::<Sha256>::new_from_slice(&self.ctx.env_key)
-            .expect("HMAC takes a key of any length");
-        mac.update(text.as_bytes());
-        hex::encode(mac.finalize().into_bytes())
-    }
-
     /// Journaled in its own committed write before anything starts it, so a crash cannot
     /// leave an untracked container; a replay adopts the container its label names.
-    pub(super) async fn create(&self, r: &Resolved) -> Result<Candidate, PipelineError> {
-        let spec = self.spec(r);
+    /// `publish`: where the container's port is published, as the strategy says.
+    pub(super) async fn create(
+        &self,
+        r: &Resolved,
+        publish: Option<SocketAddr>,
+    ) -> Result<Candidate, PipelineError> {
+        let spec = self.spec(r, publish);
         let intent = self.create_intent(&spec);
         self.step(Step::Create, &intent, || self.adopt_or_create(&spec))
             .await
@@ -171,7 +141,7 @@ impl Run<'_> {
         let service = &self.app.contained.service;
         let mine = |c: &crate::engine::ContainerFacts| match c.label(LABEL_SERVICE) {
             Some(s) => s == service,
-            None => self.service.is_empty(),
+            None => self.service == ServiceName::Primary,
         };
         if let Some(c) = existing.into_iter().find(mine) {
             return Ok(Candidate {

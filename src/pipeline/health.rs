@@ -6,15 +6,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::records::{Candidate, Healthy, Probe, SwitchIntent, SwitchedTo, VerifiedImage};
+use super::plan::Placed;
+use super::records::{Candidate, Healthy, Probe, VerifiedImage};
 use super::refusal::Refusal;
-use super::{PipelineError, Run, Step, StepError};
+use super::{EngineRun, PipelineError, Step, StepError};
 
 mod remote;
 use crate::engine::Health;
 use crate::probe::{NotHealthy, next_probe_delay};
-use crate::registry::Resolved;
-use crate::store::GenerationSwitch;
 
 impl std::fmt::Display for Healthy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -32,12 +31,12 @@ const MIN_HEALTHCHECK_DELAY: Duration = Duration::from_millis(50);
 
 pub use crate::probe::probe_client;
 
-impl Run<'_> {
+impl EngineRun<'_> {
     /// Whether this run's containers publish where Pier cannot reach them: on another
     /// host's loopback, which only that host's `pier proxy --target` probes. `local` is
     /// where Pier always probed, whatever `server.docker_host` says (as config checks).
     pub(super) fn probes_elsewhere(&self) -> bool {
-        self.target.name != crate::config::LOCAL && !self.target.is_local()
+        self.target.name() != crate::config::LOCAL && !self.target.is_local()
     }
 
     /// How to judge the candidate: over HTTP on `at` (a blue-green candidate's ephemeral
@@ -61,7 +60,9 @@ impl Run<'_> {
             url: format!("http://{addr}{path}"),
             timeout_ms: timeout.as_millis() as u64,
             json,
-            via: self.probes_elsewhere().then(|| self.target.name.clone()),
+            via: self
+                .probes_elsewhere()
+                .then(|| self.target.name().to_owned()),
         }
     }
 
@@ -185,56 +186,5 @@ impl Run<'_> {
             }
             tokio::time::sleep(delay).await;
         }
-    }
-
-    /// The app's serving generation changes in the same transaction that journals this
-    /// step: the status page and the journal can never disagree about what serves.
-    pub(super) async fn switch(
-        &self,
-        r: &Resolved,
-        candidate: &Candidate,
-    ) -> Result<(), PipelineError> {
-        let intent = SwitchIntent {
-            container: candidate.id.clone(),
-            digest: r.digest.to_string(),
-            upstream: None,
-        };
-        let generation = GenerationSwitch {
-            app: self.app.name.to_string(),
-            forget: false,
-            target: self.target.name.clone(),
-            generation: Some((self.dep.id, r.digest.to_string(), candidate.id.clone())),
-            route: None,
-        };
-        let _: SwitchedTo = self
-            .switching_step(
-                Step::Switch,
-                &intent,
-                |_| Some(generation.clone()),
-                || async {
-                    // Read before this step's transaction replaces it; a replay reads the
-                    // same row, since the switch commits with the step's result.
-                    let previous = match self.multi_target {
-                        true => self
-                            .ctx
-                            .store
-                            .generation(&self.app.name, &self.target.name)
-                            .await?
-                            .map(|g| super::records::GenerationRef {
-                                deployment: g.deployment_id,
-                                digest: g.digest,
-                                container: g.container_id,
-                            }),
-                        false => None,
-                    };
-                    Ok(SwitchedTo {
-                        container: candidate.id.clone(),
-                        name: candidate.name.clone(),
-                        previous,
-                    })
-                },
-            )
-            .await?;
-        Ok(())
     }
 }

@@ -7,8 +7,9 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tracing::Instrument;
 
+use super::plan::{Placed, TargetSet};
 use super::records::{StopRequest, Unobserved};
-use super::{PipelineError, Run, Step, StepError, error_chain};
+use super::{Context, PipelineError, Run, ServiceName, Step, StepError, error_chain};
 
 use crate::backoff::{Backoff, retry, retry_hinted};
 use crate::store::{GenerationSwitch, Lane, StepRecord, StepState, StoreError};
@@ -34,31 +35,36 @@ enum IntentCheck {
     Recorded,
 }
 
-impl Run<'_> {
+impl<P: Placed> Run<'_, P> {
     /// A step's crash point: `create`, `create@worker` for a further service's, and with
     /// `#edge-1` appended for an engine's step in a rollout across several engines.
     fn point(&self, step: Step) -> String {
         let mut point = step.as_str().to_owned();
-        if !self.service.is_empty() {
+        if let ServiceName::Named(name) = self.service {
             point.push('@');
-            point.push_str(self.service);
+            point.push_str(name);
         }
-        if self.multi_target && !step.is_shared() {
+        if self.targets == TargetSet::Several && !step.is_shared() {
             point.push('#');
-            point.push_str(&self.target.name);
+            point.push_str(self.target.name());
         }
         point
+    }
+
+    /// The span every log line of `step` is written in.
+    fn span(&self, step: Step) -> tracing::Span {
+        tracing::info_span!("step", %step, service = self.service.key(), target = %self.target.name())
     }
 
     /// Where `step`'s journal entry belongs: this run's service, and this run's engine
     /// unless the step is the whole deployment's.
     pub(super) fn lane(&self, step: Step) -> Lane<'_> {
         Lane {
-            service: self.service,
+            service: self.service.key(),
             target: if step.is_shared() {
                 ""
             } else {
-                &self.target.name
+                self.target.name()
             },
         }
     }
@@ -98,8 +104,7 @@ impl Run<'_> {
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, StepError>>,
     {
-        let span =
-            tracing::info_span!("step", %step, service = self.service, target = %self.target.name);
+        let span = self.span(step);
         async {
             match self.begin::<T>(step, intent, IntentCheck::Strict).await? {
                 Begun::Done(t) => Ok(t),
@@ -124,8 +129,7 @@ impl Run<'_> {
         F: Fn(I) -> Fut,
         Fut: Future<Output = Result<T, StepError>>,
     {
-        let span =
-            tracing::info_span!("step", %step, service = self.service, target = %self.target.name);
+        let span = self.span(step);
         async {
             let plan = match self
                 .begin::<T>(step, &observed, IntentCheck::Recorded)
@@ -335,7 +339,7 @@ impl Run<'_> {
             .await?;
         Ok(all
             .into_iter()
-            .filter(|r| r.target == self.target.name)
+            .filter(|r| r.target == self.target.name())
             .collect())
     }
 
@@ -346,15 +350,9 @@ impl Run<'_> {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, StoreError>>,
     {
-        let backoff = Backoff::store_write().within(self.ctx.store_patience);
-        retry(
-            backoff,
-            StoreError::is_unavailable,
-            |e, _| tracing::warn!(error = %error_chain(e), "database unavailable; retrying"),
-            op,
-        )
-        .await
-        .map_err(PipelineError::Store)
+        store_retry(self.ctx, op)
+            .await
+            .map_err(PipelineError::Store)
     }
 
     /// Retries an idempotent side effect on transient errors, with backoff capped at 5 s
@@ -375,4 +373,20 @@ impl Run<'_> {
         )
         .await
     }
+}
+
+/// A database call retried while the database is unavailable, within the store's patience.
+pub(super) async fn store_retry<R, F, Fut>(ctx: &Context, op: F) -> Result<R, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<R, StoreError>>,
+{
+    let backoff = Backoff::store_write().within(ctx.store_patience);
+    retry(
+        backoff,
+        StoreError::is_unavailable,
+        |e, _| tracing::warn!(error = %error_chain(e), "database unavailable; retrying"),
+        op,
+    )
+    .await
 }

@@ -1,13 +1,23 @@
-//! The journaled deployment pipeline, strategy `recreate`:
-//! resolve, signature (an app that must be signed), pull, verify, create (every service), stop_old, start (every service), health
-//! (every service), switch, retire.
-//! On failure before `switch`: rollback (remove the candidate, start the old generation).
+//! The journaled deployment pipeline. A claimed deployment follows one plan, picked once
+//! from where the app runs and how a version is replaced (`plan.rs`):
+//!
+//! - on one engine (`alone.rs`): resolve, signature (an app that must be signed), pull,
+//!   verify, network, volumes, create and connect (every service), then the strategy's
+//!   steps: `recreate.rs` (stop_old, start, health, switch) or `blue_green/` (start beside
+//!   the old one, health, switch the proxy's route, drain, soak), then retire; on failure
+//!   the strategy's revert and a rollback of what the deployment made and stopped;
+//! - across several engines (`rollout/`): the same steps engine by engine, batch by
+//!   batch, each engine undone from its own journal when one fails;
+//! - on a Swarm manager (`swarm/`): the service's spec updated and its rollout watched;
+//!   on failure Swarm's rollback.
 //!
 //! Every step runs through one runner (`journal.rs`): intent committed before the side
 //! effect, crash points before and after it, transient errors retried with one backoff,
-//! the result or the failure journaled. A step is the intent it computes and the side
-//! effect it does; nothing else.
+//! the result or the failure journaled. A step is the intent it computes (a type in
+//! `records/`) and the side effect it does; nothing else.
 
+mod admit;
+mod alone;
 mod archive;
 mod blue_green;
 mod contained;
@@ -17,9 +27,12 @@ mod image;
 mod journal;
 mod outcome;
 mod plan;
+mod quarantine;
 pub(crate) mod records;
+mod recreate;
 mod redact;
 mod refusal;
+mod replace;
 mod rollback;
 mod rollout;
 mod service_images;
@@ -40,8 +53,13 @@ use crate::error::error_chain;
 use crate::registry::{Registry, RegistryError};
 pub use crate::store::Lane;
 pub use crate::store::Step;
-use crate::store::{Deployment, DeploymentState, Store, StoreError};
+use crate::store::{Deployment, DeploymentState, Import, Store, StoreError};
+use alone::Alone;
+use blue_green::BlueGreen;
+use plan::{EngineTarget, Plan, SwarmTarget, TargetSet};
+use recreate::Recreate;
 use refusal::Refusal;
+use rollout::Rollout;
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum PipelineError {
@@ -109,7 +127,7 @@ pub(crate) enum StepError {
     /// An operator's stop request, journaled at the step it stopped before.
     #[error("stopped before this step, as {0} asked")]
     Stopped(String),
-    /// A swarm rollout that did not converge (issue 24), with the tasks' errors.
+    /// A swarm rollout that did not converge, with the tasks' errors.
     #[error(transparent)]
     Rollout(swarm::RolloutFailure),
 }
@@ -161,21 +179,86 @@ pub(crate) struct Context {
     pub live: crate::config::LiveConfig,
 }
 
-pub(crate) struct Run<'a> {
+/// One claimed deployment on one target: what every step of it reads. A plan makes one
+/// for its target (a rollout, one per engine), and a further service's steps run on one
+/// of their own ([`EngineRun::for_service`]).
+struct Run<'a, T> {
     ctx: &'a Context,
     /// The lease holder this run writes as: the worker that claimed the deployment.
     owner: &'a str,
     dep: &'a Deployment,
     app: &'a AppConfig,
     /// `pier import`: the archive loaded instead of a pull.
-    import: Option<crate::store::Import>,
-    /// The journal key of the service this run's steps are for: empty for the primary
-    /// service and the generation's own steps (see `services.rs`).
-    service: &'a str,
-    /// The engine this run's container steps run on and are journaled for.
-    target: &'a crate::target::Target,
-    /// The deployment crosses several engines: crash points name the engine.
-    multi_target: bool,
+    import: Option<Import>,
+    /// Whose steps these are: the journal key and crash point name (`create@worker`).
+    service: ServiceName<'a>,
+    /// Where the steps run and are journaled; its type says what can run there.
+    target: T,
+    /// Whether the deployment crosses several engines: then crash points name the engine.
+    targets: TargetSet,
+}
+
+/// A run whose steps make containers on an engine.
+type EngineRun<'a> = Run<'a, EngineTarget<'a>>;
+/// A run whose steps write a Swarm service.
+type SwarmRun<'a> = Run<'a, SwarmTarget<'a>>;
+
+impl<'a> EngineRun<'a> {
+    /// The engine this run's container steps run on.
+    fn engine(&self) -> &'a Engine {
+        self.target.engine()
+    }
+}
+
+impl<'a> SwarmRun<'a> {
+    /// The Swarm manager this run writes the service to.
+    fn manager(&self) -> &'a Engine {
+        self.target.manager()
+    }
+}
+
+/// Whose steps a run journals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ServiceName<'a> {
+    /// The app's own service; the generation's steps (stop_old, switch, retire) too.
+    Primary,
+    /// A further service of the app (`[apps.services.<name>]`, see `services.rs`).
+    Named(&'a str),
+}
+
+impl<'a> ServiceName<'a> {
+    /// Its journal key: empty for the primary service.
+    fn key(self) -> &'a str {
+        match self {
+            ServiceName::Primary => "",
+            ServiceName::Named(name) => name,
+        }
+    }
+}
+
+/// A deployment as a worker claimed it, before its plan puts it on a target.
+struct Claimed<'a> {
+    ctx: &'a Context,
+    owner: &'a str,
+    dep: &'a Deployment,
+    app: &'a AppConfig,
+    import: Option<Import>,
+}
+
+impl<'a> Claimed<'a> {
+    /// The deployment's primary service, on `target`.
+    fn on<T>(&self, target: T, targets: TargetSet) -> Run<'a, T> {
+        Run {
+            ctx: self.ctx,
+            owner: self.owner,
+            dep: self.dep,
+            app: self.app,
+            import: self.import.clone(),
+            service: ServiceName::Primary,
+            target,
+            targets,
+        }
+    }
 }
 
 /// How a run ended.
@@ -189,256 +272,30 @@ pub(crate) enum Outcome {
 /// Claims of one deployment before it is failed instead of resumed again.
 pub const MAX_ATTEMPTS: i32 = 5;
 
-/// Runs (or resumes) one claimed deployment to a final state.
+/// Runs (or resumes) one claimed deployment to a final state, by the plan its app's
+/// strategy and targets pick: the one place that tells the plans apart.
 pub(crate) async fn run(ctx: &Context, owner: &str, dep: &Deployment, app: &AppConfig) -> Outcome {
-    let plan = match plan::Plan::pick(app, &ctx.targets) {
+    let plan = match Plan::pick(app, &ctx.targets) {
         Ok(plan) => plan,
         // Not this process's to decide: another one (restarted with the target) may run it.
         Err(e) => return Outcome::Abandoned(e.to_string()),
     };
-    let mut run = Run {
+    let import = match journal::store_retry(ctx, || ctx.store.import_of(dep.id)).await {
+        Ok(import) => import,
+        Err(e) => return Outcome::Abandoned(error_chain(&e)),
+    };
+    let claimed = Claimed {
         ctx,
         owner,
         dep,
         app,
-        import: None,
-        service: "",
-        target: plan.first(),
-        multi_target: plan.crosses_engines(),
+        import,
     };
-    match run.store_retry(|| ctx.store.import_of(dep.id)).await {
-        Ok(import) => run.import = import,
-        Err(PipelineError::Store(e)) => return Outcome::Abandoned(error_chain(&e)),
-        Err(e) => return Outcome::Abandoned(error_chain(&e)),
-    }
-    let run = run;
-    if let Err(e) = run.admit() {
-        return match plan {
-            plan::Plan::Rollout(targets) => run.abort_rollout(&targets, e).await,
-            _ => run.fail(e).await,
-        };
-    }
-    let done = match plan {
-        plan::Plan::Recreate(_) => run.steps().await,
-        plan::Plan::BlueGreen(_) => run.steps_blue_green().await,
-        plan::Plan::Rollout(targets) => return run.rollout(&targets).await,
-        plan::Plan::Swarm(_) => run.steps_swarm().await,
-    };
-    match done {
-        Ok(done) => {
-            let (state, outcome) = done.ended();
-            run.finish(state, &outcome, None, None).await
-        }
-        Err(PipelineError::Store(e)) => Outcome::Abandoned(error_chain(&e)),
-        Err(e) => run.fail(e).await,
-    }
-}
-
-impl Run<'_> {
-    /// What is refused before any step, whatever the plan: journaled as a failure at
-    /// `resolve`, since nothing was done.
-    fn admit(&self) -> Result<(), PipelineError> {
-        let refuse = |source| PipelineError::Failed {
-            step: Step::Resolve,
-            source,
-        };
-        if self.dep.attempt > MAX_ATTEMPTS {
-            return Err(PipelineError::GaveUp(self.dep.attempt - 1));
-        }
-        if self.dep.image != self.app.image {
-            // Queued for one repository, configured for another now: deploying either would
-            // surprise someone. The next push or a redeploy uses the new config.
-            return Err(refuse(
-                Refusal::ImageChanged {
-                    queued: self.dep.image.clone(),
-                    follows: self.app.image.clone(),
-                }
-                .into(),
-            ));
-        }
-        // Host paths the policy (as reloaded) no longer allows, or a config file that is not
-        // a regular file: the deployment fails before it pulls or makes anything.
-        self.policy_check().map_err(refuse)?;
-        if self.target.kind == crate::config::TargetKind::Swarm && self.import.is_some() {
-            return Err(refuse(Refusal::ImportOnSwarm.into()));
-        }
-        if self.multi_target && self.import.is_some() {
-            return Err(refuse(Refusal::ImportOnSeveral.into()));
-        }
-        Ok(())
-    }
-}
-
-/// How a run's steps ended without failing. Typed, so that no caller reads the state from
-/// the outcome's words.
-pub(super) enum Done {
-    /// The generation serves the digest (newly, or it already did); the outcome says how.
-    Succeeded(String),
-    /// A quarantined digest that a push or the poller asked for: not deployed, and not a
-    /// failure either (the deployment is cancelled, and says why).
-    Skipped(String),
-}
-
-impl Done {
-    fn ended(self) -> (DeploymentState, String) {
-        match self {
-            Done::Succeeded(outcome) => (DeploymentState::Succeeded, outcome),
-            Done::Skipped(outcome) => (DeploymentState::Cancelled, outcome),
-        }
-    }
-}
-
-/// What both strategies do before a candidate runs, or why there is nothing to do.
-enum Prepared {
-    /// A quarantined digest, or the one that already serves: the deployment ends here.
-    Skip(Done),
-    Candidate {
-        resolved: crate::registry::Resolved,
-        image: records::VerifiedImage,
-        candidate: records::Candidate,
-        /// Every further service's image, in config order (see `service_images.rs`).
-        services: Vec<service_images::ServiceImage>,
-    },
-}
-
-impl Run<'_> {
-    /// The engine this run's container steps run on.
-    fn engine(&self) -> &Engine {
-        &self.target.engine
-    }
-
-    /// resolve, then (unless the digest is quarantined or already serves) pull, verify and
-    /// create: the same for every strategy.
-    async fn prepare(&self) -> Result<Prepared, PipelineError> {
-        if let Some(import) = &self.import {
-            // An app that must be signed loads no archive (nothing would check it).
-            self.refuse_unsigned_import(&import.archive).await?;
-            // Loaded and checked (id, platform, labels) in `resolve`: no pull, no verify.
-            let (resolved, image) = self.load_archive(import).await?;
-            let others = self.resolve_services(&resolved).await?;
-            let services = self.pull_services(&others, &image).await?;
-            return self.contain_and_create(resolved, image, services).await;
-        }
-        let resolved = self.resolve().await?;
-        if let Some(note) = self.skip_quarantined(&resolved.digest).await? {
-            return Ok(Prepared::Skip(Done::Skipped(note)));
-        }
-        // Every image of the generation is named before anything is pulled: the no-op
-        // check compares each service's digest with what serves.
-        let others = self.resolve_services(&resolved).await?;
-        if !self.dep.trigger.is_operator()
-            && let Some(note) = self.already_running(&resolved.digest, &others).await?
-        {
-            return Ok(Prepared::Skip(Done::Succeeded(note)));
-        }
-        // Before anything is pulled: an app that must be signed runs only a digest a
-        // trusted key signed (a no-op for one that need not be).
-        self.signature(&resolved).await?;
-        // Every image pulled and verified before any container is created.
-        self.pull(&resolved).await?;
-        let image = self.verify(&resolved).await?;
-        let services = self.pull_services(&others, &image).await?;
-        self.contain_and_create(resolved, image, services).await
-    }
-
-    async fn contain_and_create(
-        &self,
-        resolved: crate::registry::Resolved,
-        image: records::VerifiedImage,
-        services: Vec<service_images::ServiceImage>,
-    ) -> Result<Prepared, PipelineError> {
-        // Before any container of the app exists: its network and its owned volumes.
-        self.network().await?;
-        self.volumes().await?;
-        let candidate = self.create(&resolved).await?;
-        self.connect(&candidate).await?;
-        Ok(Prepared::Candidate {
-            resolved,
-            image,
-            candidate,
-            services,
-        })
-    }
-
-    async fn steps(&self) -> Result<Done, PipelineError> {
-        let (resolved, image, candidate, images) = match self.prepare().await? {
-            Prepared::Skip(done) => return Ok(done),
-            Prepared::Candidate {
-                resolved,
-                image,
-                candidate,
-                services,
-            } => (resolved, image, candidate, services),
-        };
-        // One generation: every service is created before any is started, and every one is
-        // healthy before the switch (see `services.rs`).
-        let others = self.create_services(&images).await?;
-        let all: Vec<&records::Candidate> = std::iter::once(&candidate).chain(&others).collect();
-        let old = self.stop_old(&all).await?;
-        self.start(&candidate).await?;
-        self.start_services(&others).await?;
-        let probe = self.health(&candidate, &image, None).await?;
-        let services = self.services_health(&others, &images).await?;
-        self.switch(&resolved, &candidate).await?;
-        let retired = self.retire(&all, &old).await?;
-        let mut note = format!(
-            "{} is running in {} ({probe})",
-            resolved.digest, candidate.name
-        );
-        if !services.is_empty() {
-            note.push_str(&format!("; {}", services.join("; ")));
-        }
-        if !retired.warnings.is_empty() {
-            note.push_str(&format!(
-                "; retire warnings: {}",
-                retired.warnings.join("; ")
-            ));
-        }
-        Ok(Done::Succeeded(note))
-    }
-
-    /// A webhook for the digest that already serves, healthy, is a no-op: it succeeds at
-    /// once and says so, instead of restarting a healthy service. Once `pull` is in the
-    /// journal the deployment is under way and is finished, not skipped.
-    async fn already_running(
-        &self,
-        digest: &str,
-        others: &[crate::registry::Resolved],
-    ) -> Result<Option<String>, PipelineError> {
-        let pulled = self
-            .store_retry(|| {
-                self.ctx
-                    .store
-                    .step(self.dep.id, Step::Pull, self.lane(Step::Pull))
-            })
-            .await?;
-        if pulled.is_some() {
-            return Ok(None);
-        }
-        let current = self
-            .store_retry(|| self.ctx.store.generation(&self.app.name, &self.target.name))
-            .await?;
-        let Some(current) = current.filter(|g| g.digest == digest) else {
-            return Ok(None);
-        };
-        match self.engine().inspect_container(&current.container_id).await {
-            Ok(Some(c)) if c.running => {
-                // Every further service must run too: one added to the config since, or one
-                // whose container is gone, makes this push a deployment.
-                if !self.services_running(current.deployment_id, others).await {
-                    return Ok(None);
-                }
-                Ok(Some(format!(
-                    "no-op: {digest} already runs in {} (deployment {})",
-                    c.name, current.deployment_id
-                )))
-            }
-            Ok(_) => Ok(None),
-            Err(e) => {
-                // Not knowing is not "running": deploy it again rather than claim a no-op.
-                tracing::warn!(error = %error_chain(&e), "cannot inspect the serving container; deploying anyway");
-                Ok(None)
-            }
-        }
+    match plan {
+        Plan::Recreate(t) => Alone(Recreate).run(&claimed.on(t, TargetSet::One)).await,
+        Plan::BlueGreen(t) => Alone(BlueGreen).run(&claimed.on(t, TargetSet::One)).await,
+        Plan::RolloutRecreate(all) => Rollout::new(all, Recreate).run(&claimed).await,
+        Plan::RolloutBlueGreen(all) => Rollout::new(all, BlueGreen).run(&claimed).await,
+        Plan::Swarm(t) => swarm::run(&claimed.on(t, TargetSet::One)).await,
     }
 }

@@ -1,26 +1,22 @@
 //! How a run ends: `finish` records the final state; `fail` quarantines a digest that
-//! failed its health, undoes the engine's part (after a blue-green revert when the switch
-//! happened), and says loudly when the undo itself could not do its work.
+//! failed its health, has the plan undo the engine's part, and says loudly when the undo
+//! itself could not do its work.
 
-use super::{Outcome, PipelineError, Run, Step, error_chain};
-use crate::config::{Strategy, TargetKind};
+use super::plan::Placed;
+use super::{Outcome, PipelineError, Run, error_chain};
 use crate::store::DeploymentState;
 
-impl Run<'_> {
-    /// The digest this run resolved, from its journal (the deployment row read at claim
-    /// time may predate the resolve).
-    pub(super) async fn resolved_digest(&self) -> Option<String> {
-        let rec = self
-            .store_retry(|| {
-                self.ctx
-                    .store
-                    .step(self.dep.id, Step::Resolve, self.lane(Step::Resolve))
-            })
-            .await
-            .ok()??;
-        rec.result?.get("digest")?.as_str().map(str::to_owned)
-    }
+/// How a run's steps ended without failing. Typed, so that no caller reads the state from
+/// the outcome's words.
+pub(super) enum Done {
+    /// The generation serves the digest (newly, or it already did); the outcome says how.
+    Succeeded(String),
+    /// A quarantined digest that a push or the poller asked for: not deployed, and not a
+    /// failure either (the deployment is cancelled, and says why).
+    Skipped(String),
+}
 
+impl<P: Placed> Run<'_, P> {
     pub(super) async fn finish(
         &self,
         state: DeploymentState,
@@ -45,25 +41,35 @@ impl Run<'_> {
         }
     }
 
-    /// A failed deployment leaves the running service as it was: the candidate is removed
-    /// and the old generation started again, and the record says why, with the candidate's
-    /// last log lines. A rollback that cannot do its work is said loudly: the deployment
-    /// fails with that reason and the log carries an alert, never a quiet "done".
-    pub(super) async fn fail(&self, error: PipelineError) -> Outcome {
-        let reason = error_chain(&error);
+    /// Records steps that ended without failing.
+    pub(super) async fn finish_done(&self, done: Done) -> Outcome {
+        let (state, outcome) = match done {
+            Done::Succeeded(outcome) => (DeploymentState::Succeeded, outcome),
+            Done::Skipped(outcome) => (DeploymentState::Cancelled, outcome),
+        };
+        self.finish(state, &outcome, None, None).await
+    }
+
+    /// A failed deployment leaves the running service as it was: `undo` (the plan's) puts
+    /// back what served, after the digest is quarantined if its health failed, and the
+    /// record says why, with the candidate's last log lines. An undo that cannot do its
+    /// work is said loudly: the deployment fails with that reason and the log carries an
+    /// alert, never a quiet "done".
+    pub(super) async fn fail<F, Fut>(&self, error: &PipelineError, undo: F) -> Outcome
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Undone, PipelineError>>,
+    {
+        let reason = error_chain(error);
         tracing::warn!(error = %reason, "deployment failed; rolling back");
-        if let Err(e) = self.quarantine_failed(&error).await {
+        if let Err(e) = self.quarantine_failed(error).await {
             return Outcome::Abandoned(error_chain(&e));
         }
-        let undone = match self.target.kind {
-            TargetKind::Swarm => self.undo_service(&error).await,
-            TargetKind::Engine => self.undo().await,
-        };
-        let undone = match undone {
+        let undone = match undo().await {
             Ok(u) => u,
             Err(e) => return Outcome::Abandoned(error_chain(&e)),
         };
-        let (state, outcome) = match (&error, undone.rolled_back()) {
+        let (state, outcome) = match (error, undone.rolled_back()) {
             (PipelineError::Stopped { step, by }, _) => (
                 DeploymentState::Cancelled,
                 format!("stopped before {step} as {by} asked; {}", undone.note),
@@ -77,88 +83,10 @@ impl Run<'_> {
         self.finish(state, &outcome, Some(&reason), undone.logs.as_deref())
             .await
     }
-
-    /// Puts this run's engine back on what served before the deployment, read from its
-    /// journal, so that a replay after a crash (or a rollout that gave up) undoes exactly
-    /// what was done. Blue-green switches the route back first; an engine of a rollout
-    /// that switched goes back to its previous generation, or to serving nothing of the app
-    /// if it was new there; otherwise the candidate goes and what `stop_old` stopped starts
-    /// again. An undo that cannot do its work is said loudly (an alert, the note in
-    /// capitals). `Err`: the database is away, so the next holder undoes from the journal.
-    pub(super) async fn undo(&self) -> Result<Undone, PipelineError> {
-        let reverted = match self.app.strategy {
-            Strategy::BlueGreen => match self.revert().await {
-                Ok(v) => v,
-                Err(e @ PipelineError::Store(_)) => return Err(e),
-                Err(e) => return Ok(Undone::failed(UndoStep::Revert, &e)),
-            },
-            Strategy::Recreate => None,
-        };
-        let switched = match reverted {
-            None if self.multi_target => self.switched_here().await?,
-            _ => false,
-        };
-        if switched {
-            return match self.revert_to_previous().await {
-                Ok(note) => Ok(Undone {
-                    note,
-                    ..Undone::default()
-                }),
-                Err(e @ PipelineError::Store(_)) => Err(e),
-                Err(e) => Ok(Undone::failed(UndoStep::Revert, &e)),
-            };
-        }
-        match self.rollback(reverted).await {
-            Ok(r) => Ok(Undone {
-                reverted,
-                note: r.summary(),
-                logs: r.logs,
-                restored: false,
-            }),
-            Err(e @ PipelineError::Store(_)) => Err(e),
-            Err(e) => Ok(Undone {
-                reverted,
-                ..Undone::failed(UndoStep::Rollback, &e)
-            }),
-        }
-    }
-
-    /// A digest that failed its health check or soak is quarantined for the app: a push
-    /// or the poller does not deploy it again. `Err`: the database is away.
-    pub(super) async fn quarantine_failed(
-        &self,
-        error: &PipelineError,
-    ) -> Result<(), PipelineError> {
-        let step = match error {
-            PipelineError::Failed {
-                step: step @ (Step::Health | Step::Soak),
-                ..
-            } => step,
-            // A rollout whose tasks failed (not one that could not place them).
-            PipelineError::Failed {
-                step: step @ Step::Converge,
-                source: super::StepError::Rollout(f),
-            } if f.tasks_failed() => step,
-            _ => return Ok(()),
-        };
-        let Some(digest) = self.resolved_digest().await else {
-            return Ok(());
-        };
-        let on = match self.multi_target {
-            true => format!(" on engine {}", self.target.name),
-            false => String::new(),
-        };
-        let why = format!("failed its {step}{on} in deployment {}", self.dep.id);
-        self.store_retry(|| {
-            self.ctx
-                .store
-                .quarantine(&self.app.name, &digest, &why, self.dep.id)
-        })
-        .await
-    }
 }
 
-/// What undoing one engine's part left.
+/// What undoing one target's part left. `Err` beside it (in an undo's result) means the
+/// database is away: the next holder undoes from the journal.
 #[derive(Default)]
 pub(super) struct Undone {
     /// Blue-green: the route version that serves the previous generation again.
@@ -190,6 +118,12 @@ impl Undone {
         self.reverted.is_some() || self.restored
     }
 
+    /// Switching traffic back failed: said loudly.
+    pub(super) fn failed_revert(e: &PipelineError) -> Self {
+        Undone::failed(UndoStep::Revert, e)
+    }
+
+    /// Removing what the deployment made, or starting what it stopped, failed: said loudly.
     pub(super) fn failed_rollback(e: &PipelineError) -> Self {
         Undone::failed(UndoStep::Rollback, e)
     }

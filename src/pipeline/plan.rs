@@ -1,28 +1,85 @@
-//! Which steps a deployment takes, picked once per deployment from the two axes that
+//! Which plan a deployment follows, picked once per deployment from the two axes that
 //! decide it: the app's strategy (how a generation is replaced) and its targets (where it
-//! runs). Nothing else in the pipeline matches on the strategy or counts engines, so a new
-//! kind of target (a Swarm manager: the same resolve and checks, none of the container
-//! steps) is one more arm here, not a flag threaded through the steps.
-
-use std::sync::Arc;
+//! runs). Each plan owns its forward steps and its undo (`alone.rs`, `rollout/`,
+//! `swarm/`); nothing else in the pipeline matches on the strategy or the kind of target.
+//!
+//! A target reaches the steps only as the type of its kind, made here and nowhere else: an
+//! [`EngineTarget`] is an engine Pier makes containers on, a [`SwarmTarget`] a Swarm
+//! manager Pier writes a service's spec to. A container step takes the first only, so it
+//! cannot be handed a Swarm target.
 
 use crate::config::{AppConfig, Strategy, TargetKind};
+use crate::engine::Engine;
 use crate::target::{Target, Targets};
 
-/// The steps of one deployment, with the engines they run on.
+/// The steps of one deployment, with the targets they run on.
 #[derive(Debug)]
 pub(super) enum Plan<'t> {
     /// One engine; the old generation stops right before the new one starts.
-    Recreate(&'t Arc<Target>),
+    Recreate(EngineTarget<'t>),
     /// One engine behind its `pier proxy`; the old generation serves until the new one is
     /// healthy and the route switched.
-    BlueGreen(&'t Arc<Target>),
-    /// Several engines, batch by batch, each running its strategy's steps (`rollout/`);
+    BlueGreen(EngineTarget<'t>),
+    /// Several engines, batch by batch, each replacing its generation as `recreate` does;
     /// the shared steps (resolve, quarantine, signature) run once for all.
-    Rollout(Vec<&'t Arc<Target>>),
-    /// A Swarm manager: Pier writes the service's spec and watches Swarm roll it out
-    /// (`swarm/`); none of the container steps run.
-    Swarm(&'t Arc<Target>),
+    RolloutRecreate(Vec<EngineTarget<'t>>),
+    /// Several engines, batch by batch, each behind its own `pier proxy --target`.
+    RolloutBlueGreen(Vec<EngineTarget<'t>>),
+    /// A Swarm manager: Pier writes the service's spec and watches Swarm roll it out;
+    /// none of the container steps run.
+    Swarm(SwarmTarget<'t>),
+}
+
+/// An engine Pier makes, starts and removes containers on.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct EngineTarget<'t>(&'t Target);
+
+/// A Swarm manager: Pier writes a service's spec there and never places a container.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct SwarmTarget<'t>(&'t Target);
+
+/// What the journal needs of any target: the name its steps are keyed by.
+pub(super) trait Placed: Copy {
+    fn name(&self) -> &str;
+}
+
+impl<'t> EngineTarget<'t> {
+    pub(super) fn engine(self) -> &'t Engine {
+        &self.0.engine
+    }
+
+    /// Whether what its containers publish on 127.0.0.1 is this process's loopback (see
+    /// [`Target::is_local`]).
+    pub(super) fn is_local(self) -> bool {
+        self.0.is_local()
+    }
+}
+
+impl<'t> SwarmTarget<'t> {
+    /// The manager's engine client: services, tasks and secrets, never containers.
+    pub(super) fn manager(self) -> &'t Engine {
+        &self.0.engine
+    }
+}
+
+impl Placed for EngineTarget<'_> {
+    fn name(&self) -> &str {
+        &self.0.name
+    }
+}
+
+impl Placed for SwarmTarget<'_> {
+    fn name(&self) -> &str {
+        &self.0.name
+    }
+}
+
+/// How many engines a deployment's container steps run on. On several, each engine's
+/// steps are journaled under its name and its crash points carry it (`health#edge-1`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum TargetSet {
+    One,
+    Several,
 }
 
 /// Why no plan fits: the deployment cannot run in this process as configured.
@@ -50,33 +107,22 @@ impl<'t> Plan<'t> {
                 target: name.clone(),
             })?;
             match target.kind {
-                TargetKind::Engine => engines.push(target),
-                TargetKind::Swarm => swarms.push(target),
+                TargetKind::Engine => engines.push(EngineTarget(target)),
+                TargetKind::Swarm => swarms.push(SwarmTarget(target)),
             }
         }
         match (swarms.as_slice(), engines.is_empty()) {
             ([], _) => {}
-            ([one], true) => return Ok(Plan::Swarm(one)),
+            ([one], true) => return Ok(Plan::Swarm(*one)),
             _ => return Err(NoPlan::SwarmNotAlone(app.name.to_string())),
         }
         match (engines.as_slice(), app.strategy) {
             ([], _) => Err(NoPlan::NoTarget(app.name.to_string())),
-            ([one], Strategy::Recreate) => Ok(Plan::Recreate(one)),
-            ([one], Strategy::BlueGreen) => Ok(Plan::BlueGreen(one)),
-            (_, _) => Ok(Plan::Rollout(engines)),
+            ([one], Strategy::Recreate) => Ok(Plan::Recreate(*one)),
+            ([one], Strategy::BlueGreen) => Ok(Plan::BlueGreen(*one)),
+            (_, Strategy::Recreate) => Ok(Plan::RolloutRecreate(engines)),
+            (_, Strategy::BlueGreen) => Ok(Plan::RolloutBlueGreen(engines)),
         }
-    }
-
-    /// The engine the deployment's own (not per-engine) rows are written beside: the first.
-    pub(super) fn first(&self) -> &'t Arc<Target> {
-        match self {
-            Plan::Recreate(t) | Plan::BlueGreen(t) | Plan::Swarm(t) => t,
-            Plan::Rollout(all) => all[0],
-        }
-    }
-
-    pub(super) fn crosses_engines(&self) -> bool {
-        matches!(self, Plan::Rollout(_))
     }
 }
 
@@ -99,24 +145,24 @@ mod tests {
     #[test]
     fn one_engine_takes_the_apps_strategy() {
         let (app, targets) = app_and_targets("");
-        assert!(matches!(Plan::pick(&app, &targets), Ok(Plan::Recreate(t)) if t.name == "local"));
+        assert!(matches!(Plan::pick(&app, &targets), Ok(Plan::Recreate(t)) if t.name() == "local"));
         let (app, targets) = app_and_targets(
             "strategy = \"blue-green\"\n[apps.route]\nlisten = \"127.0.0.1:9000\"\n",
         );
-        assert!(matches!(Plan::pick(&app, &targets), Ok(Plan::BlueGreen(t)) if t.name == "local"));
+        assert!(
+            matches!(Plan::pick(&app, &targets), Ok(Plan::BlueGreen(t)) if t.name() == "local")
+        );
     }
 
     #[test]
     fn several_engines_are_one_rollout_in_config_order() {
         let (app, targets) = app_and_targets("targets = [\"b\", \"local\"]\n");
         let plan = Plan::pick(&app, &targets).expect("a plan");
-        assert!(plan.crosses_engines());
-        let Plan::Rollout(engines) = &plan else {
+        let Plan::RolloutRecreate(engines) = &plan else {
             panic!("{plan:?}")
         };
-        let names: Vec<&str> = engines.iter().map(|t| t.name.as_str()).collect();
+        let names: Vec<&str> = engines.iter().map(|t| t.name()).collect();
         assert_eq!(names, ["b", "local"]);
-        assert_eq!(plan.first().name, "b");
     }
 
     #[test]

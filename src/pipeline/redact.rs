@@ -1,8 +1,16 @@
-//! What leaves a candidate's logs for the journal and the page: secrets masked, also when
-//! the app printed them base64-encoded, and text Postgres can store.
+//! What of a secret may reach the journal and the page: a candidate's logs with every
+//! secret masked, also when the app printed it base64-encoded, as text Postgres can store;
+//! and a keyed hash (HMAC-SHA256 with the installation's key) where a step's intent must
+//! show that a secret or a host path changed without showing it.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
+
+use super::Run;
+use super::plan::Placed;
+use crate::config::Origin;
 
 /// The shortest secret masked: anything shorter would mask ordinary words.
 const MIN_SECRET: usize = 4;
@@ -56,6 +64,30 @@ fn encodings(secret: &[u8]) -> Vec<String> {
 /// the deployment's end. NUL becomes U+FFFD; nothing else changes.
 pub(crate) fn storable(text: &str) -> String {
     text.replace('\0', "\u{fffd}")
+}
+
+impl<P: Placed> Run<'_, P> {
+    /// The candidate's logs are shown on the status page: env values that came from a
+    /// secret reference are masked, in case the app printed them.
+    pub(super) fn redact(&self, text: &str) -> String {
+        let secrets = std::iter::once(self.app)
+            .chain(&self.app.services)
+            .flat_map(|a| {
+                a.env
+                    .values()
+                    .filter(|v| v.origin() == Origin::Reference)
+                    .chain(a.contained.secrets.values())
+            })
+            .map(|v| v.expose());
+        storable(&redact(text, secrets))
+    }
+
+    pub(super) fn keyed_hash(&self, text: &str) -> String {
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.ctx.env_key)
+            .expect("HMAC takes a key of any length");
+        mac.update(text.as_bytes());
+        hex::encode(mac.finalize().into_bytes())
+    }
 }
 
 #[cfg(test)]

@@ -2,12 +2,13 @@
 //! the deployment created (all its services', by the journal and by label) is removed and
 //! every container `stop_old` stopped is started again.
 
+use super::outcome::Undone;
 use super::records::{Candidate, OldGeneration, RollbackIntent, RolledBack, Unobserved};
-use super::{PipelineError, Run, Step, StepError, error_chain};
+use super::{EngineRun, PipelineError, Step, StepError, error_chain};
 use crate::store::{StepRecord, StepState};
 
 impl RolledBack {
-    pub(crate) fn summary(&self) -> String {
+    fn summary(&self) -> String {
         let mut parts = Vec::new();
         if self.removed_candidates.is_empty() {
             parts.push("no candidate container to remove".to_owned());
@@ -35,14 +36,33 @@ fn short(ids: &[String]) -> String {
         .join(", ")
 }
 
-impl Run<'_> {
+impl EngineRun<'_> {
+    /// The second half of an undo on this engine, after the strategy's revert (`reverted`:
+    /// the route version that serves the previous generation again): the rollback, and
+    /// what it left. `Err`: the database is away.
+    pub(super) async fn roll_back_after(
+        &self,
+        reverted: Option<i64>,
+    ) -> Result<Undone, PipelineError> {
+        match self.rollback(reverted).await {
+            Ok(r) => Ok(Undone {
+                reverted,
+                note: r.summary(),
+                logs: r.logs,
+                restored: false,
+            }),
+            Err(e @ PipelineError::Store(_)) => Err(e),
+            Err(e) => Ok(Undone {
+                reverted,
+                ..Undone::failed_rollback(&e)
+            }),
+        }
+    }
+
     /// Undoes a failed deployment: removes every container of this deployment (by the
     /// journal and by label) and starts the generation `stop_old` stopped. Does nothing once
     /// `switch` succeeded: then the new generation is the one serving.
-    pub(super) async fn rollback(
-        &self,
-        reverted: Option<i64>,
-    ) -> Result<RolledBack, PipelineError> {
+    async fn rollback(&self, reverted: Option<i64>) -> Result<RolledBack, PipelineError> {
         let steps = self.target_steps().await?;
         if reverted.is_none()
             && own_step(&steps, Step::Switch).is_some_and(|r| r.state == StepState::Succeeded)

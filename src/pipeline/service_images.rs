@@ -20,7 +20,7 @@
 //! - a service's resolve is journaled before its pull; a replay uses the recorded digest.
 
 use super::records::{ServiceResolveIntent, VerifiedImage};
-use super::{PipelineError, Run, Step, StepError};
+use super::{EngineRun, PipelineError, Step, StepError};
 use crate::registry::{Resolved, Wanted};
 
 /// The image a further service runs: its resolved digest and what verify found.
@@ -30,7 +30,7 @@ pub(super) struct ServiceImage {
     pub image: VerifiedImage,
 }
 
-impl Run<'_> {
+impl EngineRun<'_> {
     /// Each further service's resolved image reference, in config order: its own
     /// repository's (journaled as `resolve@<service>`), or the primary's.
     pub(super) async fn resolve_services(

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use super::records::{Candidate, Healthy, Probe, ServiceHealthIntent, ServiceProbe, VerifiedImage};
 use super::refusal::Refusal;
 use super::service_images::ServiceImage;
-use super::{PipelineError, Run, Step, StepError};
+use super::{EngineRun, PipelineError, Run, ServiceName, Step, StepError};
 use crate::config::AppConfig;
 
 /// How often a settling service is looked at.
@@ -28,10 +28,10 @@ const SETTLE_POLL: Duration = Duration::from_millis(100);
 /// A service whose image has a HEALTHCHECK gets this long to report healthy.
 const HEALTHCHECK_TIMEOUT_MS: u64 = 120_000;
 
-impl<'a> Run<'a> {
+impl<'a> EngineRun<'a> {
     /// The run as the further service `svc` sees it: the same deployment, lease and
     /// journal; its own settings, container and journal key.
-    pub(super) fn for_service(&self, svc: &'a AppConfig) -> Run<'a> {
+    pub(super) fn for_service(&self, svc: &'a AppConfig) -> EngineRun<'a> {
         Run {
             ctx: self.ctx,
             owner: self.owner,
@@ -44,13 +44,13 @@ impl<'a> Run<'a> {
             } else {
                 self.import.clone()
             },
-            service: &svc.contained.service,
+            service: ServiceName::Named(&svc.contained.service),
             target: self.target,
-            multi_target: self.multi_target,
+            targets: self.targets,
         }
     }
 
-    fn service_runs(&self) -> impl Iterator<Item = Run<'a>> + '_ {
+    fn service_runs(&self) -> impl Iterator<Item = EngineRun<'a>> + '_ {
         self.app.services.iter().map(|s| self.for_service(s))
     }
 
@@ -63,7 +63,9 @@ impl<'a> Run<'a> {
         let mut out = Vec::new();
         for (run, image) in self.service_runs().zip(images) {
             run.volumes().await?;
-            let candidate = run.create(&image.resolved).await?;
+            // Only the primary's port is the strategy's to publish; a further service
+            // publishes what its own config says (nothing: the config gives it no port).
+            let candidate = run.create(&image.resolved, run.app.publish).await?;
             run.connect(&candidate).await?;
             out.push(candidate);
         }
@@ -94,7 +96,8 @@ impl<'a> Run<'a> {
             };
             out.push(format!(
                 "{}{own} in {} ({healthy})",
-                run.service, candidate.name
+                run.service.key(),
+                candidate.name
             ));
         }
         Ok(out)
@@ -114,7 +117,7 @@ impl<'a> Run<'a> {
                 settle_ms: self.app.settle.as_millis() as u64,
             }
         };
-        let name = self.service;
+        let name = self.service.key();
         let intent = ServiceHealthIntent {
             container: candidate.id.clone(),
             probe,
@@ -177,7 +180,7 @@ impl<'a> Run<'a> {
     }
 }
 
-impl Run<'_> {
+impl EngineRun<'_> {
     /// Whether every further service has a running container of deployment `serving` (the
     /// serving generation), at the digest `others` resolved for it. Not knowing counts as
     /// "no".

@@ -12,6 +12,7 @@
 
 use std::time::Duration;
 
+use super::plan::Placed;
 use super::records::{SignatureIntent, Signed};
 use super::refusal::Refusal;
 use super::{PipelineError, Run, Step, StepError};
@@ -19,7 +20,7 @@ use crate::backoff::Backoff;
 use crate::registry::{Place, RegistryError, Resolved};
 use crate::signature::{Envelope, Finding, Format, Policy, Rejected, Subject, verify};
 
-impl Run<'_> {
+impl<P: Placed> Run<'_, P> {
     /// `None` when the app need not be signed (no step is journaled then).
     pub(super) async fn signature(&self, r: &Resolved) -> Result<Option<Signed>, PipelineError> {
         let Some(policy) = self.app.signature.clone() else {

@@ -12,16 +12,17 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::APPLY_DEADLINE;
+use crate::pipeline::plan::Placed;
 use crate::pipeline::records::Drained;
 use crate::pipeline::refusal::Refusal;
-use crate::pipeline::{Run, StepError};
+use crate::pipeline::{EngineRun, StepError};
 use crate::store::{Channel, ProxyReport, StoreError};
 
 fn store_err(e: sqlx::Error) -> StepError {
     StepError::Store(StoreError::from(e))
 }
 
-impl Run<'_> {
+impl EngineRun<'_> {
     /// Waits until every live proxy of this run's target reports route `version` (or a
     /// later one) applied for the app; the time waited, in ms.
     pub(super) async fn remote_applied(&self, version: i64) -> Result<u64, StepError> {
@@ -39,7 +40,7 @@ impl Run<'_> {
                 match (reports.is_empty(), lagging.is_empty()) {
                     (true, _) => Err(format!(
                         "no pier proxy for target {} reports what it serves",
-                        self.target.name
+                        self.target.name()
                     )),
                     (false, true) => Ok(()),
                     (false, false) => Err(lagging.join("; ")),
@@ -50,7 +51,7 @@ impl Run<'_> {
             Ok(()) => Ok(started.elapsed().as_millis() as u64),
             Err(WaitError::Store(e)) => Err(e),
             Err(WaitError::Timeout(last)) => Err(Refusal::RemoteRouteNotApplied {
-                target: self.target.name.clone(),
+                target: self.target.name().to_owned(),
                 version,
                 secs: APPLY_DEADLINE.as_secs(),
                 last,
@@ -97,7 +98,7 @@ impl Run<'_> {
     ) -> Result<(), WaitError<E>> {
         let deadline = Instant::now() + within;
         let store = &self.ctx.store;
-        let target = &self.target.name;
+        let target = self.target.name();
         // Listening before the first read: a report written in between still wakes us.
         let mut listener = store
             .own_listener(Channel::ProxyReports)
@@ -115,7 +116,7 @@ impl Run<'_> {
             loop {
                 tokio::select! {
                     msg = listener.try_recv() => match msg {
-                        Ok(Some(n)) if n.payload() == target.as_str() => break,
+                        Ok(Some(n)) if n.payload() == target => break,
                         Ok(Some(_)) => {}
                         Ok(None) => {
                             listener = store
@@ -133,7 +134,7 @@ impl Run<'_> {
     }
 }
 
-/// Why [`Run::wait_reports`] ended without its condition.
+/// Why [`EngineRun::wait_reports`] ended without its condition.
 pub(super) enum WaitError<E> {
     Timeout(E),
     Store(StepError),

@@ -17,7 +17,7 @@ use chrono::Utc;
 
 use super::Healthy;
 use crate::pipeline::refusal::Refusal;
-use crate::pipeline::{Run, StepError};
+use crate::pipeline::{EngineRun, StepError};
 use crate::store::{Channel, NewProbe, ProbeRequest, ProbeState, StoreError};
 
 /// How long a target's proxy has to take a request: a proxy that is up and connected takes
@@ -35,7 +35,7 @@ fn store_err(e: sqlx::Error) -> StepError {
     StepError::Store(StoreError::from(e))
 }
 
-/// `http://ADDRESS/PATH` split where the pipeline built it (`Run::http_probe`).
+/// `http://ADDRESS/PATH` split where the pipeline built it (`EngineRun::http_probe`).
 fn address_and_path(url: &str) -> Result<(&str, &str), StepError> {
     url.strip_prefix("http://")
         .and_then(|rest| rest.find('/').map(|i| rest.split_at(i)))
@@ -47,7 +47,7 @@ fn address_and_path(url: &str) -> Result<(&str, &str), StepError> {
         })
 }
 
-impl Run<'_> {
+impl EngineRun<'_> {
     /// Asks `target`'s proxy to probe `url` on its host and waits for its outcome; a
     /// replay reads back the outcome of the request asked before (see the module docs).
     pub(in crate::pipeline) async fn remote_healthy(
@@ -97,7 +97,7 @@ impl Run<'_> {
         let new = NewProbe {
             deployment: self.dep.id,
             target,
-            service: self.service,
+            service: self.service.key(),
             container: id,
             address,
             path,
@@ -152,7 +152,7 @@ impl Run<'_> {
         let found = match read_back {
             true => {
                 store
-                    .latest_probe(self.dep.id, new.target, self.service, new.container)
+                    .latest_probe(self.dep.id, new.target, self.service.key(), new.container)
                     .await?
             }
             false => None,

@@ -2,106 +2,141 @@
 //! container steps journaled under its own target.
 //!
 //! resolve (once, for all engines), then batch by batch: every engine of a batch runs the
-//! same pinned steps of the app's strategy up to and including `switch` (`recreate`), or
-//! up to the end of its soak (`blue-green`, each engine behind its own `pier proxy
-//! --target`); the next batch starts only when the whole batch got there. The first
-//! failure stops the rollout, and every engine it touched goes back to what it served
-//! before (`undo.rs`), journaled like any step. Only when every engine switched is any old
-//! generation retired, so an undo always has one to go back to.
+//! same pinned steps of the app's strategy ([`Replace`]) up to serving: through `switch`
+//! (`recreate`), or to the end of its soak (`blue-green`, each engine behind its own
+//! `pier proxy --target`); the next batch starts only when the whole batch got there. The
+//! first failure stops the rollout, and every engine it touched goes back to what it
+//! served before (`undo.rs`), journaled like any step. Only when every engine switched is
+//! any old generation retired, so an undo always has one to go back to.
 //!
 //! A crash anywhere resumes from the journal: an engine whose steps are recorded replays
 //! them without doing anything twice, so no engine is deployed twice.
 
-use std::sync::Arc;
-
-use super::blue_green::Served;
-use super::records::{Candidate, OldGeneration, ReachIntent, Reached};
+use super::plan::{EngineTarget, Placed, TargetSet};
+use super::records::{ReachIntent, Reached, Resolved};
 use super::refusal::Refusal;
-use super::{Outcome, PipelineError, Prepared, Run, Step, error_chain};
-use crate::config::Strategy;
-use crate::registry::Resolved;
+use super::replace::{Images, Replace};
+use super::{Claimed, EngineRun, Outcome, PipelineError, Step, error_chain};
 use crate::store::DeploymentState;
-use crate::target::Target;
 
 mod undo;
 
-/// What one engine reached in its part of the rollout.
-enum Up {
-    /// The digest already serves there, healthy: nothing to do on that engine.
-    AlreadyServing(String),
-    /// `recreate`: the new generation serves; the old one is stopped, not yet removed.
-    Switched {
-        all: Vec<Candidate>,
-        old: OldGeneration,
-        note: String,
-    },
-    /// `blue-green`: the new generation serves through the proxy and passed its soak.
-    Routed(Served),
+/// A rollout across `engines`, in config order, each replacing its generation by `S`.
+pub(super) struct Rollout<'t, S> {
+    engines: Vec<EngineTarget<'t>>,
+    replace: S,
 }
 
-impl<'a> Run<'a> {
-    /// The same deployment, on another engine.
-    fn on(&self, target: &'a Target) -> Run<'a> {
-        Run {
-            ctx: self.ctx,
-            owner: self.owner,
-            dep: self.dep,
-            app: self.app,
-            import: None,
-            service: self.service,
-            target,
-            multi_target: true,
-        }
+/// What one engine reached in its part of the rollout.
+enum Up<T> {
+    /// The digest already serves there, healthy: nothing to do on that engine.
+    AlreadyServing(String),
+    /// The new generation serves there; the old one is not yet removed.
+    Serving(T),
+}
+
+/// The deployment's own steps, once for every engine.
+enum Shared {
+    /// A quarantined digest: nothing is deployed anywhere.
+    Skipped(String),
+    /// The digest, and every further service's image.
+    Resolved(Resolved, Vec<Resolved>),
+}
+
+/// The engines that got to serving, with what each reached, in the order they got there.
+type Switched<'a, T> = Vec<(EngineRun<'a>, Up<T>)>;
+
+impl<'t, S: Replace> Rollout<'t, S> {
+    pub(super) fn new(engines: Vec<EngineTarget<'t>>, replace: S) -> Self {
+        Rollout { engines, replace }
     }
 
-    pub(super) async fn rollout(&self, targets: &[&'a Arc<Target>]) -> Outcome {
-        let shared = async {
-            let resolved = self.resolve().await?;
-            if let Some(note) = self.skip_quarantined(&resolved.digest).await? {
-                return Ok(Err(note));
-            }
-            // Issue 25: checked once, for every engine, before any engine pulls.
-            self.signature(&resolved).await?;
-            let others = self.resolve_services(&resolved).await?;
-            Ok(Ok((resolved, others)))
-        };
-        let (resolved, others) = match shared.await {
-            Ok(Ok(r)) => r,
-            Ok(Err(note)) => {
-                return self
+    /// The deployment on each of `engines`.
+    fn runs(claimed: &Claimed<'t>, engines: &[EngineTarget<'t>]) -> Vec<EngineRun<'t>> {
+        engines
+            .iter()
+            .map(|t| claimed.on(*t, TargetSet::Several))
+            .collect()
+    }
+
+    pub(super) async fn run(&self, claimed: &Claimed<'t>) -> Outcome {
+        // The deployment's own rows (its resolve, its end) are written by the first engine's
+        // run, as one engine's deployment writes them.
+        let first = claimed.on(self.engines[0], TargetSet::Several);
+        if let Err(e) = first.admit_without_import(Refusal::ImportOnSeveral) {
+            return self.abort(claimed, &first, e).await;
+        }
+        let (resolved, others) = match Self::shared(&first).await {
+            Ok(Shared::Resolved(resolved, others)) => (resolved, others),
+            Ok(Shared::Skipped(note)) => {
+                return first
                     .finish(DeploymentState::Cancelled, &note, None, None)
                     .await;
             }
             Err(PipelineError::Store(e)) => return Outcome::Abandoned(error_chain(&e)),
-            Err(e) => return self.fail(e).await,
+            Err(e) => return first.fail(&e, || self.undo_engine(&first)).await,
         };
-        // Every engine answers before any changes: one that is down (past the retry
-        // budget) fails the rollout with every engine still on what it served.
-        let runs: Vec<Run<'a>> = targets.iter().map(|t| self.on(t)).collect();
+        if let Some(unreached) = Self::reach_all(&first, &Self::runs(claimed, &self.engines)).await
+        {
+            return unreached;
+        }
+        self.batches(claimed, &first, &resolved, &others).await
+    }
+
+    /// resolve, the quarantine, the signature (checked once, for every engine, before any
+    /// engine pulls) and every further service's image, named once for all engines.
+    async fn shared(first: &EngineRun<'_>) -> Result<Shared, PipelineError> {
+        let resolved = first.resolve().await?;
+        if let Some(note) = first.skip_quarantined(&resolved.digest).await? {
+            return Ok(Shared::Skipped(note));
+        }
+        first.signature(&resolved).await?;
+        let others = first.resolve_services(&resolved).await?;
+        Ok(Shared::Resolved(resolved, others))
+    }
+
+    /// Every engine answers before any changes: one that is down (past the retry budget)
+    /// fails the rollout with every engine still on what it served. `Some`: it ended here.
+    async fn reach_all(first: &EngineRun<'_>, runs: &[EngineRun<'_>]) -> Option<Outcome> {
         let reached = futures_util::future::join_all(runs.iter().map(|r| r.reach())).await;
         for (run, r) in runs.iter().zip(reached) {
             match r {
                 Ok(()) => {}
-                Err(PipelineError::Store(e)) => return Outcome::Abandoned(error_chain(&e)),
+                Err(PipelineError::Store(e)) => return Some(Outcome::Abandoned(error_chain(&e))),
                 Err(e) => {
-                    let reason = format!("engine {} failed: {}", run.target.name, error_chain(&e));
+                    let reason =
+                        format!("engine {} failed: {}", run.target.name(), error_chain(&e));
                     let outcome = format!("failed: {reason}; no engine was changed");
-                    return self
+                    let ended = first
                         .finish(DeploymentState::Failed, &outcome, Some(&reason), None)
                         .await;
+                    return Some(ended);
                 }
             }
         }
-        let size = self.app.rollout.batch.size(targets.len());
-        let mut switched: Vec<(Run<'a>, Up)> = Vec::new();
-        for (i, batch) in targets.chunks(size).enumerate() {
-            if i > 0 && !self.app.rollout.pause.is_zero() {
-                self.pause_between_batches().await;
+        None
+    }
+
+    /// Batch by batch, each engine of a batch at once, up to serving; the first failure
+    /// stops the rollout and undoes it, otherwise every engine retires its old generation.
+    async fn batches(
+        &self,
+        claimed: &Claimed<'t>,
+        first: &EngineRun<'t>,
+        resolved: &Resolved,
+        others: &[Resolved],
+    ) -> Outcome {
+        let size = first.app.rollout.batch.size(self.engines.len());
+        let mut switched: Switched<'t, S::Serving> = Vec::new();
+        for (i, batch) in self.engines.chunks(size).enumerate() {
+            if i > 0 && !first.app.rollout.pause.is_zero() {
+                first.pause_between_batches().await;
             }
-            let runs: Vec<Run<'a>> = batch.iter().map(|t| self.on(t)).collect();
+            let runs = Self::runs(claimed, batch);
             let ups =
-                futures_util::future::join_all(runs.iter().map(|r| r.up(&resolved, &others))).await;
-            let mut failed: Vec<(Run<'a>, PipelineError)> = Vec::new();
+                futures_util::future::join_all(runs.iter().map(|r| self.up(r, resolved, others)))
+                    .await;
+            let mut failed: Vec<(EngineRun<'t>, PipelineError)> = Vec::new();
             for (run, up) in runs.into_iter().zip(ups) {
                 match up {
                     Ok(up) => switched.push((run, up)),
@@ -110,12 +145,80 @@ impl<'a> Run<'a> {
                 }
             }
             if !failed.is_empty() {
-                return self.stop_rollout(failed, &switched).await;
+                return self.stop(first, failed, &switched).await;
             }
         }
-        self.retire_everywhere(&resolved, &switched).await
+        self.retire_everywhere(first, resolved, &switched).await
     }
 
+    /// One engine's part: the strategy's steps on this engine, up to where every engine
+    /// must be before any retires.
+    async fn up(
+        &self,
+        run: &EngineRun<'_>,
+        resolved: &Resolved,
+        others: &[Resolved],
+    ) -> Result<Up<S::Serving>, PipelineError> {
+        if !run.dep.trigger.is_operator()
+            && let Some(note) = run.already_running(&resolved.digest, others).await?
+        {
+            return Ok(Up::AlreadyServing(note));
+        }
+        run.pull(resolved).await?;
+        let image = run.verify(resolved).await?;
+        let services = run.pull_services(others, &image).await?;
+        let images = Images {
+            resolved: resolved.clone(),
+            image,
+            services,
+        };
+        let made = run
+            .make_candidate(images, self.replace.publish(run.app))
+            .await?;
+        Ok(Up::Serving(self.replace.serve(run, made).await?))
+    }
+
+    /// Every engine switched: each retires its old generation; the deployment succeeds.
+    async fn retire_everywhere(
+        &self,
+        first: &EngineRun<'_>,
+        resolved: &Resolved,
+        done: &Switched<'_, S::Serving>,
+    ) -> Outcome {
+        let mut notes = Vec::new();
+        for (run, up) in done {
+            let (note, retired) = match up {
+                Up::AlreadyServing(note) => {
+                    notes.push(format!("{}: {note}", run.target.name()));
+                    continue;
+                }
+                Up::Serving(serving) => (
+                    self.replace.said_among(serving, run.target.name()),
+                    self.replace.retire(run, serving).await,
+                ),
+            };
+            // The new generation serves everywhere: a leftover old container is a warning,
+            // not a reason to undo the rollout.
+            match retired {
+                Ok(w) if w.is_empty() => notes.push(note),
+                Ok(w) => notes.push(format!("{note}; retire: {}", w.join("; "))),
+                Err(PipelineError::Store(e)) => return Outcome::Abandoned(error_chain(&e)),
+                Err(e) => notes.push(format!("{note}; retire failed: {}", error_chain(&e))),
+            }
+        }
+        let outcome = format!(
+            "{} is running on {} engines: {}",
+            resolved.digest,
+            done.len(),
+            notes.join("; ")
+        );
+        first
+            .finish(DeploymentState::Succeeded, &outcome, None, None)
+            .await
+    }
+}
+
+impl EngineRun<'_> {
     /// The rollout's `pause` before the next batch, cut short by an operator's stop (its
     /// NOTIFY on `pier_live`): the next step's boundary then stops the rollout and undoes
     /// it, rather than an hour-long pause later. Bounded by the pause; without a listener
@@ -160,7 +263,7 @@ impl<'a> Run<'a> {
     /// would run a manifest not meant for it: refused before anything is pulled.
     async fn reach(&self) -> Result<(), PipelineError> {
         let intent = ReachIntent {
-            target: self.target.name.clone(),
+            target: self.target.name().to_owned(),
         };
         let started = std::time::Instant::now();
         let _: Reached = self
@@ -179,89 +282,5 @@ impl<'a> Run<'a> {
             })
             .await?;
         Ok(())
-    }
-
-    /// One engine's part: the strategy's steps on this engine, up to where every engine
-    /// must be before any retires.
-    async fn up(&self, resolved: &Resolved, others: &[Resolved]) -> Result<Up, PipelineError> {
-        if !self.dep.trigger.is_operator()
-            && let Some(note) = self.already_running(&resolved.digest, others).await?
-        {
-            return Ok(Up::AlreadyServing(note));
-        }
-        self.pull(resolved).await?;
-        let image = self.verify(resolved).await?;
-        let images = self.pull_services(others, &image).await?;
-        let Prepared::Candidate {
-            candidate,
-            services: images,
-            ..
-        } = self
-            .contain_and_create(resolved.clone(), image.clone(), images)
-            .await?
-        else {
-            unreachable!("contain_and_create always makes a candidate")
-        };
-        if self.app.strategy == Strategy::BlueGreen {
-            // The config gives a blue-green app no further services.
-            let served = self.serve_blue_green(resolved, &image, candidate).await?;
-            return Ok(Up::Routed(served));
-        }
-        let services = self.create_services(&images).await?;
-        let all: Vec<Candidate> = std::iter::once(candidate.clone())
-            .chain(services.iter().cloned())
-            .collect();
-        let refs: Vec<&Candidate> = all.iter().collect();
-        let old = self.stop_old(&refs).await?;
-        self.start(&candidate).await?;
-        self.start_services(&services).await?;
-        let probe = self.health(&candidate, &image, None).await?;
-        self.services_health(&services, &images).await?;
-        self.switch(resolved, &candidate).await?;
-        Ok(Up::Switched {
-            all,
-            old,
-            note: format!("{}: {} ({probe})", self.target.name, candidate.name),
-        })
-    }
-
-    /// Every engine switched: each retires its old generation; the deployment succeeds.
-    async fn retire_everywhere(&self, resolved: &Resolved, done: &[(Run<'a>, Up)]) -> Outcome {
-        let mut notes = Vec::new();
-        for (run, up) in done {
-            let (note, retired) = match up {
-                Up::AlreadyServing(note) => {
-                    notes.push(format!("{}: {note}", run.target.name));
-                    continue;
-                }
-                Up::Switched { all, old, note } => {
-                    let refs: Vec<&Candidate> = all.iter().collect();
-                    (
-                        note.clone(),
-                        run.retire(&refs, old).await.map(|r| r.warnings),
-                    )
-                }
-                Up::Routed(served) => (
-                    format!("{}: {}", run.target.name, served.note),
-                    run.retire_served(served).await,
-                ),
-            };
-            // The new generation serves everywhere: a leftover old container is a warning,
-            // not a reason to undo the rollout.
-            match retired {
-                Ok(w) if w.is_empty() => notes.push(note),
-                Ok(w) => notes.push(format!("{note}; retire: {}", w.join("; "))),
-                Err(PipelineError::Store(e)) => return Outcome::Abandoned(error_chain(&e)),
-                Err(e) => notes.push(format!("{note}; retire failed: {}", error_chain(&e))),
-            }
-        }
-        let outcome = format!(
-            "{} is running on {} engines: {}",
-            resolved.digest,
-            done.len(),
-            notes.join("; ")
-        );
-        self.finish(DeploymentState::Succeeded, &outcome, None, None)
-            .await
     }
 }

@@ -1,17 +1,20 @@
 //! How a rollout across engines stops: every engine it touched goes back to what it served
-//! before, each from its own journal (`Run::undo`), newest first, so that a crash during
-//! the undo (or a rollout that gave up after its attempts) undoes exactly what was done and
-//! nothing twice. A rollout whose old generations were already being retired is past the
-//! point of return: every engine switched, and the undo would have nothing to go back to.
+//! before, each from its own journal ([`Rollout::undo_engine`]), newest first, so that a
+//! crash during the undo (or a rollout that gave up after its attempts) undoes exactly what
+//! was done and nothing twice. A rollout whose old generations were already being retired
+//! is past the point of return: every engine switched, and the undo would have nothing to
+//! go back to.
 
-use super::Up;
+use super::{Rollout, Switched, Up};
+use crate::pipeline::outcome::Undone;
+use crate::pipeline::plan::Placed;
 use crate::pipeline::records::{
     Candidate, GenerationRef, OldGeneration, RevertToIntent, RevertedTo, Unobserved,
 };
 use crate::pipeline::refusal::Refusal;
-use crate::pipeline::{Outcome, PipelineError, Run, Step, error_chain};
+use crate::pipeline::replace::Replace;
+use crate::pipeline::{Claimed, EngineRun, Outcome, PipelineError, Step, error_chain};
 use crate::store::{DeploymentState, GenerationSwitch, StepState};
-use crate::target::Target;
 
 impl RevertedTo {
     fn summary(&self, to: bool) -> String {
@@ -29,20 +32,21 @@ impl RevertedTo {
     }
 }
 
-impl<'a> Run<'a> {
+impl<'t, S: Replace> Rollout<'t, S> {
     /// The first failure of a batch ends the rollout: the failed engines undo their part as
     /// a one-engine deployment does, then every engine that switched goes back to what it
     /// served before, newest first.
-    pub(super) async fn stop_rollout(
+    pub(super) async fn stop(
         &self,
-        failed: Vec<(Run<'a>, PipelineError)>,
-        switched: &[(Run<'a>, Up)],
+        first: &EngineRun<'_>,
+        failed: Vec<(EngineRun<'t>, PipelineError)>,
+        switched: &Switched<'t, S::Serving>,
     ) -> Outcome {
         let mut reasons = Vec::new();
         for (run, error) in &failed {
             reasons.push(format!(
                 "engine {} failed: {}",
-                run.target.name,
+                run.target.name(),
                 error_chain(error)
             ));
             if let Err(e) = run.quarantine_failed(error).await {
@@ -63,19 +67,21 @@ impl<'a> Run<'a> {
             true => DeploymentState::Cancelled,
             false => DeploymentState::Failed,
         };
-        self.undo_engines(touched, state, &reasons.join("; ")).await
+        self.undo_engines(first, touched, state, &reasons.join("; "))
+            .await
     }
 
     /// A rollout refused before its first step on this attempt (it gave up after its
     /// attempts, or the config changed under it): every engine whose journal holds more
     /// than `reach` is undone from it.
-    pub(in crate::pipeline) async fn abort_rollout(
+    pub(super) async fn abort(
         &self,
-        targets: &[&'a std::sync::Arc<Target>],
+        claimed: &Claimed<'t>,
+        first: &EngineRun<'_>,
         error: PipelineError,
     ) -> Outcome {
         let reason = error_chain(&error);
-        let runs: Vec<Run<'a>> = targets.iter().map(|t| self.on(t)).collect();
+        let runs = Self::runs(claimed, &self.engines);
         let mut touched = Vec::new();
         for run in &runs {
             let steps = match run.target_steps().await {
@@ -86,9 +92,9 @@ impl<'a> Run<'a> {
                 let outcome = format!(
                     "failed: {reason}; every engine had switched to the new generation and \
                      engine {} was retiring its old one: nothing rolled back",
-                    run.target.name
+                    run.target.name()
                 );
-                return self
+                return first
                     .finish(DeploymentState::Failed, &outcome, Some(&reason), None)
                     .await;
             }
@@ -101,26 +107,27 @@ impl<'a> Run<'a> {
             _ => DeploymentState::Failed,
         };
         // Newest first: the engines in reverse config order, as batches ran in order.
-        self.undo_engines(touched.into_iter().rev(), state, &reason)
+        self.undo_engines(first, touched.into_iter().rev(), state, &reason)
             .await
     }
 
     async fn undo_engines<'r>(
         &self,
-        runs: impl Iterator<Item = &'r Run<'a>>,
+        first: &EngineRun<'_>,
+        runs: impl Iterator<Item = &'r EngineRun<'t>>,
         state: DeploymentState,
         reason: &str,
     ) -> Outcome
     where
-        'a: 'r,
+        't: 'r,
     {
         let mut notes = Vec::new();
         let mut logs = None;
         for run in runs {
-            match run.undo().await {
+            match self.undo_engine(run).await {
                 Ok(u) => {
                     logs = logs.or(u.logs);
-                    notes.push(format!("{}: {}", run.target.name, u.note));
+                    notes.push(format!("{}: {}", run.target.name(), u.note));
                 }
                 Err(e) => return Outcome::Abandoned(error_chain(&e)),
             }
@@ -129,12 +136,37 @@ impl<'a> Run<'a> {
             true => format!("failed: {reason}; no engine was changed"),
             false => format!("failed: {reason}; {}", notes.join("; ")),
         };
-        self.finish(state, &outcome, Some(reason), logs.as_deref())
+        first
+            .finish(state, &outcome, Some(reason), logs.as_deref())
             .await
     }
 
+    /// Puts one engine back on what it served before the deployment, from its journal:
+    /// the strategy's revert first (blue-green's route back to its previous generation);
+    /// an engine that switched with nothing for the strategy to revert goes back to its
+    /// previous generation, or to serving nothing of the app if it was new there;
+    /// otherwise the candidate goes and what `stop_old` stopped starts again. An undo that
+    /// cannot do its work is said loudly. `Err`: the database is away.
+    pub(super) async fn undo_engine(&self, run: &EngineRun<'_>) -> Result<Undone, PipelineError> {
+        let reverted = match self.replace.revert(run).await {
+            Ok(v) => v,
+            Err(e @ PipelineError::Store(_)) => return Err(e),
+            Err(e) => return Ok(Undone::failed_revert(&e)),
+        };
+        if reverted.is_none() && run.switched_here().await? {
+            return match run.revert_to_previous().await {
+                Ok(note) => Ok(Undone::note(&note)),
+                Err(e @ PipelineError::Store(_)) => Err(e),
+                Err(e) => Ok(Undone::failed_revert(&e)),
+            };
+        }
+        run.roll_back_after(reverted).await
+    }
+}
+
+impl EngineRun<'_> {
     /// Whether this engine's `switch` happened: then undoing it is a `revert`.
-    pub(in crate::pipeline) async fn switched_here(&self) -> Result<bool, PipelineError> {
+    async fn switched_here(&self) -> Result<bool, PipelineError> {
         let steps = self.target_steps().await?;
         Ok(steps.iter().any(|s| {
             s.step == Step::Switch && s.service.is_empty() && s.state == StepState::Succeeded
@@ -146,12 +178,12 @@ impl<'a> Run<'a> {
     /// generation is what `switch` replaced (none: the app was new there, and its
     /// generation and route go), in the step's own transaction. Everything is read from
     /// the journal, so a replay computes the same intent.
-    pub(in crate::pipeline) async fn revert_to_previous(&self) -> Result<String, PipelineError> {
+    async fn revert_to_previous(&self) -> Result<String, PipelineError> {
         let intent = self.revert_intent().await?;
         let back = |_: &RevertedTo| {
             Some(GenerationSwitch {
                 app: self.app.name.to_string(),
-                target: self.target.name.clone(),
+                target: self.target.name().to_owned(),
                 generation: intent
                     .to
                     .as_ref()

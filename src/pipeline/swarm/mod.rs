@@ -15,11 +15,13 @@ mod watch;
 
 pub use watch::RolloutFailure;
 
+use super::outcome::Done;
+use super::plan::Placed;
 use super::records::{
     Checked, ConvergeIntent, Converged, ManifestIntent, SpecBefore, UpdatePlan, Updated,
 };
 use super::refusal::Refusal;
-use super::{PipelineError, Run, Step, StepError};
+use super::{Outcome, PipelineError, Step, StepError, SwarmRun, error_chain};
 use crate::config::SwarmApp;
 use crate::engine::{EngineError, LABEL_DEPLOYMENT, LABEL_DIGEST, LABEL_MANAGED, ServiceFacts};
 use crate::registry::Resolved;
@@ -29,7 +31,20 @@ use crate::store::GenerationSwitch;
 /// between them (its own task status changes do).
 const UPDATE_TRIES: usize = 5;
 
-impl Run<'_> {
+/// The plan on a Swarm manager: its steps, and on failure its undo (`undo.rs`). A swarm's
+/// nodes pull from the registry, so an imported archive has nowhere to go.
+pub(super) async fn run(run: &SwarmRun<'_>) -> Outcome {
+    if let Err(e) = run.admit_without_import(Refusal::ImportOnSwarm) {
+        return run.fail(&e, || run.undo_service(&e)).await;
+    }
+    match run.steps_swarm().await {
+        Ok(done) => run.finish_done(done).await,
+        Err(PipelineError::Store(e)) => Outcome::Abandoned(error_chain(&e)),
+        Err(e) => run.fail(&e, || run.undo_service(&e)).await,
+    }
+}
+
+impl SwarmRun<'_> {
     fn swarm(&self) -> Result<&SwarmApp, PipelineError> {
         self.app
             .swarm
@@ -38,7 +53,7 @@ impl Run<'_> {
                 step: Step::Update,
                 source: Refusal::NoSwarmSettings {
                     app: self.app.name.to_string(),
-                    target: self.target.name.clone(),
+                    target: self.target.name().to_owned(),
                 }
                 .into(),
             })
@@ -63,16 +78,16 @@ impl Run<'_> {
         }
     }
 
-    pub(super) async fn steps_swarm(&self) -> Result<super::Done, PipelineError> {
+    async fn steps_swarm(&self) -> Result<Done, PipelineError> {
         let swarm = self.swarm()?;
         let resolved = self.resolve().await?;
         if let Some(note) = self.skip_quarantined(&resolved.digest).await? {
-            return Ok(super::Done::Skipped(note));
+            return Ok(Done::Skipped(note));
         }
         if !self.dep.trigger.is_operator()
             && let Some(note) = self.service_already_runs(&resolved).await?
         {
-            return Ok(super::Done::Succeeded(note));
+            return Ok(Done::Succeeded(note));
         }
         self.signature(&resolved).await?;
         let checked = self.verify_manifest(&resolved).await?;
@@ -90,7 +105,7 @@ impl Run<'_> {
             note.push_str(&format!(" (updated from {})", p.image));
         }
         note.push_str(&self.prune_secrets().await);
-        Ok(super::Done::Succeeded(note))
+        Ok(Done::Succeeded(note))
     }
 
     /// The journal's `update` entry of this deployment, if the step began.
@@ -114,7 +129,7 @@ impl Run<'_> {
             return Ok(None);
         }
         let name = self.service_name();
-        let Ok(Some(facts)) = self.engine().service(name).await else {
+        let Ok(Some(facts)) = self.manager().service(name).await else {
             return Ok(None);
         };
         let managed = facts.label(LABEL_MANAGED) == Some("true");
@@ -124,7 +139,7 @@ impl Run<'_> {
         let Some(running) = facts.label(LABEL_DEPLOYMENT).map(str::to_owned) else {
             return Ok(None);
         };
-        let Ok(tasks) = self.engine().service_tasks(name).await else {
+        let Ok(tasks) = self.manager().service_tasks(name).await else {
             return Ok(None);
         };
         let goal = watch::Goal {
@@ -231,7 +246,7 @@ impl Run<'_> {
         image: &str,
     ) -> Result<UpdatePlan, PipelineError> {
         let name = self.service_name();
-        let facts = match self.engine().service(name).await {
+        let facts = match self.manager().service(name).await {
             Ok(f) => f,
             Err(e) => return Err(self.failed_before_begin(Step::Update, e.into()).await),
         };
@@ -309,7 +324,7 @@ impl Run<'_> {
         for (file, secret) in self.swarm_secrets() {
             if let Some(v) = self.app.contained.secrets.get(&file) {
                 let id = self
-                    .engine()
+                    .manager()
                     .ensure_secret(&self.app.name, &secret, v.expose().as_bytes())
                     .await?;
                 secrets.push((file, secret, Some(id)));
@@ -319,7 +334,7 @@ impl Run<'_> {
         let spec = self.service_spec(swarm, r, checked, &plan.image, force, &secrets);
         let creds = self.ctx.registry.credentials(self.app.registry_host());
         for _ in 0..UPDATE_TRIES {
-            let facts = self.engine().service(name).await?;
+            let facts = self.manager().service(name).await?;
             match facts {
                 Some(f) if self.update_landed(&f).await? => {
                     return Ok(Updated {
@@ -334,7 +349,7 @@ impl Run<'_> {
                     .into());
                 }
                 None => {
-                    self.engine()
+                    self.manager()
                         .create_service(spec.clone(), creds.clone())
                         .await?;
                     return Ok(Updated {
@@ -350,7 +365,7 @@ impl Run<'_> {
                 }
                 Some(f) => {
                     match self
-                        .engine()
+                        .manager()
                         .update_service(name, f.version, spec.clone(), creds.clone())
                         .await
                     {
@@ -382,7 +397,7 @@ impl Run<'_> {
         if f.label(LABEL_DEPLOYMENT) == Some(ours.as_str()) {
             return Ok(true);
         }
-        let tasks = self.engine().service_tasks(&f.name).await?;
+        let tasks = self.manager().service_tasks(&f.name).await?;
         Ok(tasks
             .iter()
             .any(|t| t.deployment.as_deref() == Some(ours.as_str())))
@@ -411,14 +426,14 @@ impl Run<'_> {
         let switch = |_: &Converged| {
             Some(GenerationSwitch {
                 app: self.app.name.to_string(),
-                target: self.target.name.clone(),
+                target: self.target.name().to_owned(),
                 generation: Some((self.dep.id, r.digest.to_string(), name.to_owned())),
                 forget: false,
                 route: None,
             })
         };
         self.switching_step(Step::Converge, &intent, switch, || async {
-            watch::watch(self.engine(), &goal, swarm.rollout_timeout)
+            watch::watch(self.manager(), &goal, swarm.rollout_timeout)
                 .await
                 .map_err(|e| match e {
                     watch::WatchError::Failed(f) => StepError::Rollout(f),
@@ -432,12 +447,12 @@ impl Run<'_> {
     /// (one a task still mounts is refused by Swarm and stays for the next deployment).
     async fn prune_secrets(&self) -> String {
         let keep: Vec<String> = self.swarm_secrets().into_iter().map(|(_, n)| n).collect();
-        let Ok(all) = self.engine().app_secrets(&self.app.name).await else {
+        let Ok(all) = self.manager().app_secrets(&self.app.name).await else {
             return String::new();
         };
         let mut removed = 0;
         for name in all.iter().filter(|n| !keep.contains(n)) {
-            if self.engine().remove_secret(name).await.unwrap_or(false) {
+            if self.manager().remove_secret(name).await.unwrap_or(false) {
                 removed += 1;
             }
         }

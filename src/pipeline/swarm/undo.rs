@@ -9,15 +9,15 @@ use crate::engine::{EngineError, LABEL_DEPLOYMENT, UpdateState};
 use crate::pipeline::outcome::Undone;
 use crate::pipeline::records::{Converged, ServiceRemoved, ServiceRollbackIntent, UpdatePlan};
 use crate::pipeline::refusal::Refusal;
-use crate::pipeline::{PipelineError, Run, Step, StepError};
+use crate::pipeline::{PipelineError, Step, StepError, SwarmRun};
 use crate::store::StepState;
 
 /// Log lines of the failed task kept with the deployment.
 const LOG_LINES: usize = 40;
 
-impl Run<'_> {
+impl SwarmRun<'_> {
     /// `Err`: the database is away (the next holder undoes from the journal).
-    pub(in crate::pipeline) async fn undo_service(
+    pub(super) async fn undo_service(
         &self,
         error: &PipelineError,
     ) -> Result<Undone, PipelineError> {
@@ -46,7 +46,7 @@ impl Run<'_> {
             };
             let _: ServiceRemoved = self
                 .step(Step::Rollback, &intent, || async {
-                    Ok(self.engine().remove_service(&plan.service).await?)
+                    Ok(self.manager().remove_service(&plan.service).await?)
                 })
                 .await?;
             return Ok(Undone::note(&format!(
@@ -70,7 +70,7 @@ impl Run<'_> {
         let back: Converged = self
             .step(Step::Rollback, &intent, || async {
                 self.ask_for_rollback(&plan.service).await?;
-                watch::watch(self.engine(), &goal, swarm.rollout_timeout)
+                watch::watch(self.manager(), &goal, swarm.rollout_timeout)
                     .await
                     .map_err(|e| match e {
                         watch::WatchError::Failed(f) => StepError::Rollout(f),
@@ -90,7 +90,7 @@ impl Run<'_> {
     /// Whether the update landed, asked of Swarm (the journal has no result for it).
     async fn landed_now(&self, plan: &UpdatePlan) -> Result<bool, PipelineError> {
         let facts = self
-            .retrying(|| async { Ok(self.engine().service(&plan.service).await?) })
+            .retrying(|| async { Ok(self.manager().service(&plan.service).await?) })
             .await
             .map_err(|source| PipelineError::Failed {
                 step: Step::Rollback,
@@ -112,7 +112,7 @@ impl Run<'_> {
     async fn ask_for_rollback(&self, service: &str) -> Result<(), StepError> {
         let ours = self.dep.id.to_string();
         for _ in 0..super::UPDATE_TRIES {
-            let Some(f) = self.engine().service(service).await? else {
+            let Some(f) = self.manager().service(service).await? else {
                 return Err(Refusal::ServiceGone {
                     name: service.to_owned(),
                 }
@@ -125,7 +125,7 @@ impl Run<'_> {
             if f.label(LABEL_DEPLOYMENT) != Some(ours.as_str()) || rolling {
                 return Ok(());
             }
-            match self.engine().rollback_service(service).await {
+            match self.manager().rollback_service(service).await {
                 Ok(()) => return Ok(()),
                 Err(EngineError::OutOfSequence { .. }) => continue,
                 Err(e) => return Err(e.into()),
@@ -148,7 +148,7 @@ impl Run<'_> {
             return None;
         };
         let task = f.failed_task.as_deref()?;
-        let text = self.engine().task_logs(task, LOG_LINES).await.ok()?;
+        let text = self.manager().task_logs(task, LOG_LINES).await.ok()?;
         (!text.is_empty()).then(|| self.redact(&text))
     }
 }
