@@ -1,4 +1,6 @@
-//! health and switch: the candidate proves itself, then becomes the serving generation.
+//! `health`: the candidate proves itself before any strategy switches to it, over HTTP on
+//! its published port (on a remote engine, by that host's `pier proxy`: `remote.rs`), by
+//! its image's HEALTHCHECK, or by running at all.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

@@ -1,6 +1,6 @@
-//! `signature` (issue 25): before anything is pulled, the resolved digest must carry a
-//! cosign signature that a trusted key verifies and that names exactly this digest (for an
-//! index, the index that was signed, and the platform manifest chosen must be one of its
+//! `signature`: before anything is pulled, the resolved digest must carry a cosign
+//! signature that a trusted key verifies and that names exactly this digest (for an index,
+//! the index that was signed, and the platform manifest chosen must be one of its
 //! entries). Only for an app that must be signed; it changes nothing on the engine.
 //!
 //! Journaled like every step: the intent (the subject and the keys accepted) is committed

@@ -497,11 +497,6 @@ fn no_file_is_longer_than_600_lines_without_a_written_reason() {
     for path in sources() {
         let text = std::fs::read_to_string(&path).expect("read source");
         let lines = text.lines().count();
-        // Regrouped with the pipeline's plans (see the folder-cycle test).
-        let regrouping = ["src/pipeline/blue_green.rs", "src/web/timeline.rs"];
-        if regrouping.iter().any(|r| path.ends_with(r)) {
-            continue;
-        }
         if lines > MAX_FILE_LINES && !text.lines().any(|l| l.starts_with(FILE_REASON)) {
             found.push(format!("{} ({lines} lines)", path.display()));
         }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::APPLY_DEADLINE;
+use super::proxy::APPLY_DEADLINE;
 use crate::pipeline::plan::Placed;
 use crate::pipeline::records::Drained;
 use crate::pipeline::refusal::Refusal;

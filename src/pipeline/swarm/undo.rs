@@ -111,7 +111,7 @@ impl SwarmRun<'_> {
     /// rolled back itself, or an earlier run asked) or a rollback is under way.
     async fn ask_for_rollback(&self, service: &str) -> Result<(), StepError> {
         let ours = self.dep.id.to_string();
-        for _ in 0..super::UPDATE_TRIES {
+        for _ in 0..super::update::UPDATE_TRIES {
             let Some(f) = self.manager().service(service).await? else {
                 return Err(Refusal::ServiceGone {
                     name: service.to_owned(),
