@@ -16,29 +16,36 @@
 //! the result or the failure journaled. A step is the intent it computes (a type in
 //! `records/`) and the side effect it does; nothing else.
 
-mod admit;
+// The plans, one picked per deployment, each with its forward steps and its undo.
 mod alone;
-mod archive;
+mod plan;
+mod rollout;
+mod swarm;
+
+// The strategies a plan on engines replaces a generation by.
 mod blue_green;
+mod recreate;
+mod replace;
+
+// The steps: resolve and signature on any target, the rest on an engine.
+mod archive;
 mod contained;
 mod container;
 mod health;
 mod image;
-mod journal;
-mod outcome;
-mod plan;
-mod quarantine;
-pub(crate) mod records;
-mod recreate;
-mod redact;
-mod refusal;
-mod replace;
 mod rollback;
-mod rollout;
 mod service_images;
 mod services;
 mod signature;
-mod swarm;
+
+// What every run shares: its admission, its journal and records, how it ends.
+mod admit;
+mod journal;
+mod outcome;
+mod quarantine;
+pub(crate) mod records;
+mod redact;
+mod refusal;
 
 pub use health::probe_client;
 

@@ -1,7 +1,9 @@
 //! How one engine's generation is replaced: the strategy axis. `recreate.rs` and
 //! `blue_green/` each implement [`Replace`]; the plan on one engine (`alone.rs`) and a
-//! rollout across several (`rollout/`) run a strategy's steps through it, so neither
-//! matches on the strategy, and no strategy knows how many engines the deployment has.
+//! rollout across several (`rollout/`) run a strategy's steps through it, so neither plan
+//! matches on the strategy. What a step does differently on one engine of several (its
+//! crash point's name, what `switch` keeps for a revert) it reads from its run's
+//! `TargetSet`, not from the strategy.
 //!
 //! Also here: what every strategy does on an engine before its own steps (the candidate
 //! made, [`EngineRun::make_candidate`]) and the no-op check that may spare it all.
