@@ -11,7 +11,10 @@ use crate::actions::Actor;
 
 pub(super) async fn apps(State(s): State<AppState>) -> Result<Json<Vec<AppView>>, WebError> {
     let config = s.current();
-    let snapshot = views::containers_of_all(&s, &config.apps).await;
+    let mut snapshot = views::containers_of_all(&s, &config.apps).await;
+    // `pier status` reads this list: a swarm app's row says what its service runs per
+    // node, as the app's own answer does, not "no service yet".
+    snapshot.add_services(&s.targets, &config.apps).await;
     let mut out = Vec::new();
     for app in &config.apps {
         out.push(views::app_view(&s, app, &snapshot, 10).await?);

@@ -48,14 +48,33 @@ enum Behaviour {
     SlowBody,
 }
 
+/// `header_timeout`: what an attacker holding a connection slot would cost an honest
+/// sender that had to wait for it.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(4);
+
+/// The slowest of five honest webhooks, each answered 200.
+async fn slowest_honest(env: &TestEnv, round: &str) -> Duration {
+    let mut slowest = Duration::ZERO;
+    for n in 0..5 {
+        let body =
+            format!(r#"{{"repository": "demo/nobody", "tag": "main", "id": "{round}-{n}"}}"#);
+        let started = Instant::now();
+        let (status, answer) = env.post_generic(body.as_bytes()).await;
+        slowest = slowest.max(started.elapsed());
+        assert_eq!(status, 200, "{answer}");
+    }
+    slowest
+}
+
 #[tokio::test]
 async fn slow_and_idle_connections_are_cut_off_while_an_honest_webhook_is_answered_at_once() {
     let env = TestEnv::builder()
-        .server_toml("header_timeout = \"2s\"\nrequest_timeout = \"3s\"")
+        .server_toml("header_timeout = \"4s\"\nrequest_timeout = \"5s\"")
         .without_notifications()
         .start()
         .await;
     let addr = format!("127.0.0.1:{}", env.pier_port);
+    let quiet = slowest_honest(&env, "quiet").await;
     let patience = Duration::from_secs(15);
     let mut attackers = tokio::task::JoinSet::new();
     for i in 0..300 {
@@ -69,18 +88,14 @@ async fn slow_and_idle_connections_are_cut_off_while_an_honest_webhook_is_answer
     }
     // Let the attack get going, then send honest webhooks in the middle of it.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let mut slowest = Duration::ZERO;
-    for n in 0..5 {
-        let body = format!(r#"{{"repository": "demo/nobody", "tag": "main", "id": "honest-{n}"}}"#);
-        let started = Instant::now();
-        let (status, answer) = env.post_generic(body.as_bytes()).await;
-        slowest = slowest.max(started.elapsed());
-        assert_eq!(status, 200, "{answer}");
-    }
-    eprintln!("slowest honest webhook during the attack: {slowest:?}");
+    let attacked = slowest_honest(&env, "attacked").await;
+    eprintln!("slowest honest webhook: {quiet:?} before the attack, {attacked:?} during it");
+    // An honest sender queued behind the attackers would wait for a header timeout (4 s)
+    // at least; half of it tells that apart from a loaded machine's slowness (a second
+    // has been seen with a load average of 6 on two cores).
     assert!(
-        slowest < Duration::from_secs(1),
-        "honest webhooks answered within a second: {slowest:?}"
+        attacked < HEADER_TIMEOUT / 2,
+        "honest webhooks answered well within the header timeout: {attacked:?} (before the attack: {quiet:?})"
     );
 
     let mut held = Vec::new();
@@ -101,8 +116,8 @@ async fn slow_and_idle_connections_are_cut_off_while_an_honest_webhook_is_answer
         held[0],
         held[held.len() - 1]
     );
-    // header_timeout 2 s, request_timeout 3 s: all are gone well before 10 s.
-    assert!(held[held.len() - 1] < Duration::from_secs(10), "{held:?}");
+    // header_timeout 4 s, request_timeout 5 s: all are gone well before the 15 s patience.
+    assert!(held[held.len() - 1] < Duration::from_secs(12), "{held:?}");
     env.cleanup().await;
 }
 

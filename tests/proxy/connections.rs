@@ -151,7 +151,9 @@ async fn sigterm_ends_the_proxy_within_its_drain_timeout_despite_idle_clients() 
     let code = proxy.process.terminate(Duration::from_secs(10)).await;
     let took = started.elapsed();
     assert_eq!(code, Some(0), "exited by itself: {}", proxy.process.log());
-    assert!(took < Duration::from_secs(5), "SIGTERM took {took:?}");
+    // Exiting by itself (not killed at 10 s) is the proof; the bound only says it did not
+    // wait for the idle clients, with room for a loaded machine past the 3 s drain.
+    assert!(took < Duration::from_secs(9), "SIGTERM took {took:?}");
     h2.abort();
 }
 

@@ -89,8 +89,11 @@ async fn sigkill_at_random_moments_converges_within_seconds_of_the_restart() {
         took[took.len() * 9 / 10],
         took[took.len() - 1]
     );
+    // What this proves is that the takeover does not wait for the lease (30 s, of which at
+    // least 29 s are left at the kill); the bound leaves a loaded machine room for the
+    // restart and the rest of the deployment.
     assert!(
-        median < Duration::from_secs(3),
+        median < Duration::from_secs(12),
         "median restart-to-convergence {median:?} (the lease is 30 s): {took:?}"
     );
     env.cleanup().await;

@@ -247,9 +247,48 @@ impl Registry {
     }
 }
 
+impl Registry {
+    /// Removes from the local engine every image reference into this registry: a registry
+    /// lives for one test, and a whole run pulls about a thousand images. By reference,
+    /// never by image id: another test's registry may hold the same bytes (the same test
+    /// image), and removing the id would take its image away mid-deployment.
+    fn remove_pulled_images(&self) {
+        let host = format!("{}/", self.host());
+        let format = "{{.Repository}} {{.Tag}} {{.Digest}}";
+        let (ok, out) = docker_cli(&["images", "--digests", "--format", format]);
+        if !ok {
+            return;
+        }
+        let mut refs = Vec::new();
+        for line in out.lines() {
+            let mut f = line.split(' ');
+            let (Some(repo), Some(tag), Some(digest)) = (f.next(), f.next(), f.next()) else {
+                continue;
+            };
+            if !repo.starts_with(&host) {
+                continue;
+            }
+            if tag != "<none>" {
+                refs.push(format!("{repo}:{tag}"));
+            }
+            if digest != "<none>" {
+                refs.push(format!("{repo}@{digest}"));
+            }
+        }
+        refs.sort_unstable();
+        refs.dedup();
+        if !refs.is_empty() {
+            let mut args = vec!["rmi", "--force"];
+            args.extend(refs.iter().map(String::as_str));
+            let _ = docker_cli(&args);
+        }
+    }
+}
+
 impl Drop for Registry {
     fn drop(&mut self) {
         self.stop();
+        self.remove_pulled_images();
         if std::thread::panicking()
             && let Some(dir) = self.dir.take()
         {
