@@ -100,6 +100,9 @@ async fn after_a_sigkill_waiting_deployments_still_wait_and_each_runs_exactly_on
     })
     .await;
     for app in [&approved, &windowed_name] {
+        // A recreate container answers before its deployment's health, switch and retire
+        // are journaled: wait for the deployment to end before reading its rows.
+        latest_of(&env, app, "succeeded").await;
         let rows = env.deployment_rows(app).await;
         assert_eq!(rows.len(), 1, "{rows:?}");
         assert_eq!(rows[0].state, "succeeded", "{rows:?}");
