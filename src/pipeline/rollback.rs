@@ -3,7 +3,7 @@
 //! every container `stop_old` stopped is started again.
 
 use super::outcome::Undone;
-use super::records::{Candidate, OldGeneration, RollbackIntent, RolledBack, Unobserved};
+use super::records::{Candidate, OldGeneration, RollbackIntent, RolledBack, own_intent};
 use super::{EngineRun, PipelineError, Step, StepError, error_chain};
 use crate::store::{StepRecord, StepState};
 
@@ -121,12 +121,11 @@ impl EngineRun<'_> {
         let restore: Vec<String> = match own_step(steps, Step::StopOld) {
             // After a revert the previous generation already runs and serves.
             _ if reverted.is_some() => vec![],
-            Some(r) if !Unobserved::is(&r.intent) => {
-                serde_json::from_value::<OldGeneration>(r.intent.clone())
-                    .map_err(|e| PipelineError::journal(Step::StopOld, "intent", e))?
-                    .running
-            }
-            _ => vec![],
+            Some(r) => own_intent::<OldGeneration>(&r.intent)
+                .map_err(|e| PipelineError::journal(Step::StopOld, "intent", e))?
+                .map(|old| old.running)
+                .unwrap_or_default(),
+            None => vec![],
         };
         Ok(RollbackIntent {
             candidates,

@@ -547,3 +547,71 @@ async fn the_long_poll_waits_past_the_request_timeout_until_the_deployment_is_fi
     assert_eq!(done["state"], "succeeded", "{done:#}");
     env.cleanup().await;
 }
+
+/// A stop that lands before `stop_old` (asked while `create` ran, honoured when the resumed
+/// deployment reaches `stop_old`) journals the stop in that step's place. The rollback
+/// then has no old generation to start again, the old one never stopped and still serves,
+/// and the candidate is removed: before, it read the stop's record as the step's own
+/// intent and the rollback failed.
+#[tokio::test]
+async fn a_stop_asked_while_the_candidate_is_created_ends_cancelled_at_stop_old() {
+    let mut env = TestEnv::builder().lease("3s").start().await;
+    let app = env.app().to_owned();
+    let token = env.admin_token.clone();
+    let v1 = env.push(&TestImage::healthy("v1"), "main").await;
+    env.wait_app_version("v1", DEPLOY).await;
+    let first = env.latest_final_of(&app, &[], DEPLOY).await;
+    env.pier_mut()
+        .restart_with(|c| c.env("PIER_PAUSE_AT", "create:after"))
+        .await;
+
+    env.push(&TestImage::healthy("v2"), "main").await;
+    env.pier()
+        .wait_for_log("PIER_PAUSE_AT reached", DEPLOY)
+        .await;
+    let running = env
+        .deployment_rows(&app)
+        .await
+        .pop()
+        .expect("v2's deployment");
+    assert_ne!(Some(running.id.as_str()), first["id"].as_str());
+    // The paused process holds a worker thread for good, so the stop is asked of Pier's
+    // web side served by this test on the same database, as another `pier serve` would.
+    let web = web_only(&env).await;
+    let resp = reqwest::Client::new()
+        .post(format!(
+            "{}/api/deployments/{}/cancel",
+            web.base, running.id
+        ))
+        .bearer_auth(&token)
+        .json(&json!({}))
+        .send()
+        .await
+        .expect("the web side answers");
+    assert_eq!(resp.status().as_u16(), 202);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["result"], "stop_requested", "{body}");
+    env.pier_mut().kill();
+    env.pier_mut()
+        .restart_with(|c| c.without_env("PIER_PAUSE_AT"))
+        .await;
+
+    let done = long_poll(&env, &running.id, "28s").await;
+    assert_eq!(done["state"], "cancelled", "{done:#}");
+    let steps = done["steps"].as_array().unwrap();
+    let stopped = steps
+        .iter()
+        .find(|s| s["state"] == "failed")
+        .expect("a failed step");
+    assert_eq!(stopped["step"], "stop_old", "{done:#}");
+    assert!(
+        steps
+            .iter()
+            .any(|s| s["step"] == "rollback" && s["state"] == "succeeded"),
+        "{done:#}"
+    );
+    env.wait_app_version("v1", Duration::from_secs(20)).await;
+    assert_eq!(env.running_digests_of(&app).await, vec![v1]);
+    assert_eq!(env.engine.containers_of_app(&app).await.len(), 1);
+    env.cleanup().await;
+}

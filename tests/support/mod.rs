@@ -65,6 +65,7 @@ mod signin;
 mod sse;
 /// Issue 24: a two-node swarm of namespaced engines (`support::swarm::Swarm`).
 pub mod swarm;
+mod web_only;
 
 #[allow(unused_imports)] // only the signature tests sign images
 pub use cosign::*;
@@ -97,6 +98,8 @@ pub use reload::*;
 pub use signin::*;
 #[allow(unused_imports)] // only the live-page tests read event streams
 pub use sse::*;
+#[allow(unused_imports)] // only some tests serve the web side in-process
+pub use web_only::*;
 
 // ---------------------------------------------------------------------------------------------
 // Small utilities

@@ -61,6 +61,19 @@ impl Unobserved {
     }
 }
 
+/// A journaled step's own intent, as `T`; `None` when the row holds one of the markers
+/// written in its place (the step never observed anything, or an operator stopped the
+/// deployment before it). An undo reads what a step did through this: read as `T`, a
+/// stop's marker failed the rollback of every deployment stopped at `stop_old`.
+pub(crate) fn own_intent<T: serde::de::DeserializeOwned>(
+    intent: &Value,
+) -> Result<Option<T>, serde_json::Error> {
+    if Unobserved::is(intent) || serde_json::from_value::<StopRequest>(intent.clone()).is_ok() {
+        return Ok(None);
+    }
+    serde_json::from_value(intent.clone()).map(Some)
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -80,5 +93,15 @@ mod tests {
         assert_eq!(none, json!({}));
         assert!(Unobserved::is(&none));
         assert!(!Unobserved::is(&json!({ "running": [] })));
+    }
+
+    #[test]
+    fn an_undo_reads_no_intent_from_a_stop_or_an_unobserved_marker() {
+        let read = |v: Value| own_intent::<OldGeneration>(&v).unwrap();
+        assert!(read(json!({})).is_none());
+        assert!(read(json!({ "stop_requested_by": "admin" })).is_none());
+        let old = read(json!({ "running": ["c1"] })).expect("a recorded intent");
+        assert_eq!(old.running, ["c1"]);
+        assert!(own_intent::<OldGeneration>(&json!({ "other": 1 })).is_err());
     }
 }

@@ -9,7 +9,7 @@ use super::{Rollout, Switched, Up};
 use crate::pipeline::outcome::Undone;
 use crate::pipeline::plan::Placed;
 use crate::pipeline::records::{
-    Candidate, GenerationRef, OldGeneration, RevertToIntent, RevertedTo, Unobserved,
+    Candidate, GenerationRef, OldGeneration, RevertToIntent, RevertedTo, own_intent,
 };
 use crate::pipeline::refusal::Refusal;
 use crate::pipeline::replace::Replace;
@@ -247,10 +247,10 @@ impl EngineRun<'_> {
             }
         }
         let mut restart = Vec::new();
-        for s in own(Step::StopOld).filter(|s| !Unobserved::is(&s.intent)) {
-            let old: OldGeneration = serde_json::from_value(s.intent.clone())
+        for s in own(Step::StopOld) {
+            let old = own_intent::<OldGeneration>(&s.intent)
                 .map_err(|e| PipelineError::journal(Step::StopOld, "intent", e))?;
-            restart.extend(old.running);
+            restart.extend(old.into_iter().flat_map(|o| o.running));
         }
         Ok(RevertToIntent {
             to,
