@@ -60,9 +60,57 @@
     });
   }
 
+  // An app's log, followed: lines are added as text (never as HTML), at most MAX_LINES
+  // are kept, and Pause closes the stream; Resume opens it again from the last line's
+  // time, skipping what was shown already.
+  var MAX_LINES = 5000;
+  function follow(pre) {
+    if (!window.EventSource) return;
+    var button = document.querySelector(".log-pause");
+    var state = document.querySelector(".log-state");
+    var es = null, last = "";
+    pre.querySelectorAll(".log-line").forEach(function (l) {
+      if (l.getAttribute("data-at") > last) last = l.getAttribute("data-at");
+    });
+    var add = function (e) {
+      var line = JSON.parse(e.data);
+      if (last && line.at && line.at <= last) return;
+      if (line.at) last = line.at;
+      var span = document.createElement("span");
+      span.className = "log-line " + (line.stream === "stderr" ? "stderr" : "stdout");
+      span.textContent = line.text + "\n";
+      pre.appendChild(span);
+      while (pre.childNodes.length > MAX_LINES) pre.removeChild(pre.firstChild);
+      pre.scrollTop = pre.scrollHeight;
+    };
+    var open = function () {
+      var url = pre.getAttribute("data-log");
+      url += (url.indexOf("?") < 0 ? "?" : "&") + "tail=0";
+      if (last) url += "&since=" + encodeURIComponent(last);
+      es = new EventSource(url);
+      es.addEventListener("line", add);
+      es.addEventListener("end", function (e) {
+        state.textContent = "the log ended: " + JSON.parse(e.data).error;
+        es.close();
+      });
+      es.addEventListener("open", function () { state.textContent = "following"; });
+      button.textContent = "Pause";
+    };
+    button.hidden = false;
+    button.addEventListener("click", function () {
+      if (es && es.readyState !== 2) {
+        es.close(); es = null; button.textContent = "Resume"; state.textContent = "paused";
+      } else {
+        open();
+      }
+    });
+    open();
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     times(document);
     setInterval(function () { times(document); }, 30000);
     document.querySelectorAll("[data-live]").forEach(live);
+    document.querySelectorAll("pre.log[data-log]").forEach(follow);
   });
 })();

@@ -147,6 +147,73 @@ impl Client {
         self.send(req, Duration::ZERO).await
     }
 
+    /// A newline-delimited JSON answer, handed to `each` line by line as it arrives: a
+    /// followed log goes on for as long as the server sends it, so only the connection and
+    /// the first answer have deadlines; `bounded` gives the whole answer one too. A line
+    /// longer than [`MAX_ANSWER`] ends it.
+    pub(super) async fn get_lines(
+        &self,
+        path: &str,
+        bounded: bool,
+        mut each: impl FnMut(Value),
+    ) -> Result<(), ClientError> {
+        let mut req = self
+            .http
+            .get(self.url(path))
+            .header(reqwest::header::ACCEPT, "application/x-ndjson");
+        if bounded {
+            req = req.timeout(ANSWER_DEADLINE);
+        }
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t.expose());
+        }
+        let send = tokio::time::timeout(ANSWER_DEADLINE, req.send());
+        let resp = match send.await {
+            Ok(r) => r.map_err(|e| self.transport(&e, ANSWER_DEADLINE))?,
+            Err(_) => {
+                return Err(ClientError::Timeout {
+                    url: self.base.clone(),
+                    after: humantime::format_duration(ANSWER_DEADLINE).to_string(),
+                });
+            }
+        };
+        let status = resp.status();
+        if !status.is_success() {
+            let body = self.read(resp, ANSWER_DEADLINE).await?;
+            return Err(self.refused(status, &body));
+        }
+        self.each_line(resp, &mut each).await
+    }
+
+    async fn each_line(
+        &self,
+        mut resp: reqwest::Response,
+        each: &mut impl FnMut(Value),
+    ) -> Result<(), ClientError> {
+        let mut pending: Vec<u8> = Vec::new();
+        while let Some(chunk) = resp
+            .chunk()
+            .await
+            .map_err(|e| self.transport(&e, ANSWER_DEADLINE))?
+        {
+            pending.extend_from_slice(&chunk);
+            while let Some(end) = pending.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = pending.drain(..=end).collect();
+                let v = serde_json::from_slice(&line).map_err(|e| ClientError::BadAnswer {
+                    url: self.base.clone(),
+                    reason: e.to_string(),
+                })?;
+                each(v);
+            }
+            if pending.len() > MAX_ANSWER {
+                return Err(ClientError::TooLarge {
+                    url: self.base.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
     fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }

@@ -18,6 +18,7 @@ mod check;
 mod client;
 pub(crate) mod contained;
 mod credentials;
+mod logs;
 mod operator;
 mod server_commands;
 mod status;
@@ -161,6 +162,9 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// An app's log as its engine keeps it (the serving container's, or a deployment's),
+    /// with the app's secrets masked; `-f` follows it.
+    Logs(logs::LogsArgs),
     /// Check a Pier URL and your token, and keep both for the operator's commands in a
     /// file only you can read ($XDG_CONFIG_HOME/pier/credentials, mode 0600). The token
     /// is read from PIER_TOKEN, --token-file, or standard input.
@@ -271,6 +275,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Login { server } => credentials::login(remote, server).await,
         Command::Logout => credentials::logout(),
         Command::Status { json } => status::run(remote, json).await,
+        Command::Logs(args) => logs::run(remote, args).await,
         c @ (Command::Serve
         | Command::Worker
         | Command::Proxy { .. }

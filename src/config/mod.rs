@@ -321,6 +321,21 @@ impl AppConfig {
     pub(crate) fn published_publicly(&self) -> bool {
         self.publish.is_some_and(|a| a.ip().is_unspecified())
     }
+    /// Every value of this app and its further services that came from a secret reference
+    /// (`env:`, `file:`): what is masked wherever the app's output is shown.
+    pub(crate) fn secret_values(&self) -> Vec<&str> {
+        std::iter::once(self)
+            .chain(&self.services)
+            .flat_map(|a| {
+                a.env
+                    .values()
+                    .filter(|v| v.origin() == Origin::Reference)
+                    .chain(a.contained.secrets.values())
+            })
+            .map(Secret::expose)
+            .collect()
+    }
+
     /// The primary service's name, then the others', in the order they are deployed.
     pub(crate) fn service_names(&self) -> Vec<&str> {
         std::iter::once(self.contained.service.as_str())

@@ -5,6 +5,7 @@ mod archive;
 mod connect;
 mod containers;
 mod deadline;
+mod logs;
 mod resources;
 mod services;
 mod transport;
@@ -19,6 +20,7 @@ use bollard::query_parameters::CreateImageOptionsBuilder;
 use futures_util::StreamExt;
 
 use crate::domain::Platform;
+pub use logs::{LogLine, LogQuery, LogSource, LogStream, MAX_LINE};
 pub use containers::{ContainedSpec, ContainerFacts, ContainerSpec, Health, Removed, Stopped};
 use deadline::Call;
 pub use resources::{

@@ -25,6 +25,15 @@ impl EngineView {
         self.0.managed_containers(app, deployment).await
     }
 
+    /// A container's or a Swarm service's log (see `logs.rs`).
+    pub(crate) async fn logs(
+        &self,
+        source: &super::LogSource,
+        q: &super::LogQuery,
+    ) -> Result<impl futures_util::Stream<Item = Result<super::LogLine>> + Send + use<>> {
+        self.0.logs(source, q).await
+    }
+
     /// The service `name` of a swarm manager, its tasks and the swarm's nodes; `None`
     /// when there is no such service.
     pub(crate) async fn service(

@@ -44,7 +44,7 @@ mod journal;
 mod outcome;
 mod quarantine;
 pub(crate) mod records;
-mod redact;
+pub(crate) mod redact;
 mod refusal;
 
 pub use health::probe_client;

@@ -10,7 +10,6 @@ use sha2::Sha256;
 
 use super::Run;
 use super::plan::Placed;
-use crate::config::Origin;
 
 /// The shortest secret masked: anything shorter would mask ordinary words.
 const MIN_SECRET: usize = 4;
@@ -70,16 +69,7 @@ impl<P: Placed> Run<'_, P> {
     /// The candidate's logs are shown on the status page: env values that came from a
     /// secret reference are masked, in case the app printed them.
     pub(super) fn redact(&self, text: &str) -> String {
-        let secrets = std::iter::once(self.app)
-            .chain(&self.app.services)
-            .flat_map(|a| {
-                a.env
-                    .values()
-                    .filter(|v| v.origin() == Origin::Reference)
-                    .chain(a.contained.secrets.values())
-            })
-            .map(|v| v.expose());
-        storable(&redact(text, secrets))
+        storable(&redact(text, self.app.secret_values()))
     }
 
     pub(super) fn keyed_hash(&self, text: &str) -> String {

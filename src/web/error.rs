@@ -29,6 +29,10 @@ pub enum WebError {
     UnsupportedMediaType(String),
     #[error("database unavailable, retry later")]
     Unavailable,
+    /// Something else is away or full for now (an engine, the log followers): 503 with the
+    /// reason, and a `Retry-After`.
+    #[error("{0}")]
+    Busy(String),
     #[error("internal error")]
     Internal(String),
 }
@@ -73,7 +77,7 @@ impl WebError {
             WebError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             WebError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             WebError::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
-            WebError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            WebError::Unavailable | WebError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
             WebError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -92,7 +96,7 @@ impl WebError {
     fn finish(&self, mut resp: Response) -> Response {
         *resp.status_mut() = self.status();
         match self {
-            WebError::Unavailable => {
+            WebError::Unavailable | WebError::Busy(_) => {
                 resp.headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
             }

@@ -14,6 +14,8 @@ mod error;
 mod format;
 pub mod guard;
 mod hooks;
+mod logs;
+mod logs_page;
 mod pages;
 pub mod server;
 pub(crate) mod swarm_rows;
@@ -100,6 +102,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/apps", get(api::apps))
         .route("/api/apps/{app}", get(api::app))
         .route("/api/apps/{app}/deploy", post(api::deploy))
+        .route("/api/apps/{app}/logs", get(logs::api))
         .route("/api/whoami", get(api::whoami))
         // Operator actions and the long-poll: api_actions.rs.
         .route("/api/deployments/{id}/cancel", post(api_actions::cancel))

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tower_http::csrf::CsrfLayer;
 
 use super::guard::Guard;
-use super::{AppState, forms, gates, live, pages, session, streams};
+use super::{AppState, forms, gates, live, logs_page, pages, session, streams};
 use crate::store::Store;
 
 /// What the browser side keeps in memory: all bounded, none of it written to the database.
@@ -29,6 +29,8 @@ pub struct PageState {
     /// gets one hash at a time and cannot take the two above from honest operators.
     pub braked_password_slot: Semaphore,
     pub live: Arc<live::Hub>,
+    /// One permit per log followed now, the API's and the pages' together.
+    pub log_followers: Arc<Semaphore>,
 }
 
 impl PageState {
@@ -38,6 +40,7 @@ impl PageState {
             password_slots: Semaphore::new(2),
             braked_password_slot: Semaphore::new(1),
             live: live::Hub::new(store, shutdown),
+            log_followers: Arc::new(Semaphore::new(super::logs::MAX_FOLLOWERS)),
         })
     }
 }
@@ -70,6 +73,8 @@ pub(crate) fn routes(state: &AppState) -> Router<AppState> {
         .route("/login", get(session::login_form))
         .route("/apps/{app}", get(pages::app))
         .route("/apps/{app}/events", get(streams::app_events))
+        .route("/apps/{app}/logs", get(logs_page::page))
+        .route("/apps/{app}/logs/events", get(logs_page::events))
         .route("/deployments/{id}", get(pages::deployment))
         .route("/deployments/{id}/events", get(streams::deployment_events))
         .route("/deliveries", get(pages::deliveries))
