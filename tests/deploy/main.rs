@@ -14,6 +14,7 @@ mod cli;
 mod crash_safety;
 mod hostile_registry;
 mod in_process;
+mod logs;
 mod notifications;
 mod operator_actions;
 mod promotion;
