@@ -60,46 +60,71 @@
     });
   }
 
-  // An app's log, followed: lines are added as text (never as HTML), at most MAX_LINES
-  // are kept, and Pause closes the stream; Resume opens it again from the last line's
-  // time, skipping what was shown already.
-  var MAX_LINES = 5000;
-  function follow(pre) {
+  // A log view: the log followed over server-sent events from the last line shown on.
+  // Lines are added as text (never as HTML), at most MAX_LINES are kept, and the view
+  // scrolls with them unless the reader scrolled up. Pause closes the stream; Resume, or
+  // a stream that ended (the container was replaced, Pier restarted), opens it again from
+  // the last line's time, skipping lines shown already.
+  var MAX_LINES = 2000;
+  function follow(view) {
     if (!window.EventSource) return;
-    var button = document.querySelector(".log-pause");
-    var state = document.querySelector(".log-state");
-    var es = null, last = "";
-    pre.querySelectorAll(".log-line").forEach(function (l) {
-      if (l.getAttribute("data-at") > last) last = l.getAttribute("data-at");
+    var pre = view.querySelector("pre.log");
+    var button = view.querySelector(".log-pause");
+    var state = view.querySelector(".log-state");
+    var es = null, retry = null, paused = false, wait = 2000, last = "";
+    var shown = pre.querySelectorAll(".log-line");
+    shown.forEach(function (l) {
+      var at = l.getAttribute("data-at");
+      if (at > last) last = at;
     });
     var add = function (e) {
       var line = JSON.parse(e.data);
-      if (last && line.at && line.at <= last) return;
-      if (line.at) last = line.at;
+      if (line.at) {
+        if (last && line.at <= last) return;
+        last = line.at;
+      }
+      var stick = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
       var span = document.createElement("span");
-      span.className = "log-line " + (line.stream === "stderr" ? "stderr" : "stdout");
+      span.className = "log-line" + (line.stream === "stderr" ? " stderr" : "");
       span.textContent = line.text + "\n";
       pre.appendChild(span);
       while (pre.childNodes.length > MAX_LINES) pre.removeChild(pre.firstChild);
-      pre.scrollTop = pre.scrollHeight;
+      if (stick) pre.scrollTop = pre.scrollHeight;
+      wait = 2000;
+    };
+    var url = function () {
+      var u = view.getAttribute("data-log");
+      u += u.indexOf("?") < 0 ? "?" : "&";
+      if (last) return u + "since=" + encodeURIComponent(last) + "&tail=" + MAX_LINES;
+      return u + "tail=" + (shown.length ? 0 : (view.getAttribute("data-tail") || 100));
+    };
+    var close = function () {
+      if (es) { es.close(); es = null; }
+      if (retry) { clearTimeout(retry); retry = null; }
+    };
+    var again = function (why) {
+      close();
+      if (paused) return;
+      state.textContent = why + "; trying again";
+      retry = setTimeout(open, wait);
+      wait = Math.min(wait * 2, 60000);
     };
     var open = function () {
-      var url = pre.getAttribute("data-log");
-      url += (url.indexOf("?") < 0 ? "?" : "&") + "tail=0";
-      if (last) url += "&since=" + encodeURIComponent(last);
-      es = new EventSource(url);
-      es.addEventListener("line", add);
-      es.addEventListener("end", function (e) {
-        state.textContent = "the log ended: " + JSON.parse(e.data).error;
-        es.close();
-      });
+      close();
+      es = new EventSource(url());
       es.addEventListener("open", function () { state.textContent = "following"; });
+      es.addEventListener("line", add);
+      es.addEventListener("end", function (e) { again("the log ended: " + e.data); });
+      es.addEventListener("error", function () { again("disconnected"); });
       button.textContent = "Pause";
     };
     button.hidden = false;
     button.addEventListener("click", function () {
-      if (es && es.readyState !== 2) {
-        es.close(); es = null; button.textContent = "Resume"; state.textContent = "paused";
+      paused = !paused;
+      if (paused) {
+        close();
+        button.textContent = "Resume";
+        state.textContent = "paused";
       } else {
         open();
       }
@@ -111,6 +136,6 @@
     times(document);
     setInterval(function () { times(document); }, 30000);
     document.querySelectorAll("[data-live]").forEach(live);
-    document.querySelectorAll("pre.log[data-log]").forEach(follow);
+    document.querySelectorAll(".log-view[data-log]").forEach(follow);
   });
 })();

@@ -14,6 +14,9 @@ use crate::config::Secret;
 const CONNECT_DEADLINE: Duration = Duration::from_secs(5);
 /// A whole answer, body included; a long-poll gets its wait on top.
 const ANSWER_DEADLINE: Duration = Duration::from_secs(30);
+/// How long a followed answer may send nothing at all: the server sends a keep-alive after
+/// 15 s without a line, so this much silence is a dead link or a dead server.
+const QUIET_DEADLINE: Duration = Duration::from_secs(45);
 /// The largest answer read (`GET /api/apps` of a few hundred apps is well below it).
 const MAX_ANSWER: usize = 16 << 20;
 /// Text of the server's own quoted in an error, at most.
@@ -147,63 +150,63 @@ impl Client {
         self.send(req, Duration::ZERO).await
     }
 
-    /// A newline-delimited JSON answer, handed to `each` line by line as it arrives: a
-    /// followed log goes on for as long as the server sends it, so only the connection and
-    /// the first answer have deadlines; `bounded` gives the whole answer one too. A line
-    /// longer than [`MAX_ANSWER`] ends it.
+    /// A newline-delimited JSON answer, handed to `each` line by line as it arrives, until
+    /// it ends or `each` says to stop (false). Blank lines are the server's keep-alives.
+    /// Read once, the whole answer has the usual deadline; followed (`follows`), it goes
+    /// on as long as the server sends, but never quiet for longer than
+    /// [`QUIET_DEADLINE`]. A line longer than [`MAX_ANSWER`] ends it.
     pub(super) async fn get_lines(
         &self,
         path: &str,
-        bounded: bool,
-        mut each: impl FnMut(Value),
+        follows: bool,
+        mut each: impl FnMut(Value) -> bool,
     ) -> Result<(), ClientError> {
         let mut req = self
             .http
             .get(self.url(path))
             .header(reqwest::header::ACCEPT, "application/x-ndjson");
-        if bounded {
+        if !follows {
             req = req.timeout(ANSWER_DEADLINE);
         }
         if let Some(t) = &self.token {
             req = req.bearer_auth(t.expose());
         }
-        let send = tokio::time::timeout(ANSWER_DEADLINE, req.send());
-        let resp = match send.await {
-            Ok(r) => r.map_err(|e| self.transport(&e, ANSWER_DEADLINE))?,
-            Err(_) => {
-                return Err(ClientError::Timeout {
-                    url: self.base.clone(),
-                    after: humantime::format_duration(ANSWER_DEADLINE).to_string(),
-                });
-            }
+        let timeout = |after: Duration| ClientError::Timeout {
+            url: self.base.clone(),
+            after: humantime::format_duration(after).to_string(),
         };
+        let resp = tokio::time::timeout(ANSWER_DEADLINE, req.send())
+            .await
+            .map_err(|_| timeout(ANSWER_DEADLINE))?
+            .map_err(|e| self.transport(&e, ANSWER_DEADLINE))?;
         let status = resp.status();
         if !status.is_success() {
             let body = self.read(resp, ANSWER_DEADLINE).await?;
             return Err(self.refused(status, &body));
         }
-        self.each_line(resp, &mut each).await
-    }
-
-    async fn each_line(
-        &self,
-        mut resp: reqwest::Response,
-        each: &mut impl FnMut(Value),
-    ) -> Result<(), ClientError> {
+        let mut resp = resp;
         let mut pending: Vec<u8> = Vec::new();
-        while let Some(chunk) = resp
-            .chunk()
-            .await
-            .map_err(|e| self.transport(&e, ANSWER_DEADLINE))?
-        {
+        loop {
+            let chunk = tokio::time::timeout(QUIET_DEADLINE, resp.chunk())
+                .await
+                .map_err(|_| timeout(QUIET_DEADLINE))?
+                .map_err(|e| self.transport(&e, ANSWER_DEADLINE))?;
+            let Some(chunk) = chunk else {
+                return Ok(());
+            };
             pending.extend_from_slice(&chunk);
             while let Some(end) = pending.iter().position(|b| *b == b'\n') {
                 let line: Vec<u8> = pending.drain(..=end).collect();
+                if line.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
                 let v = serde_json::from_slice(&line).map_err(|e| ClientError::BadAnswer {
                     url: self.base.clone(),
                     reason: e.to_string(),
                 })?;
-                each(v);
+                if !each(v) {
+                    return Ok(());
+                }
             }
             if pending.len() > MAX_ANSWER {
                 return Err(ClientError::TooLarge {
@@ -211,7 +214,6 @@ impl Client {
                 });
             }
         }
-        Ok(())
     }
 
     fn url(&self, path: &str) -> String {

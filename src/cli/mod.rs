@@ -3,10 +3,10 @@
 //! - the server's own (`serve`, `worker`, `proxy`, `migrate`, `reload`, `import`,
 //!   `volumes`, `check`) read the config file and its secrets: [`server_commands`], [`check`];
 //! - what an operator does (`deploy`, `rollback`, `unpin`, `cancel`, `approve`, `reject`,
-//!   `override`, `freeze`, `unfreeze`, `status`) is a client of a running Pier's HTTP API
+//!   `override`, `freeze`, `unfreeze`, `status`, `logs`) is a client of a running Pier's HTTP API
 //!   with the caller's own token, like `docker` or `kubectl`: it needs neither the config,
 //!   nor anyone else's secret, nor the database: [`operator`], [`status`], [`client`],
-//!   [`credentials`].
+//!   [`credentials`], [`logs`].
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -162,8 +162,8 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// An app's log as its engine keeps it (the serving container's, or a deployment's),
-    /// with the app's secrets masked; `-f` follows it.
+    /// Print an app's log as its engine keeps it (the serving container's, a deployment's,
+    /// or a Swarm service's), with the app's secrets masked; `-f` follows it.
     Logs(logs::LogsArgs),
     /// Check a Pier URL and your token, and keep both for the operator's commands in a
     /// file only you can read ($XDG_CONFIG_HOME/pier/credentials, mode 0600). The token

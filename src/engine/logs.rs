@@ -1,12 +1,13 @@
 //! An app's output as the engine keeps it: a container's or a Swarm service's log, as
 //! lines with their stream and time, read by a task of its own into a small bounded
 //! channel. A reader that is slow (a browser on a bad link) fills the channel, and the task
-//! then stops reading from the engine: the engine and the TCP window hold the backlog,
-//! never Pier's memory. A reader that goes away ends the task.
+//! then stops reading from the engine: the engine and the socket buffers hold the backlog,
+//! never Pier's memory. A reader that goes away ends the task at once, even while the app
+//! writes nothing.
 
 use bollard::container::LogOutput;
 use bollard::query_parameters::LogsOptionsBuilder;
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SecondsFormat, Utc};
 use futures_util::{Stream, StreamExt};
 use serde::Serialize;
 use tokio::sync::mpsc;
@@ -16,8 +17,11 @@ use super::{Engine, EngineError, Result, err, status_of};
 
 /// A line longer than this is cut (and marked): one endless line is no way to fill memory.
 pub const MAX_LINE: usize = 16 * 1024;
+/// Bytes kept of a line beyond [`MAX_LINE`] until its reader cuts it: room for the
+/// engine's timestamp, and for masking a secret that the cut would split.
+const SLACK: usize = 4096;
 /// Lines read ahead of the reader at most.
-const AHEAD: usize = 64;
+const AHEAD: usize = 32;
 
 /// Which of a container's outputs a line came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -30,9 +34,41 @@ pub enum LogStream {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LogLine {
     pub stream: LogStream,
-    /// When the engine received it (its own timestamp).
+    /// When the engine received it (its own timestamp), always with nine digits of
+    /// fraction, so that the text sorts as the time does.
+    #[serde(serialize_with = "nanos")]
     pub at: Option<DateTime<Utc>>,
     pub text: String,
+    /// The app wrote more of this line than is kept.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub cut: bool,
+}
+
+fn nanos<S: serde::Serializer>(
+    at: &Option<DateTime<Utc>>,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    match at {
+        Some(t) => s.serialize_str(&t.to_rfc3339_opts(SecondsFormat::Nanos, true)),
+        None => s.serialize_none(),
+    }
+}
+
+impl LogLine {
+    /// Cuts the text at [`MAX_LINE`] bytes (on a character boundary) and marks it, if it is
+    /// longer or was cut already. Readers call this after masking: a secret is masked
+    /// whole before any cut can split it.
+    pub(crate) fn cut_to_max(&mut self) {
+        if self.text.len() > MAX_LINE || self.cut {
+            let mut end = MAX_LINE.min(self.text.len());
+            while !self.text.is_char_boundary(end) {
+                end -= 1;
+            }
+            self.text.truncate(end);
+            self.text.push_str(" … [line cut]");
+            self.cut = true;
+        }
+    }
 }
 
 /// What to read: the last `tail` lines (of those since `since`), then, with `follow`, what
@@ -53,9 +89,10 @@ pub enum LogSource {
 
 impl Engine {
     /// The log of `source`, as lines; one that is gone ends the stream with an error that
-    /// says so. Without `follow` the whole read has a read's deadline; callers find the
-    /// source first (an inspect, within its own deadline), so a hung engine is found out
-    /// before a follow starts.
+    /// says so. Read once (no `follow`), each answer of the engine has a read's deadline;
+    /// followed, the log lasts as long as its reader wants it. Callers find the source
+    /// first (an inspect or a list, within its own deadline), so a hung engine is found
+    /// out before a follow starts.
     pub(crate) async fn logs(
         &self,
         source: &LogSource,
@@ -72,6 +109,7 @@ impl Engine {
             .follow(q.follow)
             .tail(&q.tail.to_string());
         if let Some(since) = q.since {
+            // Whole seconds: the reader drops what is earlier within the second.
             options = options.since(i32::try_from(since.timestamp()).unwrap_or(i32::MAX));
         }
         let options = options.build();
@@ -85,81 +123,103 @@ impl Engine {
                 })
             })
             .await?;
-        let (tx, rx) = mpsc::channel(AHEAD);
-        let (deadline, follow) = (Call::Read.deadline(), q.follow);
-        let engine = self.name.clone();
-        tokio::spawn(async move {
-            let read = pump(raw, Lines::default(), tx, action.clone());
-            // Followed, the log lasts as long as its reader wants it; read once, it is a
-            // read like any other.
-            if follow {
-                read.await;
-            } else if tokio::time::timeout(deadline, read).await.is_err() {
-                tracing::debug!(%engine, %action, "log read cut at its deadline");
-            }
-        });
-        Ok(tokio_stream_of(rx))
+        let (tx, mut rx) = mpsc::channel(AHEAD);
+        let pump = Pump {
+            action,
+            engine: self.name.to_string(),
+            // Followed, a quiet app may write nothing for hours.
+            deadline: (!q.follow).then(|| Call::Read.deadline()),
+            tx,
+        };
+        tokio::spawn(pump.run(raw));
+        Ok(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)))
     }
 }
 
-fn tokio_stream_of<T: Send + 'static>(
-    mut rx: mpsc::Receiver<T>,
-) -> impl Stream<Item = T> + Send + 'static {
-    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+/// Reads the engine's answer into the channel line by line, until either side ends.
+struct Pump {
+    action: String,
+    engine: String,
+    /// How long the engine may take to send the next part of a log read once.
+    deadline: Option<std::time::Duration>,
+    tx: mpsc::Sender<Result<LogLine>>,
 }
 
-/// Reads `raw` into `tx` line by line, until either side ends.
-async fn pump(
-    mut raw: impl Stream<Item = std::result::Result<LogOutput, bollard::errors::Error>> + Unpin,
-    mut lines: Lines,
-    tx: mpsc::Sender<Result<LogLine>>,
-    action: String,
-) {
-    while let Some(chunk) = raw.next().await {
-        let (stream, bytes) = match chunk {
-            Ok(LogOutput::StdOut { message }) | Ok(LogOutput::Console { message }) => {
-                (LogStream::Stdout, message)
+type Raw = std::pin::Pin<
+    Box<dyn Stream<Item = std::result::Result<LogOutput, bollard::errors::Error>> + Send>,
+>;
+
+impl Pump {
+    async fn run(self, mut raw: Raw) {
+        let mut lines = Lines::default();
+        loop {
+            let next = tokio::select! {
+                next = self.next(&mut raw) => next,
+                // The reader went away: stop reading now, not at the app's next line.
+                () = self.tx.closed() => return,
+            };
+            let (stream, bytes) = match next {
+                Ok(Some(LogOutput::StdOut { message } | LogOutput::Console { message })) => {
+                    (LogStream::Stdout, message)
+                }
+                Ok(Some(LogOutput::StdErr { message })) => (LogStream::Stderr, message),
+                Ok(Some(LogOutput::StdIn { .. })) => continue,
+                Ok(None) => break,
+                Err(e) => {
+                    let _ = self.tx.send(Err(e)).await;
+                    return;
+                }
+            };
+            for line in lines.push(stream, &bytes) {
+                if self.tx.send(Ok(line)).await.is_err() {
+                    return;
+                }
             }
-            Ok(LogOutput::StdErr { message }) => (LogStream::Stderr, message),
-            Ok(LogOutput::StdIn { .. }) => continue,
-            Err(e) => {
-                let gone = status_of(&e) == Some(404);
-                let e = if gone {
-                    EngineError::Refused {
-                        action,
-                        message: "it is gone (removed), and its log with it".into(),
-                    }
-                } else {
-                    err(&action, e)
-                };
-                let _ = tx.send(Err(e)).await;
-                return;
-            }
-        };
-        for line in lines.push(stream, &bytes) {
-            if tx.send(Ok(line)).await.is_err() {
+        }
+        for line in lines.finish() {
+            if self.tx.send(Ok(line)).await.is_err() {
                 return;
             }
         }
     }
-    for line in lines.finish() {
-        if tx.send(Ok(line)).await.is_err() {
-            return;
+
+    /// The engine's next frame, within the deadline if there is one.
+    async fn next(&self, raw: &mut Raw) -> Result<Option<LogOutput>> {
+        let next = match self.deadline {
+            None => raw.next().await,
+            Some(after) => tokio::time::timeout(after, raw.next()).await.map_err(|_| {
+                EngineError::TimedOut {
+                    engine: self.engine.clone(),
+                    action: self.action.clone(),
+                    after,
+                }
+            })?,
+        };
+        match next {
+            None => Ok(None),
+            Some(Ok(frame)) => Ok(Some(frame)),
+            Some(Err(e)) if status_of(&e) == Some(404) => Err(EngineError::Refused {
+                action: self.action.clone(),
+                message: "it is gone (removed), and its log with it".into(),
+            }),
+            Some(Err(e)) => Err(err(&self.action, e)),
         }
     }
 }
 
 /// Bytes to lines, per stream: a frame may end mid-line, and the rest comes in the next.
+/// At most [`MAX_LINE`] and its slack are kept of a line, however long the app makes it.
 #[derive(Default)]
 struct Lines {
     partial: [Vec<u8>; 2],
     cut: [bool; 2],
 }
 
+/// Room for the engine's timestamp in front of a line, and the slack after it.
+const HELD: usize = 40 + MAX_LINE + SLACK;
+
 impl Lines {
     fn push(&mut self, stream: LogStream, bytes: &[u8]) -> Vec<LogLine> {
-        // Room for the engine's timestamp in front of a line of MAX_LINE bytes.
-        const HELD: usize = MAX_LINE + 40;
         let i = stream as usize;
         let mut out = Vec::new();
         for piece in bytes.split_inclusive(|b| *b == b'\n') {
@@ -189,8 +249,8 @@ impl Lines {
     }
 }
 
-/// One line as the engine wrote it (`2026-12-05T01:02:03.123456789Z text`): its time, and
-/// its text cut at [`MAX_LINE`] bytes on a character boundary.
+/// One line as the engine wrote it (`2026-12-05T01:02:03.123456789Z text`): its time and
+/// its text (invalid UTF-8 replaced), not cut yet (see [`LogLine::cut_to_max`]).
 fn line(stream: LogStream, bytes: &[u8], cut: bool) -> LogLine {
     let text = String::from_utf8_lossy(bytes);
     let (at, rest) = match text.split_once(' ') {
@@ -200,16 +260,12 @@ fn line(stream: LogStream, bytes: &[u8], cut: bool) -> LogLine {
         },
         None => (None, text.as_ref()),
     };
-    let mut text = rest.trim_end_matches('\r').to_owned();
-    if text.len() > MAX_LINE || cut {
-        let mut end = MAX_LINE.min(text.len());
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-        text.push_str(" … [line cut]");
+    LogLine {
+        stream,
+        at,
+        text: rest.trim_end_matches('\r').to_owned(),
+        cut,
     }
-    LogLine { stream, at, text }
 }
 
 #[cfg(test)]
@@ -225,10 +281,15 @@ mod tests {
         );
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].text, "hello");
-        assert_eq!(got[0].at.unwrap().to_rfc3339(), "2026-12-05T01:02:03.500+00:00");
-        assert!(l.push(LogStream::Stderr, b"2026-12-05T01:02:05Z oops\n")[0].stream == LogStream::Stderr);
+        assert_eq!(
+            serde_json::to_value(&got[0]).unwrap()["at"],
+            "2026-12-05T01:02:03.500000000Z"
+        );
+        let err = l.push(LogStream::Stderr, b"2026-12-05T01:02:05Z oops\n");
+        assert_eq!(err[0].stream, LogStream::Stderr);
         let got = l.push(LogStream::Stdout, b"ld\n");
         assert_eq!(got[0].text, "world");
+        assert!(!got[0].cut);
         assert!(l.finish().is_empty());
     }
 
@@ -238,12 +299,31 @@ mod tests {
         let chunk = vec![b'x'; 1024 * 1024];
         for _ in 0..50 {
             assert!(l.push(LogStream::Stdout, &chunk).is_empty());
-            assert!(l.partial[0].len() <= MAX_LINE + 40);
+            assert!(l.partial[0].len() <= HELD);
         }
-        let got = l.push(LogStream::Stdout, b"\nnext\n");
+        let mut got = l.push(LogStream::Stdout, b"\nnext\n");
         assert_eq!(got.len(), 2);
-        assert!(got[0].text.ends_with("[line cut]"), "{}", &got[0].text[..20]);
+        assert!(got[0].cut);
+        got[0].cut_to_max();
+        assert!(
+            got[0].text.ends_with("[line cut]"),
+            "{}",
+            &got[0].text[..20]
+        );
         assert!(got[0].text.len() <= MAX_LINE + 20);
         assert_eq!(got[1].text, "next");
+    }
+
+    #[test]
+    fn a_cut_never_splits_a_character() {
+        let mut line = LogLine {
+            stream: LogStream::Stdout,
+            at: None,
+            text: "é".repeat(MAX_LINE),
+            cut: false,
+        };
+        line.cut_to_max();
+        assert!(line.cut);
+        assert!(line.text.len() <= MAX_LINE + 20);
     }
 }

@@ -20,9 +20,9 @@ use bollard::query_parameters::CreateImageOptionsBuilder;
 use futures_util::StreamExt;
 
 use crate::domain::Platform;
-pub use logs::{LogLine, LogQuery, LogSource, LogStream, MAX_LINE};
 pub use containers::{ContainedSpec, ContainerFacts, ContainerSpec, Health, Removed, Stopped};
 use deadline::Call;
+pub use logs::{LogLine, LogQuery, LogSource, LogStream, MAX_LINE};
 pub use resources::{
     LABEL_INCARNATION, LABEL_SERVICE, Labelled, ManagedNetwork, NetworkRemoved, VolumeRemoved,
 };

@@ -34,6 +34,11 @@ impl EngineView {
         self.0.logs(source, q).await
     }
 
+    /// Whether a swarm manager has the service `name` (one inspect).
+    pub(crate) async fn has_service(&self, name: &str) -> Result<bool> {
+        Ok(self.0.service(name).await?.is_some())
+    }
+
     /// The service `name` of a swarm manager, its tasks and the swarm's nodes; `None`
     /// when there is no such service.
     pub(crate) async fn service(

@@ -19,18 +19,40 @@ const MIN_ENCODED: usize = 8;
 /// Masks every secret in `text`, as written and as base64 (standard or URL-safe alphabet,
 /// at any of the three byte alignments it can have inside a longer encoded blob).
 pub(crate) fn redact<'a>(text: &str, secrets: impl IntoIterator<Item = &'a str>) -> String {
-    let mut out = text.to_owned();
-    for secret in secrets {
-        if secret.len() < MIN_SECRET {
-            continue;
+    Mask::new(secrets).apply(text)
+}
+
+/// What [`redact`] looks for, worked out once: a log read line by line masks every line
+/// with the same needles instead of encoding each secret again per line.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Mask {
+    needles: Vec<String>,
+}
+
+impl Mask {
+    pub(crate) fn new<'a>(secrets: impl IntoIterator<Item = &'a str>) -> Self {
+        let mut needles = Vec::new();
+        for secret in secrets {
+            if secret.len() < MIN_SECRET {
+                continue;
+            }
+            needles.push(secret.to_owned());
+            needles.extend(encodings(secret.as_bytes()));
         }
-        for needle in std::iter::once(secret.to_owned()).chain(encodings(secret.as_bytes())) {
-            if needle.len() >= MIN_SECRET && out.contains(&needle) {
-                out = out.replace(&needle, "***");
+        needles.retain(|n| n.len() >= MIN_SECRET);
+        Self { needles }
+    }
+
+    /// `text` with every needle replaced by `***`.
+    pub(crate) fn apply(&self, text: &str) -> String {
+        let mut out = text.to_owned();
+        for needle in &self.needles {
+            if out.contains(needle.as_str()) {
+                out = out.replace(needle.as_str(), "***");
             }
         }
+        out
     }
-    out
 }
 
 /// The parts of `secret`'s base64 that do not depend on the bytes around it: for each

@@ -56,7 +56,9 @@ pub(super) fn json_body<T: for<'de> Deserialize<'de> + Default>(
 
 /// The query string, refused with a JSON 400 and the reason (axum's own `Query` answers
 /// in plain text).
-pub(super) fn query<T: for<'de> Deserialize<'de> + Default>(raw: Option<String>) -> Result<T, WebError> {
+pub(super) fn query<T: for<'de> Deserialize<'de> + Default>(
+    raw: Option<String>,
+) -> Result<T, WebError> {
     match raw.as_deref().filter(|q| !q.is_empty()) {
         None => Ok(T::default()),
         Some(q) => serde_urlencoded::from_str(q)

@@ -67,7 +67,7 @@ impl From<IntakeError> for WebError {
 }
 
 impl WebError {
-    fn status(&self) -> StatusCode {
+    pub(crate) fn status(&self) -> StatusCode {
         match self {
             WebError::NotFound(_) => StatusCode::NOT_FOUND,
             WebError::Unauthorized => StatusCode::UNAUTHORIZED,

@@ -1,141 +1,171 @@
 //! An app's logs, from its engine, for the API (`GET /api/apps/{app}/logs`, one JSON line
-//! per log line, which `pier logs` reads) and for the app's log page (server-sent events).
-//! Which container: the serving generation's on the target asked (or a deployment's, with
-//! `deployment=`), of the service asked; on a Swarm target, the service's tasks.
+//! per log line, which `pier logs` reads) and for the log views of the pages (server-sent
+//! events, `logs_page.rs`). Which log: on an engine target, the container of the serving
+//! generation there (or of the deployment asked) of the service asked; on a Swarm target,
+//! the service's, every task's, through the manager.
 //!
 //! Every line is masked as a failed candidate's logs are (the app's secret values, also
-//! base64-encoded) before it leaves Pier. Bounded: `tail` at most [`MAX_TAIL`] lines, a line
-//! at most [`MAX_LINE`] bytes, at most [`MAX_FOLLOWERS`] logs followed at once, and a slow
-//! reader slows the read from the engine instead of making Pier buffer.
+//! base64-encoded) before it leaves Pier, then cut at [`MAX_LINE`] bytes. Bounded: at most
+//! [`MAX_TAIL`] lines read back, at most [`MAX_FOLLOWERS`] logs followed at once, and a
+//! slow reader slows the read from the engine instead of making Pier buffer (see
+//! `engine/logs.rs`). A followed log sends a keep-alive after [`KEEP_ALIVE`] without a
+//! line, so that a reader (and any proxy between) can tell a quiet app from a dead link,
+//! and ends when Pier shuts down.
 
-use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::http::header;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
-use futures_util::{Stream, StreamExt};
+use futures_util::StreamExt;
+use futures_util::stream::BoxStream;
 use serde::Deserialize;
 use tokio::sync::OwnedSemaphorePermit;
+use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::{AppState, WebError};
+use super::{AppState, WebError, views};
 use crate::config::{AppConfig, TargetKind};
 use crate::engine::{
-    ContainerFacts, EngineView, LABEL_SERVICE, LogLine, LogQuery, LogSource, MAX_LINE,
+    ContainerFacts, EngineError, EngineView, LABEL_SERVICE, LogLine, LogQuery, LogSource,
 };
+use crate::pipeline::redact::Mask;
 
-/// Lines of a log read at most, and without `tail`.
+pub(crate) use crate::engine::MAX_LINE;
+/// Lines of a log read back at most, per request.
 pub(crate) const MAX_TAIL: usize = 5000;
-const DEFAULT_TAIL: usize = 100;
-/// Logs followed at once, all readers together; one more is a 503 with the reason.
+/// Lines read back when the request names no `tail` and no `since`.
+pub(crate) const DEFAULT_TAIL: usize = 100;
+/// Logs followed at once, all readers together (API and pages); one more is a 503 with
+/// the reason.
 pub(crate) const MAX_FOLLOWERS: usize = 16;
-/// A `since` this far back at most (the engine keeps what its log driver keeps anyway).
+/// A followed log with no line for this long sends a keep-alive.
+pub(crate) const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// A `since` this far back at most.
 const MAX_SINCE: chrono::Duration = chrono::Duration::days(366);
 
-#[derive(Deserialize, Default, Debug)]
+/// The query of a log: `service`, `target`, `deployment` name it; `since`, `tail` and
+/// `follow` say what of it to read. Empty values count as not given (a page's form sends
+/// its empty fields).
+#[derive(Deserialize, Default, Debug, Clone)]
 #[serde(deny_unknown_fields)]
 pub(super) struct LogsQuery {
-    service: Option<String>,
-    target: Option<String>,
+    pub service: Option<String>,
+    pub target: Option<String>,
     /// `10m`, `2h` (that long ago) or an RFC 3339 time.
-    since: Option<String>,
-    tail: Option<usize>,
+    pub since: Option<String>,
+    pub tail: Option<String>,
     follow: Option<bool>,
-    deployment: Option<String>,
+    pub deployment: Option<String>,
 }
 
-/// What was asked, found on the engine: the source, its engine, and what to mask.
+/// A field of the query, unless empty.
+pub(super) fn given(field: &Option<String>) -> Option<&str> {
+    field.as_deref().map(str::trim).filter(|v| !v.is_empty())
+}
+
+/// What a query names, found on its engine: the source there, what to read of it, what
+/// to mask, and a follower's slot while it is followed.
 pub(super) struct Chosen {
-    pub view: EngineView,
-    pub source: LogSource,
-    pub query: LogQuery,
-    pub secrets: Vec<String>,
-    /// Held while a followed log is read.
-    _follower: Option<OwnedSemaphorePermit>,
+    target: String,
+    view: EngineView,
+    source: LogSource,
+    query: LogQuery,
+    mask: Mask,
+    follower: Option<OwnedSemaphorePermit>,
+    shutdown: CancellationToken,
+}
+
+/// A log as Pier sends it.
+#[derive(Debug)]
+pub(super) enum Item {
+    Line(LogLine),
+    /// No line for [`KEEP_ALIVE`]: a blank line of the API, a comment of an event stream.
+    Idle,
+    /// The log ended before its end (the container went away, the engine failed, Pier
+    /// shuts down): why, in words a page may show. Always the last item.
+    Ended(String),
 }
 
 impl LogsQuery {
-    /// Which log it names (service, target, deployment), as a query string: what the
-    /// page's live stream asks for, beside its own `tail` and `since`.
-    pub(super) fn scope(&self) -> String {
+    /// The same query as a query string, without `follow` (the page's live view asks
+    /// for that itself).
+    pub(super) fn to_query_string(&self) -> String {
         let pairs: Vec<(&str, &str)> = [
             ("service", &self.service),
             ("target", &self.target),
             ("deployment", &self.deployment),
+            ("since", &self.since),
+            ("tail", &self.tail),
         ]
         .into_iter()
-        .filter_map(|(k, v)| Some((k, v.as_deref()?)))
+        .filter_map(|(k, v)| Some((k, given(v)?)))
         .collect();
         serde_urlencoded::to_string(pairs).unwrap_or_default()
     }
 
-    /// The same query, read once (the page's first lines).
-    pub(super) fn once(mut self) -> Self {
-        self.follow = Some(false);
-        self
-    }
-
-    /// The same query, followed (the page's live stream).
-    pub(super) fn followed(mut self) -> Self {
-        self.follow = Some(true);
-        self
-    }
-
-    /// The source this query names, with a follower's slot when it follows.
-    pub(super) async fn choose(self, s: &AppState, app: &str) -> Result<Chosen, WebError> {
-        let config = s.current();
-        let app = config
-            .apps
-            .iter()
-            .find(|a| a.name == app)
-            .ok_or_else(|| WebError::NotFound(format!("app {app}")))?;
+    /// The source this query names, with a follower's slot when it follows. 404 names
+    /// what is unknown (app, target, service, deployment, container); 400 what is
+    /// malformed; 503 an engine that cannot be asked, or every follower's slot taken.
+    pub(super) async fn choose(&self, s: &AppState, app: &str) -> Result<Chosen, WebError> {
+        let app = views::find_app(s, app)?;
         let query = self.log_query()?;
-        let target = self.target.clone().unwrap_or_else(|| app.targets[0].clone());
-        if !app.targets.contains(&target) {
-            return Err(WebError::BadRequest(format!(
-                "{} does not run on target {target} (it runs on {})",
-                app.name,
-                app.targets.join(", ")
-            )));
-        }
-        let service = self.service(app)?;
+        let target = self.target(&app)?;
+        let service = self.service(&app)?;
         let (view, kind) = s
             .targets
             .view(&target)
-            .ok_or_else(|| WebError::NotFound(format!("target {target}")))?;
+            .ok_or_else(|| WebError::NotFound(format!("target `{target}`")))?;
         let source = match kind {
-            TargetKind::Swarm => LogSource::Service(app.name.to_string()),
+            TargetKind::Swarm => self.swarm_service(view, &app, &target).await?,
             TargetKind::Engine => {
-                let c = self.container(s, view, app, &target, &service).await?;
+                let c = self.container(s, view, &app, &target, &service).await?;
                 LogSource::Container(c.id)
             }
         };
         let follower = match query.follow {
-            true => Some(s.pages.log_followers.clone().try_acquire_owned().map_err(|_| {
-                WebError::Busy(format!(
-                    "{MAX_FOLLOWERS} logs are followed already; try again later"
-                ))
-            })?),
+            true => Some(
+                s.pages
+                    .log_followers
+                    .clone()
+                    .try_acquire_owned()
+                    .map_err(|_| {
+                        WebError::Busy(format!(
+                            "{MAX_FOLLOWERS} logs are followed already; try again later"
+                        ))
+                    })?,
+            ),
             false => None,
         };
         Ok(Chosen {
+            target,
             view: view.clone(),
             source,
             query,
-            secrets: app.secret_values().into_iter().map(str::to_owned).collect(),
-            _follower: follower,
+            mask: Mask::new(app.secret_values()),
+            follower,
+            shutdown: s.pages.shutdown.clone(),
         })
     }
 
     fn log_query(&self) -> Result<LogQuery, WebError> {
-        let tail = self.tail.unwrap_or(DEFAULT_TAIL);
-        if tail > MAX_TAIL {
-            return Err(WebError::BadRequest(format!(
-                "tail is at most {MAX_TAIL} lines"
-            )));
-        }
-        let since = self.since.as_deref().map(since).transpose()?;
+        let since = given(&self.since).map(since).transpose()?;
+        let tail = match given(&self.tail) {
+            None if since.is_some() => MAX_TAIL,
+            None => DEFAULT_TAIL,
+            Some(t) => t
+                .parse::<usize>()
+                .ok()
+                .filter(|t| *t <= MAX_TAIL)
+                .ok_or_else(|| {
+                    WebError::BadRequest(format!(
+                        "tail must be a number of lines from 0 to {MAX_TAIL}, not `{}`",
+                        t.escape_debug()
+                    ))
+                })?,
+        };
         Ok(LogQuery {
             since,
             tail,
@@ -143,20 +173,65 @@ impl LogsQuery {
         })
     }
 
+    pub(super) fn follows(mut self) -> Self {
+        self.follow = Some(true);
+        self
+    }
+
+    fn target(&self, app: &AppConfig) -> Result<String, WebError> {
+        match given(&self.target) {
+            None => Ok(app.targets[0].clone()),
+            Some(t) if app.targets.iter().any(|a| a == t) => Ok(t.to_owned()),
+            Some(t) => Err(WebError::NotFound(format!(
+                "target `{t}` of {} (it runs on {})",
+                app.name,
+                app.targets.join(", ")
+            ))),
+        }
+    }
+
     fn service(&self, app: &AppConfig) -> Result<String, WebError> {
         let names = app.service_names();
-        match self.service.as_deref() {
+        match given(&self.service) {
             None => Ok(names[0].to_owned()),
             Some(s) if names.contains(&s) => Ok(s.to_owned()),
-            Some(s) => Err(WebError::BadRequest(format!(
-                "{} has no service {s} (its services: {})",
+            Some(s) => Err(WebError::NotFound(format!(
+                "service `{s}` of {} (its services: {})",
                 app.name,
                 names.join(", ")
             ))),
         }
     }
 
-    /// The serving generation's container of `service` (or `deployment`'s), newest first.
+    /// On a Swarm target the log is the service's (Swarm's tasks are not Pier's
+    /// containers, and they are not a deployment's).
+    async fn swarm_service(
+        &self,
+        view: &EngineView,
+        app: &AppConfig,
+        target: &str,
+    ) -> Result<LogSource, WebError> {
+        if given(&self.deployment).is_some() {
+            return Err(WebError::BadRequest(format!(
+                "target {target} is a swarm: its log is the service's, of every task, not a \
+                 deployment's; leave out `deployment`"
+            )));
+        }
+        let found = view
+            .has_service(&app.name)
+            .await
+            .map_err(|e| engine_busy(target, &e))?;
+        match found {
+            true => Ok(LogSource::Service(app.name.to_string())),
+            false => Err(WebError::NotFound(format!(
+                "service {} on swarm {target} (nothing deployed there yet)",
+                app.name
+            ))),
+        }
+    }
+
+    /// The container of `service` of the serving generation on `target` (or of the
+    /// deployment asked): the running one if there are several.
     async fn container(
         &self,
         s: &AppState,
@@ -165,40 +240,49 @@ impl LogsQuery {
         target: &str,
         service: &str,
     ) -> Result<ContainerFacts, WebError> {
-        let deployment = match self.deployment.as_deref() {
-            Some(d) => Uuid::parse_str(d)
-                .map_err(|_| WebError::BadRequest("deployment must be a deployment id".into()))?,
+        let deployment = match given(&self.deployment) {
+            Some(d) => Uuid::parse_str(d).map_err(|_| {
+                WebError::BadRequest(format!(
+                    "deployment must be a deployment's id, not `{}`",
+                    d.escape_debug()
+                ))
+            })?,
             None => s
                 .store
                 .generation(&app.name, target)
                 .await?
                 .map(|g| g.deployment_id)
                 .ok_or_else(|| {
-                    WebError::NotFound(format!("nothing of {} serves on {target}", app.name))
+                    WebError::NotFound(format!(
+                        "a container of {} serving on {target} (nothing deployed there yet)",
+                        app.name
+                    ))
                 })?,
-        };
-        let unreachable = |e: crate::engine::EngineError| {
-            WebError::Busy(format!(
-                "engine {target}: {}",
-                super::engines::public_reason(&crate::error::error_chain(&e))
-            ))
         };
         let found = view
             .managed_containers(Some(&app.name), Some(&deployment.to_string()))
             .await
-            .map_err(unreachable)?;
+            .map_err(|e| engine_busy(target, &e))?;
         found
             .into_iter()
             .filter(|c| c.labels.get(LABEL_SERVICE).map(String::as_str) == Some(service))
             .max_by_key(|c| c.running)
             .ok_or_else(|| {
                 WebError::NotFound(format!(
-                    "no container of {} (service {service}) of deployment {deployment} on {target}: \
-                     it is gone, and its log with it",
+                    "a container of {} (service {service}) of deployment {deployment} on \
+                     {target} (gone, and its log with it)",
                     app.name
                 ))
             })
     }
+}
+
+/// An engine that could not be asked: 503 with its reason, no file path in it.
+fn engine_busy(target: &str, e: &EngineError) -> WebError {
+    WebError::Busy(format!(
+        "engine {target}: {}",
+        super::engines::public_reason(&crate::error::error_chain(e))
+    ))
 }
 
 /// `10m` (that long ago) or an RFC 3339 time.
@@ -212,68 +296,94 @@ fn since(text: &str) -> Result<DateTime<Utc>, WebError> {
         .filter(|d| *d <= MAX_SINCE)
         .ok_or_else(|| {
             WebError::BadRequest(format!(
-                "since must be a duration (10m, 2h; at most a year) or an RFC 3339 time, not `{}`",
+                "since must be a duration (10m, 2h; a year at most) or an RFC 3339 time \
+                 (2026-12-05T01:02:03Z), not `{}`",
                 text.escape_debug()
             ))
         })?;
     Ok(Utc::now() - ago)
 }
 
+/// What a log stream holds while it is read: the engine's lines, and what ends it early.
+struct Reading<S> {
+    lines: S,
+    follows: bool,
+    shutdown: CancellationToken,
+    _follower: Option<OwnedSemaphorePermit>,
+    ended: bool,
+}
+
 impl Chosen {
-    /// The masked lines, each a JSON object; a failure mid-way is a last `{"error": …}`.
-    pub(super) async fn lines(
-        self,
-    ) -> Result<impl Stream<Item = serde_json::Value> + Send + 'static, WebError> {
-        let source = self.source.clone();
+    /// The log, masked and cut line by line; lines the engine sent from before `since`
+    /// (it reads whole seconds) are left out.
+    pub(super) async fn read(self) -> Result<BoxStream<'static, Item>, WebError> {
+        let since = self.query.since;
         let lines = self
             .view
-            .logs(&source, &self.query)
+            .logs(&self.source, &self.query)
             .await
-            .map_err(|e| WebError::Busy(crate::error::error_chain(&e)))?;
-        let secrets = Arc::new(self.secrets);
-        let follower = self._follower;
-        Ok(lines
-            .map(move |line| {
-                let _held = &follower;
-                match line {
-                    Ok(l) => serde_json::to_value(masked(l, &secrets)).unwrap_or_default(),
-                    Err(e) => serde_json::json!({ "error": crate::error::error_chain(&e) }),
-                }
+            .map_err(|e| engine_busy(&self.target, &e))?;
+        let mask = self.mask;
+        let lines = lines
+            .filter_map(move |line| {
+                futures_util::future::ready(match line {
+                    Ok(l) if since.is_some_and(|s| l.at.is_some_and(|at| at < s)) => None,
+                    Ok(mut l) => {
+                        l.text = mask.apply(&l.text);
+                        l.cut_to_max();
+                        Some(Item::Line(l))
+                    }
+                    Err(e) => Some(Item::Ended(super::engines::public_reason(
+                        &crate::error::error_chain(&e),
+                    ))),
+                })
             })
-            .scan(false, |failed, v| {
-                // Nothing after the first error: it ends the log.
-                if *failed {
-                    return futures_util::future::ready(None);
-                }
-                *failed = v.get("error").is_some();
-                futures_util::future::ready(Some(v))
-            }))
+            .boxed();
+        let reading = Reading {
+            lines,
+            follows: self.query.follow,
+            shutdown: self.shutdown,
+            _follower: self.follower,
+            ended: false,
+        };
+        Ok(futures_util::stream::unfold(reading, |mut r| async move {
+            if r.ended {
+                return None;
+            }
+            let item = tokio::select! {
+                item = r.lines.next() => item?,
+                () = tokio::time::sleep(KEEP_ALIVE), if r.follows => Item::Idle,
+                () = r.shutdown.cancelled() => Item::Ended("Pier is shutting down".into()),
+            };
+            r.ended = matches!(item, Item::Ended(_));
+            Some((item, r))
+        })
+        .boxed())
     }
 }
 
-fn masked(mut l: LogLine, secrets: &[String]) -> LogLine {
-    let masked = crate::pipeline::redact::redact(&l.text, secrets.iter().map(String::as_str));
-    l.text = masked;
-    if l.text.len() > MAX_LINE + 32 {
-        l.text.truncate(MAX_LINE);
-    }
-    l
-}
-
-/// `GET /api/apps/{app}/logs?service=&target=&since=&tail=&follow=&deployment=`: one JSON
-/// object per line (`{"stream":"stdout","at":"…","text":"…"}`), newline-delimited; with
-/// `follow=true` the answer goes on as the app writes. Needs an admin's token.
+/// `GET /api/apps/{app}/logs?service=&target=&deployment=&since=&tail=&follow=` (admin
+/// bearer token): one JSON object per line, newline-delimited
+/// (`{"stream":"stdout","at":"…","text":"…"}`); a log that ends early ends with
+/// `{"error":"…"}`. With `follow=true` the answer goes on as the app writes, with a blank
+/// line after every [`KEEP_ALIVE`] of quiet.
 pub(super) async fn api(
-    axum::extract::State(s): axum::extract::State<AppState>,
-    axum::extract::Path(app): axum::extract::Path<String>,
-    headers: axum::http::HeaderMap,
-    axum::extract::RawQuery(raw): axum::extract::RawQuery,
+    State(s): State<AppState>,
+    Path(app): Path<String>,
+    headers: HeaderMap,
+    RawQuery(raw): RawQuery,
 ) -> Result<Response, WebError> {
     super::bearer_admin(&s.current(), &headers)?;
     let q: LogsQuery = super::api_actions::query(raw)?;
-    let lines = q.choose(&s, &app).await?.lines().await?;
-    let body = lines.map(|v| {
-        let mut b = serde_json::to_vec(&v).unwrap_or_default();
+    let items = q.choose(&s, &app).await?.read().await?;
+    let body = items.map(|item| {
+        let mut b = match item {
+            Item::Line(l) => serde_json::to_vec(&l).unwrap_or_default(),
+            Item::Idle => Vec::new(),
+            Item::Ended(why) => {
+                serde_json::to_vec(&serde_json::json!({ "error": why })).unwrap_or_default()
+            }
+        };
         b.push(b'\n');
         Ok::<_, std::convert::Infallible>(Bytes::from(b))
     });
@@ -285,4 +395,53 @@ pub(super) async fn api(
         Body::from_stream(body),
     )
         .into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(pairs: &str) -> LogsQuery {
+        serde_urlencoded::from_str(pairs).unwrap()
+    }
+
+    #[test]
+    fn tail_defaults_to_a_hundred_lines_or_all_allowed_since_a_time() {
+        assert_eq!(q("").log_query().unwrap().tail, DEFAULT_TAIL);
+        assert_eq!(q("tail=").log_query().unwrap().tail, DEFAULT_TAIL);
+        assert_eq!(q("since=10m").log_query().unwrap().tail, MAX_TAIL);
+        assert_eq!(q("since=10m&tail=3").log_query().unwrap().tail, 3);
+        assert_eq!(q("tail=0").log_query().unwrap().tail, 0);
+    }
+
+    #[test]
+    fn a_bad_tail_or_since_is_refused_with_the_reason() {
+        for bad in [
+            "tail=5001",
+            "tail=-1",
+            "tail=many",
+            "since=yesterday",
+            "since=400d",
+        ] {
+            match q(bad).log_query() {
+                Err(WebError::BadRequest(why)) => assert!(why.contains("not `"), "{why}"),
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn since_is_a_duration_ago_or_a_time() {
+        let ago = since("10m").unwrap();
+        let expected = Utc::now() - chrono::Duration::minutes(10);
+        assert!((ago - expected).num_seconds().abs() < 5);
+        let at = since("2026-12-05T01:02:03.5Z").unwrap();
+        assert_eq!(at.timestamp_subsec_millis(), 500);
+    }
+
+    #[test]
+    fn the_query_string_keeps_what_names_the_log_and_drops_empty_fields() {
+        let text = q("service=worker&target=&since=10m&follow=true").to_query_string();
+        assert_eq!(text, "service=worker&since=10m");
+    }
 }

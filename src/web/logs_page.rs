@@ -1,24 +1,32 @@
-//! The app's log page (`GET /apps/{app}/logs`) and its live stream (`GET
-//! /apps/{app}/logs/events`, server-sent events, one `line` event per log line). Both need
-//! a signed-in session: an app's output is not for everyone who can see its status. The
-//! page shows the last lines without any script; the script follows the log, with a pause
-//! button, and keeps at most a few thousand lines in the page.
+//! The app's log page (`GET /apps/{app}/logs`) and the live stream of every log view
+//! (`GET /apps/{app}/logs/events`, server-sent events: a `line` event per log line, `end`
+//! with the reason when the log ends early). Both need a signed-in session, whatever
+//! `pages_need_sign_in` says: an app's output is not for everyone who may see its status.
+//!
+//! The page shows the last lines without any script, at most [`PAGE_BYTES`] of them; the
+//! script follows the log from the last line shown, with a pause button (pier.js), and
+//! keeps a bounded number of lines in the page. The app page has the same live view.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
-use std::time::Duration;
 
 use askama::Template;
 use askama_web::WebTemplate;
 use axum::Extension;
-use axum::extract::{Path, RawQuery, State};
-use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::response::{IntoResponse, Redirect, Response};
+use axum::extract::{OriginalUri, Path, RawQuery, State};
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 
 use super::error::PageError;
-use super::logs::LogsQuery;
+use super::logs::{DEFAULT_TAIL, Item, LogsQuery, MAX_LINE, MAX_TAIL, given};
 use super::session::Viewer;
-use super::{AppState, WebError};
+use super::template::Fmt;
+use super::{AppState, WebError, views};
+use crate::engine::{LogLine, LogStream};
+
+/// The most text of a log the page shows: the newest lines that fit.
+pub(super) const PAGE_BYTES: usize = 1 << 20;
 
 #[derive(Template, WebTemplate)]
 #[template(path = "logs.html")]
@@ -26,64 +34,146 @@ pub(super) struct LogsPage {
     app: String,
     services: Vec<String>,
     targets: Vec<String>,
-    /// Which log (service, target, deployment), for the live stream's URL.
-    query: String,
-    lines: Vec<serde_json::Value>,
+    /// The form as given.
+    form: LogsQuery,
+    /// The live stream of this log.
+    events: String,
+    lines: Vec<LineView>,
+    /// Older lines were left out to keep the page within [`PAGE_BYTES`].
+    left_out: bool,
     error: Option<String>,
     live: bool,
     viewer: Viewer,
 }
+impl Fmt for LogsPage {}
 
-fn sign_in_first(app: &str) -> Response {
-    let next = format!("/apps/{app}/logs");
-    let q = serde_urlencoded::to_string([("next", next.as_str())]).unwrap_or_default();
-    Redirect::to(&format!("/login?{q}")).into_response()
+impl LogsPage {
+    fn limits(&self) -> String {
+        format!(
+            "at most {MAX_TAIL} lines (default {DEFAULT_TAIL}), {} KiB of text on this page; \
+             a line is cut at {} KiB",
+            PAGE_BYTES / 1024,
+            MAX_LINE / 1024
+        )
+    }
+
+    /// Whether `name` is what the form chose of `field` (`service` or `target`), the
+    /// app's first when it chose none.
+    fn chosen(&self, field: &str, name: &str) -> bool {
+        let (given_value, first) = match field {
+            "service" => (given(&self.form.service), self.services.first()),
+            _ => (given(&self.form.target), self.targets.first()),
+        };
+        given_value.or(first.map(String::as_str)) == Some(name)
+    }
+
+    /// A text field of the form as given (`since`, `tail`, `deployment`).
+    fn field(&self, field: &str) -> String {
+        let v = match field {
+            "since" => &self.form.since,
+            "tail" => &self.form.tail,
+            _ => &self.form.deployment,
+        };
+        given(v).unwrap_or_default().to_owned()
+    }
 }
 
-/// `GET /apps/{app}/logs?service=&target=&since=&tail=`: the last lines, read once.
+pub(super) struct LineView {
+    pub stderr: bool,
+    /// RFC 3339 with nine digits of fraction (empty if the engine gave none).
+    pub at: String,
+    pub text: String,
+}
+
+impl From<LogLine> for LineView {
+    fn from(l: LogLine) -> Self {
+        let at = serde_json::to_value(&l)
+            .ok()
+            .and_then(|v| v["at"].as_str().map(str::to_owned))
+            .unwrap_or_default();
+        LineView {
+            stderr: l.stream == LogStream::Stderr,
+            at,
+            text: l.text,
+        }
+    }
+}
+
+/// `GET /apps/{app}/logs?service=&target=&deployment=&since=&tail=`: the last lines,
+/// read once, and the form to choose another log. What the query names wrongly is shown
+/// on the page with the answer's status (404 for an unknown service, target or container,
+/// 400 for a malformed `since`, 503 for an engine that cannot be asked).
 pub(super) async fn page(
     State(s): State<AppState>,
     Extension(viewer): Extension<Viewer>,
     Path(app): Path<String>,
+    OriginalUri(uri): OriginalUri,
     RawQuery(raw): RawQuery,
 ) -> Result<Response, PageError> {
     if !viewer.signed_in() {
-        return Ok(sign_in_first(&app));
+        return Ok(super::session::to_login(
+            uri.path_and_query().map(|p| p.as_str()),
+        ));
     }
-    let config = s.current();
-    let a = config
-        .apps
-        .iter()
-        .find(|a| a.name == app)
-        .ok_or_else(|| WebError::NotFound(format!("app {app}")))?;
-    let (services, targets) = (
-        a.service_names().into_iter().map(str::to_owned).collect(),
-        a.targets.clone(),
-    );
-    let q: LogsQuery = super::api_actions::query(raw)?;
-    let scope = q.scope();
-    let (lines, error) = match q.once().choose(&s, &app).await {
-        Ok(chosen) => match chosen.lines().await {
-            Ok(stream) => (stream.collect::<Vec<_>>().await, None),
-            Err(e) => (Vec::new(), Some(e.to_string())),
-        },
-        Err(e @ (WebError::NotFound(_) | WebError::Busy(_))) => (Vec::new(), Some(e.to_string())),
-        Err(e) => return Err(e.into()),
+    let a = views::find_app(&s, &app)?;
+    let form: LogsQuery = super::api_actions::query(raw)?;
+    let (lines, left_out, error) = match last_lines(&s, &app, &form).await {
+        Ok((lines, left_out)) => (lines, left_out, None),
+        Err(e @ (WebError::Unauthorized | WebError::Internal(_) | WebError::Unavailable)) => {
+            return Err(e.into());
+        }
+        Err(e) => (Vec::new(), false, Some(e)),
     };
-    Ok(LogsPage {
-        app,
-        services,
-        targets,
-        query: scope,
+    let mut events = form.clone();
+    // The live view goes on from the last line shown (see pier.js), whatever was asked.
+    (events.since, events.tail) = (None, None);
+    let page = LogsPage {
+        app: a.name.to_string(),
+        services: a.service_names().into_iter().map(str::to_owned).collect(),
+        targets: a.targets.clone(),
+        events: format!("/apps/{}/logs/events?{}", a.name, events.to_query_string()),
+        form,
         lines,
-        error,
+        left_out,
+        error: error.as_ref().map(ToString::to_string),
         live: false,
         viewer,
+    };
+    let mut resp = page.into_response();
+    if let Some(e) = error {
+        *resp.status_mut() = e.status();
     }
-    .into_response())
+    Ok(resp)
 }
 
-/// `GET /apps/{app}/logs/events?…`: the log followed, as server-sent events.
+/// The log read once, the newest lines that fit in [`PAGE_BYTES`]; whether older ones
+/// were left out.
+async fn last_lines(
+    s: &AppState,
+    app: &str,
+    form: &LogsQuery,
+) -> Result<(Vec<LineView>, bool), WebError> {
+    let mut items = form.choose(s, app).await?.read().await?;
+    let (mut kept, mut bytes, mut left_out) = (VecDeque::new(), 0, false);
+    while let Some(item) = items.next().await {
+        let line = match item {
+            Item::Line(l) => LineView::from(l),
+            Item::Idle => continue,
+            Item::Ended(why) => return Err(WebError::Busy(why)),
+        };
+        bytes += line.text.len();
+        kept.push_back(line);
+        while bytes > PAGE_BYTES {
+            let Some(old) = kept.pop_front() else { break };
+            bytes -= old.text.len();
+            left_out = true;
+        }
+    }
+    Ok((kept.into(), left_out))
+}
+
+/// `GET /apps/{app}/logs/events?service=&target=&deployment=&since=&tail=`: the log
+/// followed, as server-sent events. Not signed in: 401.
 pub(super) async fn events(
     State(s): State<AppState>,
     Extension(viewer): Extension<Viewer>,
@@ -94,12 +184,15 @@ pub(super) async fn events(
         return Err(WebError::Unauthorized.into());
     }
     let q: LogsQuery = super::api_actions::query(raw)?;
-    let lines = q.followed().choose(&s, &app).await?.lines().await?;
-    let events = lines.map(|v| {
-        let name = if v.get("error").is_some() { "end" } else { "line" };
-        Ok::<_, Infallible>(Event::default().event(name).data(v.to_string()))
+    let items = q.follows().choose(&s, &app).await?.read().await?;
+    let events = items.map(|item| {
+        Ok::<_, Infallible>(match item {
+            Item::Line(l) => Event::default()
+                .event("line")
+                .data(serde_json::to_string(&l).unwrap_or_default()),
+            Item::Idle => Event::default().comment(""),
+            Item::Ended(why) => Event::default().event("end").data(why),
+        })
     });
-    Ok(Sse::new(events)
-        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
-        .into_response())
+    Ok(Sse::new(events).into_response())
 }

@@ -118,7 +118,7 @@ pub(crate) async fn load_session(
     next.run(req).await
 }
 
-fn to_login(next: Option<&str>) -> Response {
+pub(super) fn to_login(next: Option<&str>) -> Response {
     let next = next.filter(|n| safe_next(n)).unwrap_or("/");
     let q = serde_urlencoded::to_string([("next", next)]).unwrap_or_default();
     Redirect::to(&format!("/login?{q}")).into_response()

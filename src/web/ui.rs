@@ -31,6 +31,8 @@ pub struct PageState {
     pub live: Arc<live::Hub>,
     /// One permit per log followed now, the API's and the pages' together.
     pub log_followers: Arc<Semaphore>,
+    /// Pier's shutdown: followed logs end at once instead of holding the drain.
+    pub shutdown: CancellationToken,
 }
 
 impl PageState {
@@ -39,8 +41,9 @@ impl PageState {
             sign_in_brake: Guard::new(0),
             password_slots: Semaphore::new(2),
             braked_password_slot: Semaphore::new(1),
-            live: live::Hub::new(store, shutdown),
+            live: live::Hub::new(store, shutdown.clone()),
             log_followers: Arc::new(Semaphore::new(super::logs::MAX_FOLLOWERS)),
+            shutdown,
         })
     }
 }

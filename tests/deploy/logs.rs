@@ -106,14 +106,23 @@ async fn an_apps_log_is_read_with_its_secrets_masked_and_since_and_tail_honoured
     let (_, later) = api_logs(&env, &format!("tail=1000&since={}", urlencode(&since))).await;
     let later = texts(&later);
     assert!(later.contains(&"tick 3"), "{later:?}");
-    assert!(!later.contains(&"token=***"), "since is honoured: {later:?}");
+    assert!(
+        !later.contains(&"token=***"),
+        "since is honoured: {later:?}"
+    );
 
     // Every bound is a 4xx with its reason; no token, no log.
     let (status, body) = api_logs(&env, "tail=5001").await;
     assert_eq!(status, 400, "{body:?}");
     let (status, body) = api_logs(&env, "service=nope").await;
     assert_eq!(status, 400, "{body:?}");
-    assert!(body[0]["error"].as_str().unwrap().contains("no service nope"), "{body:?}");
+    assert!(
+        body[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("no service nope"),
+        "{body:?}"
+    );
     let (status, _) = api_logs(&env, "since=yesterday-ish").await;
     assert_eq!(status, 400);
     let anonymous = http_client()
@@ -125,7 +134,9 @@ async fn an_apps_log_is_read_with_its_secrets_masked_and_since_and_tail_honoured
     let page = get_anonymous(&env.pier_url(&format!("/apps/{}/logs", env.app()))).await;
     assert_eq!(page.status, 303, "the log page needs a session: {page:?}");
     let admin = SignedIn::new(&env.pier_url(""), "admin", &env.admin_token).await;
-    let page = admin.get(&format!("/apps/{}/logs?tail=20", env.app())).await;
+    let page = admin
+        .get(&format!("/apps/{}/logs?tail=20", env.app()))
+        .await;
     assert_eq!(page.status, 200, "{page:?}");
     assert!(page.body.contains("tick "), "the page shows the last lines");
     assert!(!page.body.contains(SECRET));
@@ -145,7 +156,10 @@ async fn pier_logs_follows_new_lines_as_the_app_writes_them() {
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_pier"))
         .args(["logs", env.app(), "-f", "--tail", "5"])
         .env("PIER_URL", env.pier_url(""))
-        .env("PIER_TOKEN", admin_token_of(&config).expect("an inline admin token"))
+        .env(
+            "PIER_TOKEN",
+            admin_token_of(&config).expect("an inline admin token"),
+        )
         .env_remove("PIER_TOKEN_FILE")
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
@@ -156,7 +170,9 @@ async fn pier_logs_follows_new_lines_as_the_app_writes_them() {
     let newer = tokio::time::timeout(DEPLOY, async {
         while let Ok(Some(line)) = out.next_line().await {
             assert!(!line.contains(SECRET), "{line}");
-            if let Some(n) = line.strip_prefix("tick ").and_then(|n| n.parse::<u32>().ok())
+            if let Some(n) = line
+                .strip_prefix("tick ")
+                .and_then(|n| n.parse::<u32>().ok())
                 && n > before + 2
             {
                 return n;
