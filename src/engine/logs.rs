@@ -49,9 +49,14 @@ fn nanos<S: serde::Serializer>(
     s: S,
 ) -> std::result::Result<S::Ok, S::Error> {
     match at {
-        Some(t) => s.serialize_str(&t.to_rfc3339_opts(SecondsFormat::Nanos, true)),
+        Some(t) => s.serialize_str(&at_text(t)),
         None => s.serialize_none(),
     }
+}
+
+/// A line's time as every reader gets it: RFC 3339, UTC, nine digits of fraction.
+pub(crate) fn at_text(t: &DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Nanos, true)
 }
 
 impl LogLine {

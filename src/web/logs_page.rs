@@ -87,10 +87,10 @@ pub(super) struct LineView {
 
 impl From<LogLine> for LineView {
     fn from(l: LogLine) -> Self {
-        let at = serde_json::to_value(&l)
-            .ok()
-            .and_then(|v| v["at"].as_str().map(str::to_owned))
-            .unwrap_or_default();
+        let at =
+            l.at.as_ref()
+                .map(crate::engine::at_text)
+                .unwrap_or_default();
         LineView {
             stderr: l.stream == LogStream::Stderr,
             at,

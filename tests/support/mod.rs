@@ -52,6 +52,7 @@ mod hooks;
 mod hostile_registry;
 mod images;
 mod load;
+mod logs;
 mod pg_pair;
 mod pgproxy;
 mod pier_process;
@@ -82,6 +83,8 @@ pub use hostile_registry::*;
 pub use images::*;
 #[allow(unused_imports)] // only the zero-downtime tests put load on an app
 pub use load::*;
+#[allow(unused_imports)] // only the log tests make apps talk
+pub use logs::*;
 #[allow(unused_imports)] // only the failover tests run a primary and a standby
 pub use pg_pair::*;
 #[allow(unused_imports)] // only some test binaries relay Postgres

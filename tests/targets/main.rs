@@ -8,6 +8,7 @@
 mod support;
 
 mod engines;
+mod logs;
 mod pages;
 mod remote_proxy;
 mod rollout;

@@ -72,8 +72,8 @@ async fn schemathesis_finds_no_server_error_and_no_schema_violation_in_the_api()
         "schemathesis found problems:\n{report}"
     );
     assert!(
-        report.contains("Tested: 16"),
-        "every operation (16, with GET /api/whoami) was tested: {report}"
+        report.contains("Tested: 17"),
+        "every operation (17, with GET /api/whoami and the logs) was tested: {report}"
     );
     env.cleanup().await;
 }
