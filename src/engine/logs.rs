@@ -16,7 +16,7 @@ use super::deadline::Call;
 use super::{Engine, EngineError, Result, err, status_of};
 
 /// A line longer than this is cut (and marked): one endless line is no way to fill memory.
-pub const MAX_LINE: usize = 16 * 1024;
+pub(crate) const MAX_LINE: usize = 16 * 1024;
 /// Bytes kept of a line beyond [`MAX_LINE`] until its reader cuts it: room for the
 /// engine's timestamp, and for masking a secret that the cut would split.
 const SLACK: usize = 4096;
@@ -26,13 +26,13 @@ const AHEAD: usize = 32;
 /// Which of a container's outputs a line came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum LogStream {
+pub(crate) enum LogStream {
     Stdout,
     Stderr,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct LogLine {
+pub(crate) struct LogLine {
     pub stream: LogStream,
     /// When the engine received it (its own timestamp), always with nine digits of
     /// fraction, so that the text sorts as the time does.
@@ -79,7 +79,7 @@ impl LogLine {
 /// What to read: the last `tail` lines (of those since `since`), then, with `follow`, what
 /// comes after as it comes.
 #[derive(Debug, Clone)]
-pub struct LogQuery {
+pub(crate) struct LogQuery {
     pub since: Option<DateTime<Utc>>,
     pub tail: usize,
     pub follow: bool,
@@ -87,7 +87,7 @@ pub struct LogQuery {
 
 /// Whose log: a container, or a Swarm service (every task's, through the manager).
 #[derive(Debug, Clone)]
-pub enum LogSource {
+pub(crate) enum LogSource {
     Container(String),
     Service(String),
 }

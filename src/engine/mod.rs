@@ -22,8 +22,7 @@ use futures_util::StreamExt;
 use crate::domain::Platform;
 pub use containers::{ContainedSpec, ContainerFacts, ContainerSpec, Health, Removed, Stopped};
 use deadline::Call;
-pub(crate) use logs::at_text;
-pub use logs::{LogLine, LogQuery, LogSource, LogStream, MAX_LINE};
+pub(crate) use logs::{LogLine, LogQuery, LogSource, LogStream, MAX_LINE, at_text};
 pub use resources::{
     LABEL_INCARNATION, LABEL_SERVICE, Labelled, ManagedNetwork, NetworkRemoved, VolumeRemoved,
 };
