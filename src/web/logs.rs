@@ -231,7 +231,8 @@ impl LogsQuery {
     }
 
     /// The container of `service` of the serving generation on `target` (or of the
-    /// deployment asked): the running one if there are several.
+    /// deployment asked): for the primary service, the one the generation's `switch`
+    /// journaled; else the running one, if there are several.
     async fn container(
         &self,
         s: &AppState,
@@ -240,33 +241,41 @@ impl LogsQuery {
         target: &str,
         service: &str,
     ) -> Result<ContainerFacts, WebError> {
-        let deployment = match given(&self.deployment) {
-            Some(d) => Uuid::parse_str(d).map_err(|_| {
-                WebError::BadRequest(format!(
-                    "deployment must be a deployment's id, not `{}`",
-                    d.escape_debug()
-                ))
-            })?,
-            None => s
-                .store
-                .generation(&app.name, target)
-                .await?
-                .map(|g| g.deployment_id)
-                .ok_or_else(|| {
+        let (deployment, serving) =
+            match given(&self.deployment) {
+                Some(d) => {
+                    let id = Uuid::parse_str(d).map_err(|_| {
+                        WebError::BadRequest(format!(
+                            "deployment must be a deployment's id, not `{}`",
+                            d.escape_debug()
+                        ))
+                    })?;
+                    (id, None)
+                }
+                None => {
+                    let g = s.store.generation(&app.name, target).await?.ok_or_else(|| {
                     WebError::NotFound(format!(
                         "a container of {} serving on {target} (nothing deployed there yet)",
                         app.name
                     ))
-                })?,
-        };
+                })?;
+                    (g.deployment_id, Some(g.container_id))
+                }
+            };
         let found = view
             .managed_containers(Some(&app.name), Some(&deployment.to_string()))
             .await
             .map_err(|e| engine_busy(target, &e))?;
+        // A primary made before services existed has no service label.
+        let primary = service == app.contained.service;
+        let of_service = |c: &ContainerFacts| match c.labels.get(LABEL_SERVICE) {
+            Some(s) => s == service,
+            None => primary,
+        };
         found
             .into_iter()
-            .filter(|c| c.labels.get(LABEL_SERVICE).map(String::as_str) == Some(service))
-            .max_by_key(|c| c.running)
+            .filter(of_service)
+            .max_by_key(|c| (serving.as_ref() == Some(&c.id) && primary, c.running))
             .ok_or_else(|| {
                 WebError::NotFound(format!(
                     "a container of {} (service {service}) of deployment {deployment} on \

@@ -50,10 +50,10 @@ impl Fmt for LogsPage {}
 impl LogsPage {
     fn limits(&self) -> String {
         format!(
-            "at most {MAX_TAIL} lines (default {DEFAULT_TAIL}), {} KiB of text on this page; \
-             a line is cut at {} KiB",
-            PAGE_BYTES / 1024,
-            MAX_LINE / 1024
+            "the last {DEFAULT_TAIL} lines unless Since or Last says otherwise, {MAX_TAIL} at \
+             most; {} MiB of text on this page; a line is cut at {} KiB",
+            PAGE_BYTES >> 20,
+            MAX_LINE >> 10
         )
     }
 

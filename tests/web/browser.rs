@@ -3,7 +3,8 @@
 //! registry. An operator signs in, sees the app running, redeploys and watches the new
 //! deployment's timeline reach `succeeded` without a reload, rolls back to the earlier
 //! digest, sees a following push leave the pinned app alone, unpins, and sees the newest
-//! push deploy. Every page is saved as a screenshot under `target/browser-screenshots/`.
+//! push deploy; the app page's log view follows the log live and pauses. Every page is
+//! saved as a screenshot under `target/browser-screenshots/`.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -398,6 +399,147 @@ async fn a_named_admin_approves_a_waiting_deployment_in_a_real_browser() {
         "the decision is shown"
     );
     env.wait_app_version("v1", Duration::from_secs(10)).await;
+    c.close().await.unwrap();
+    env.cleanup().await;
+}
+
+/// The tick lines the app page's log view shows now, in order.
+async fn shown_ticks(c: &Client) -> Vec<u32> {
+    let lines = c
+        .execute(
+            "return Array.from(document.querySelectorAll('.log-view .log-line'))\
+             .map(function (l) { return l.textContent; });",
+            vec![],
+        )
+        .await
+        .unwrap_or_default();
+    let lines: Vec<String> = serde_json::from_value(lines).unwrap_or_default();
+    ticks(lines.iter().map(String::as_str))
+}
+
+/// The newest tick in the app's log, through the API.
+async fn newest_tick(env: &TestEnv) -> Option<u32> {
+    let text = http_client()
+        .get(env.pier_url(&format!("/api/apps/{}/logs?tail=5", env.app())))
+        .bearer_auth(&env.admin_token)
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    ticks(lines.iter().filter_map(|l| l["text"].as_str()))
+        .into_iter()
+        .max()
+}
+
+/// The app page's log view follows the log as the app writes, without a reload; Pause
+/// stops it, and Resume goes on from the last line shown, showing no line twice and none
+/// of the app's secrets.
+#[tokio::test]
+async fn the_app_pages_log_view_follows_the_log_live_and_pauses_in_a_real_browser() {
+    let env = talking_app(TestEnv::builder()).start().await;
+    let profile = tempfile::tempdir().unwrap();
+    let (_driver, c) = browser(profile.path()).await;
+    let (base, app) = (env.pier_url(""), env.app().to_owned());
+    let v1 = env.push(&TestImage::healthy("v1"), "main").await;
+    settled_on(&env, &v1).await;
+    c.goto(&format!("{base}/login")).await.unwrap();
+    for (css, text) in [
+        ("input[name=user]", "alice"),
+        ("input[name=secret]", env.admin_token.as_str()),
+    ] {
+        c.find(Locator::Css(css))
+            .await
+            .unwrap()
+            .send_keys(text)
+            .await
+            .unwrap();
+    }
+    c.find(Locator::Css("form.stack button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    until_page(&c, "signed in", Duration::from_secs(10), |h| {
+        h.contains("class=\"user\"")
+    })
+    .await;
+
+    c.goto(&format!("{base}/apps/{app}")).await.unwrap();
+    mark(&c).await;
+    let first = wait_until("the log view shows ticks", DEPLOY, || async {
+        shown_ticks(&c).await.into_iter().max()
+    })
+    .await;
+    wait_until("a newer tick shows up live", DEPLOY, || async {
+        shown_ticks(&c)
+            .await
+            .into_iter()
+            .max()
+            .filter(|n| *n > first)
+    })
+    .await;
+
+    c.find(Locator::Css(".log-view .log-pause"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    until_page(
+        &c,
+        "the view says it is paused",
+        Duration::from_secs(10),
+        |h| h.contains(r#"<span class="log-state">paused</span>"#),
+    )
+    .await;
+    let paused = shown_ticks(&c).await;
+    let last = *paused.iter().max().unwrap();
+    wait_until("the app writes two ticks more", DEPLOY, || async {
+        newest_tick(&env).await.filter(|n| *n >= last + 2)
+    })
+    .await;
+    assert_eq!(
+        shown_ticks(&c).await,
+        paused,
+        "nothing is added while paused"
+    );
+
+    c.find(Locator::Css(".log-view .log-pause"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let resumed = wait_until("the view goes on after Resume", DEPLOY, || async {
+        let now = shown_ticks(&c).await;
+        (now.iter().max() > Some(&(last + 2))).then_some(now)
+    })
+    .await;
+    assert!(
+        resumed.windows(2).all(|w| w[0] < w[1]),
+        "no line twice, none lost: {resumed:?}"
+    );
+    assert!(
+        resumed.windows(2).all(|w| w[1] == w[0] + 1),
+        "no line lost: {resumed:?}"
+    );
+    assert!(still_marked(&c).await, "the page was not reloaded");
+    assert!(!source(&c).await.contains(LOG_SECRET));
+    c.execute("document.getElementById('logs').scrollIntoView();", vec![])
+        .await
+        .unwrap();
+    shot(&c, "30-app-log").await;
+    c.goto(&format!("{base}/apps/{app}/logs?since=1h"))
+        .await
+        .unwrap();
+    shot(&c, "31-log-page").await;
     c.close().await.unwrap();
     env.cleanup().await;
 }
