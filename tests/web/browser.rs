@@ -128,14 +128,52 @@ fn short(digest: &str) -> String {
 /// Clicks the button and waits for the browser to land on a new page whose URL has
 /// `part`. The document is marked before the click, so a button that posts and redirects
 /// back to the same URL is not taken as done while the old page is still shown.
+///
+/// Chromium aborts a navigation when the host's network changes (`ERR_NETWORK_CHANGED`),
+/// and tests beside this one (and other work on a shared machine) add and remove veths
+/// and namespaces, in bursts of up to a minute while the tests beside it start: on
+/// Chromium's error page, the button's page is opened again and the button pressed again,
+/// unless it is gone (what it did was done).
 async fn press(c: &Client, css: &str, part: &str) -> String {
-    mark(c).await;
-    c.find(Locator::Css(css))
-        .await
-        .unwrap_or_else(|e| panic!("no {css}: {e}"))
-        .click()
-        .await
-        .unwrap();
+    let from = c.current_url().await.expect("the page's URL");
+    let until = std::time::Instant::now() + DEPLOY;
+    let mut again = false;
+    loop {
+        if std::time::Instant::now() > until {
+            panic!("pressing {css} was interrupted by network changes for {DEPLOY:?}");
+        }
+        if again {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let _ = c.goto(from.as_str()).await;
+            if aborted(&source(c).await).is_some() {
+                continue;
+            }
+        }
+        mark(c).await;
+        let Ok(button) = c.find(Locator::Css(css)).await else {
+            assert!(again, "no {css} on {from}");
+            return from.to_string();
+        };
+        button.click().await.unwrap();
+        let landed = landed_at(c, part).await;
+        let html = source(c).await;
+        match aborted(&html) {
+            None => return landed,
+            Some(error) => eprintln!("pressing {css} again: Chromium aborted it ({error})"),
+        }
+        again = true;
+    }
+}
+
+/// The error code of Chromium's page of an aborted navigation (`ERR_NETWORK_CHANGED`).
+fn aborted(html: &str) -> Option<&str> {
+    let at = html.find("\"errorCode\":\"ERR_")? + "\"errorCode\":\"".len();
+    html[at..].split('"').next()
+}
+
+/// Waits until the browser has left the marked page for a complete one at `part`, or for
+/// Chromium's page of an aborted navigation.
+async fn landed_at(c: &Client, part: &str) -> String {
     wait_until(
         &format!("the browser has left the page for a new one at {part}"),
         Duration::from_secs(30),
@@ -151,7 +189,8 @@ async fn press(c: &Client, css: &str, part: &str) -> String {
                 .await
                 .ok()?;
             let url = c.current_url().await.ok()?.to_string();
-            (!marked && ready == "complete" && url.contains(part)).then_some(url)
+            let there = url.contains(part) || aborted(&c.source().await.ok()?).is_some();
+            (!marked && ready == "complete" && there).then_some(url)
         },
     )
     .await
