@@ -37,29 +37,19 @@ pub(crate) struct Parts {
 pub(crate) async fn connect(config: Config, migrate: bool) -> anyhow::Result<Parts> {
     crate::runtime::install_crypto_provider();
     let store = Store::connect_lazy_many(&config.server.database_urls()).context("database url")?;
-    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2))
-        .within(Duration::from_secs(30));
-    loop {
-        let res = if migrate {
+    let what = if migrate {
+        "migrate database"
+    } else {
+        "connect to database"
+    };
+    until_reachable(what, || async {
+        if migrate {
             store.migrate().await
         } else {
             store.ping().await
-        };
-        match res {
-            Ok(()) => break,
-            Err(e) if e.is_unavailable() && !backoff.expired() => {
-                tracing::warn!(error = %error_chain(&e), "database not reachable yet; retrying");
-                backoff.wait().await;
-            }
-            Err(e) => {
-                return Err(e).context(if migrate {
-                    "migrate database"
-                } else {
-                    "connect to database"
-                });
-            }
         }
-    }
+    })
+    .await?;
     let targets = crate::target::Targets::build(&config.targets, config.server.app_subnets)
         .context("make the targets' engine clients")?;
     let engine = targets.local().context("no `local` target")?.engine.clone();
@@ -75,6 +65,29 @@ pub(crate) async fn connect(config: Config, migrate: bool) -> anyhow::Result<Par
         targets,
         engine,
     })
+}
+
+/// `op` until it succeeds, retried while the database is unavailable for at most 30 s. Every
+/// statement of start-up goes through here: on a loaded machine the first connections can
+/// outlast the pool's 3 s acquire deadline, and a Pier that exits then is one that a
+/// restart loop, not the database, keeps down.
+async fn until_reachable<T, F, Fut>(what: &'static str, mut op: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, crate::store::StoreError>>,
+{
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2))
+        .within(Duration::from_secs(30));
+    loop {
+        match op().await {
+            Ok(v) => return Ok(v),
+            Err(e) if e.is_unavailable() && !backoff.expired() => {
+                tracing::warn!(error = %error_chain(&e), "{what}: database not reachable yet; retrying");
+                backoff.wait().await;
+            }
+            Err(e) => return Err(e).context(what),
+        }
+    }
 }
 
 /// `pier serve` (HTTP and workers) or `pier worker` (workers only), until SIGTERM or
@@ -214,10 +227,7 @@ async fn platform_and_key(
         .platform()
         .await
         .context("ask the engine its platform")?;
-    let env_key = store
-        .installation_key()
-        .await
-        .context("read the installation key")?;
+    let env_key = until_reachable("read the installation key", || store.installation_key()).await?;
     Ok((platform, env_key))
 }
 
