@@ -181,7 +181,7 @@ where
     };
     let events = futures_util::stream::unfold(
         (state, wanted, render),
-        move |(mut st, wanted, render)| async move {
+        move |(mut st, wanted, mut render)| async move {
             if st.done {
                 return None;
             }
@@ -189,7 +189,7 @@ where
                 return None;
             }
             st.first = false;
-            let frame = render().await?;
+            let frame = st.render_patiently(&mut render).await?;
             st.done = frame.last;
             let name = if frame.last { "final" } else { event };
             let ev = Event::default()
@@ -212,6 +212,30 @@ struct Streaming {
 }
 
 impl Streaming {
+    /// A frame, asked again twice (after 0.5 s, then 1 s) when it could not be rendered:
+    /// a statement that lost its race for a pooled connection on a loaded host would
+    /// otherwise end the viewer's stream, and with it the page's liveness until the
+    /// browser reconnects. Still nothing after that (the deployment is gone, the database
+    /// is away), the stream ends.
+    async fn render_patiently<R, F>(&self, render: &mut R) -> Option<Frame>
+    where
+        R: Fn() -> F,
+        F: Future<Output = Option<Frame>>,
+    {
+        let mut pause = Duration::from_millis(500);
+        for _ in 0..2 {
+            if let Some(frame) = render().await {
+                return Some(frame);
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = self.shutdown.cancelled() => return None,
+            }
+            pause *= 2;
+        }
+        render().await
+    }
+
     /// Waits for a change worth a new frame; `false` when the stream should end.
     async fn next_change<WF: Future<Output = bool>>(
         &mut self,
