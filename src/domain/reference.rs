@@ -1,21 +1,22 @@
 //! An image reference (`[registry/]path[:tag][@digest]`) read by the distribution grammar
 //! into oci-client's own [`Reference`], the one parser every image name in Pier goes through.
 //!
-//! oci-client's `Reference::try_from` matches the grammar below with Unicode classes: its
-//! tag, `[\w][\w.-]{0,127}`, is 128 copies of a class of over 100,000 code points, each a
-//! UTF-8 automaton. Building that regex took 20 MiB of heap and kept 7 MiB of it for the
-//! life of the process, from the first app's image read at config load: `pier serve`'s
-//! idle RSS went from 18 MiB with no app to 30 MiB with one. Distribution's grammar is Go's
-//! regexp syntax, where `\w` is `[0-9A-Za-z_]`, so the same pattern compiled with ASCII
-//! classes accepts what `docker pull` accepts (and refuses the non-ASCII tags oci-client
-//! lets through) and costs a few dozen KiB. The steps after the match (Docker Hub's
-//! `docker.io` and `library/`, the name's length, the digest's) are oci-client's own, and
+//! oci-client's `Reference::try_from` matches the grammar below with the `regex` crate,
+//! whose `\w` is Unicode: its tag, `[\w][\w.-]{0,127}`, is 128 copies of a class of over
+//! 100,000 code points, each a UTF-8 automaton. Building that regex took 20 MiB of heap and
+//! kept 7 MiB of it for the life of the process, from the first app's image read at config
+//! load: `pier serve`'s idle RSS went from 19 MiB with no app to 30 MiB with one.
+//! Distribution's grammar is Go's regexp syntax, where `\w` is `[0-9A-Za-z_]`, and so it is
+//! in regex-lite: the same pattern there accepts what `docker pull` accepts (and refuses the
+//! non-ASCII tags oci-client lets through), compiles to a few KiB, and runs no more code at
+//! start than a small engine's. The steps after the match (Docker Hub's `docker.io` and
+//! `library/`, the name's length, the digest's) are oci-client's own, and
 //! `the_same_references_as_oci_client` checks both parsers against each other.
 
 use std::sync::OnceLock;
 
 use oci_client::{ParseError, Reference};
-use regex::{Regex, RegexBuilder};
+use regex_lite::Regex;
 
 /// oci-client's pattern, verbatim (oci-spec's `REFERENCE_REGEXP`): the whole name, then the
 /// tag and the digest, each captured.
@@ -28,12 +29,7 @@ const NAME_TOTAL_LENGTH_MAX: usize = 255;
 /// only the match.
 fn grammar() -> &'static Regex {
     static GRAMMAR_RE: OnceLock<Regex> = OnceLock::new();
-    GRAMMAR_RE.get_or_init(|| {
-        RegexBuilder::new(GRAMMAR)
-            .unicode(false)
-            .build()
-            .expect("the distribution grammar compiles with ASCII classes")
-    })
+    GRAMMAR_RE.get_or_init(|| Regex::new(GRAMMAR).expect("the distribution grammar compiles"))
 }
 
 /// Parses `text` as `docker pull` does: `nginx` is `docker.io/library/nginx:latest`, a
