@@ -26,6 +26,11 @@
 //! of its own, and every ingest row runs it too, beside this build's: the table then
 //! shows `baseline /s` and `pier/baseline`. With `BENCH_ROUNDS` above 1 the two take turns
 //! going first (a baseline figure marked `(first)` ran before this build's).
+//!
+//! Memory (`ingest_memory.rs`): idle RSS with 0, 1 and 20 apps (`BENCH_MEM_APPS`), each a
+//! Pier of its own read `BENCH_MEM_SETTLE` seconds (default 5) after start, beside the
+//! baseline's; and every ingest row's peak RSS (the high-water mark, reset before the
+//! row), this build's and the baseline's. `BENCH_MEMORY=0` skips the idle table.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -295,6 +300,8 @@ fn row(cells: &[String]) {
     println!("| {} |", cells.join(" | "));
 }
 
+#[path = "ingest_memory.rs"]
+mod memory;
 #[path = "ingest_pickup.rs"]
 mod pickup;
 #[path = "ingest_wrk.rs"]
@@ -368,6 +375,9 @@ async fn main() {
         x1 - x0 - 1,
         idle_rss
     );
+    if std::env::var("BENCH_MEMORY").map_or(true, |v| v != "0") {
+        memory::idle_by_apps(std::env::var("BENCH_BASELINE").ok().as_deref()).await;
+    }
 
     let (one, _, nobody) = repos(&env);
     let signed =
@@ -381,10 +391,14 @@ async fn main() {
         };
 
     println!(
-        "| deliveries | concurrency | pier /s | floor /s | pier/floor | webhook /s answered (done) | pier/webhook answered (done) | pier CPU µs each | baseline /s | pier/baseline |"
+        "\n| deliveries | concurrency | pier /s | floor /s | pier/floor | webhook /s answered (done) | pier/webhook answered (done) | pier CPU µs each | baseline /s | pier/baseline | pier peak RSS MiB | baseline peak RSS MiB |"
     );
-    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!(
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
     let mut salt = 1u64;
+    // The highest of the rows' peaks: each row resets the high-water mark before it runs.
+    let mut run_peak = 0u64;
     let list = |var: &str, all: &str| -> Vec<String> {
         std::env::var(var)
             .unwrap_or_else(|_| all.into())
@@ -418,26 +432,37 @@ async fn main() {
             // Every other round the baseline goes first, so neither build always runs on
             // the machine (page cache, WAL, autovacuum) the other one just left.
             let baseline_first = round % 2 == 1;
+            // Each build's peak RSS over its own part of the row (a starred figure is its
+            // peak since start: the high-water mark could not be reset).
             let run_baseline = async |b: &TestEnv| {
+                let bpid = b.pier().pid().expect("baseline pid");
+                let reset = memory::reset_peak(bpid);
                 let make = row_deliveries(b, what, nonce ^ salt);
-                drive_table(conc, dur, expect, make).await.0
+                let r = drive_table(conc, dur, expect, make).await.0;
+                (r, memory::peak_cell(memory::peak_kib(bpid), reset))
             };
             let early = match (&baseline, baseline_first) {
                 (Some(b), true) => Some(run_baseline(b).await),
                 _ => None,
             };
             let ticks = cpu_ticks(pid);
+            let reset = memory::reset_peak(pid);
             let make = row_deliveries(&env, what, nonce ^ salt);
             let (pier, bad) = drive_table(conc, dur, expect, make).await;
+            let peak_kib = memory::peak_kib(pid);
+            run_peak = run_peak.max(peak_kib);
+            let peak = memory::peak_cell(peak_kib, reset);
             // Clock ticks are 10 ms: over a run of thousands of deliveries, within a few %.
             let cpu_us = (cpu_ticks(pid) - ticks) as f64 * 10_000.0 / (pier * dur.as_secs_f64());
-            let (base, ratio_base) = match (&baseline, early) {
-                (Some(_), Some(r)) => (format!("{r:.0} (first)"), format!("{:.3}x", pier / r)),
-                (Some(b), None) => {
-                    let r = run_baseline(b).await;
-                    (format!("{r:.0}"), format!("{:.3}x", pier / r))
+            let (base, ratio_base, base_peak) = match (&baseline, early) {
+                (Some(_), Some((r, p))) => {
+                    (format!("{r:.0} (first)"), format!("{:.3}x", pier / r), p)
                 }
-                (None, _) => (String::new(), String::new()),
+                (Some(b), None) => {
+                    let (r, p) = run_baseline(b).await;
+                    (format!("{r:.0}"), format!("{:.3}x", pier / r), p)
+                }
+                (None, _) => (String::new(), String::new(), String::new()),
             };
             let floor = pgbench(&floor_db.url, floor_sql, conc, dur);
             let (hooked, ratio_hooked) = match (&webhook, what) {
@@ -482,6 +507,8 @@ async fn main() {
                 format!("{cpu_us:.0}"),
                 base,
                 ratio_base,
+                peak,
+                base_peak,
             ]);
         }
     }
@@ -542,8 +569,10 @@ async fn main() {
         ]);
         stored_at.push((conc, stored));
     }
-    let peak = proc_status(pid, "VmHWM:");
-    println!("\npier RSS: idle {idle_rss} KiB, peak {peak} KiB");
+    let peak = run_peak.max(memory::peak_kib(pid));
+    println!(
+        "\npier RSS: idle {idle_rss} KiB, peak {peak} KiB over the ingest rows and duplicates"
+    );
     // Pickup before the forged runs: those brake this address for a minute.
     pickup::run(&env, &hook, &secret, &nobody, nonce).await;
     println!(

@@ -34,7 +34,7 @@ pub(crate) fn probe_timeout(elapsed: Duration) -> Duration {
 
 /// The client health probes use: no redirects followed (a 3xx is not healthy).
 pub fn probe_client() -> reqwest::Client {
-    reqwest::Client::builder()
+    crate::runtime::with_shared_tls(reqwest::Client::builder())
         .redirect(reqwest::redirect::Policy::none())
         // A SYN sent while the engine is still wiring the container's network is dropped
         // and retried by the kernel only after 1 s; a short connect timeout retries sooner.

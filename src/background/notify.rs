@@ -104,7 +104,7 @@ impl Sender {
         if self.endpoints.is_empty() {
             return;
         }
-        let http = match reqwest::Client::builder()
+        let http = match crate::runtime::with_shared_tls(reqwest::Client::builder())
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(Duration::from_secs(5))
             .pool_max_idle_per_host(2)

@@ -1,12 +1,13 @@
 //! An app's image as `docker pull` reads it: `acme/web` is Docker Hub's
 //! `docker.io/acme/web`, `nginx` is `docker.io/library/nginx`, and a first component is a
 //! registry host only if it has a `.` or a `:` or is `localhost`. Parsed once, at config
-//! load, by oci-client's `Reference` (the distribution grammar), so no code path splits a
-//! name by hand and talks to `https://acme/` for a Docker Hub user's image.
+//! load, into oci-client's `Reference` by the distribution grammar (`reference.rs`), so no
+//! code path splits a name by hand and talks to `https://acme/` for a Docker Hub user's
+//! image.
 
 use std::fmt;
 
-use oci_client::Reference;
+use super::reference::parse as parse_reference;
 
 /// A repository without tag or digest, with its registry made explicit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,7 +38,7 @@ impl ImageName {
         if name.contains('@') || last.contains(':') {
             return Err(ImageNameError::TagOrDigest(name.to_owned()));
         }
-        let r = Reference::try_from(name).map_err(|e| ImageNameError::Grammar {
+        let r = parse_reference(name).map_err(|e| ImageNameError::Grammar {
             name: name.to_owned(),
             reason: e.to_string(),
         })?;
@@ -60,7 +61,7 @@ impl ImageName {
     /// sides are normalised by the same grammar: the engine shows Docker Hub images in
     /// their short form, and a string comparison would call the right image a mismatch.
     pub(crate) fn is_repo_digest(&self, reference: &str, digest: &str) -> bool {
-        Reference::try_from(reference).is_ok_and(|r| {
+        parse_reference(reference).is_ok_and(|r| {
             r.registry() == self.registry
                 && r.repository() == self.repository
                 && r.digest() == Some(digest)
@@ -71,7 +72,7 @@ impl ImageName {
     /// tag or digest) names this repository, in any of its written forms. The tag is not
     /// compared: what was signed is the digest, checked apart.
     pub(crate) fn is_same_repository(&self, reference: &str) -> bool {
-        Reference::try_from(reference)
+        parse_reference(reference)
             .is_ok_and(|r| r.registry() == self.registry && r.repository() == self.repository)
     }
 }

@@ -10,6 +10,7 @@ pub(crate) mod endpoint;
 pub mod image;
 mod names;
 pub(crate) mod platform;
+pub(crate) mod reference;
 pub(crate) mod tags;
 
 pub use endpoint::{Endpoint, EndpointError, EndpointOptions, SshEndpoint, TlsFiles};

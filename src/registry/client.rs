@@ -126,7 +126,7 @@ impl Endpoint {
             host
         };
         let scheme = if insecure { "http" } else { "https" };
-        let http = reqwest::Client::builder()
+        let http = crate::runtime::with_shared_tls(reqwest::Client::builder())
             .user_agent(concat!("pier/", env!("CARGO_PKG_VERSION")))
             .connect_timeout(limits.connect_timeout)
             // Between two reads; the whole answer has its own deadline on top.

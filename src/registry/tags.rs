@@ -56,7 +56,7 @@ struct Token {
 
 impl TagLister {
     pub fn new(registries: &[RegistryConfig]) -> Self {
-        let http = reqwest::Client::builder()
+        let http = crate::runtime::with_shared_tls(reqwest::Client::builder())
             .connect_timeout(Duration::from_secs(5))
             .timeout(REQUEST_DEADLINE)
             // A redirect could carry credentials to another host; registries answer here.

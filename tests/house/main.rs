@@ -9,7 +9,9 @@
 //! - inside a folder, its files and subfolders reference each other without a cycle (the
 //!   folder's `mod.rs` is their hub, not one of them);
 //! - no file is longer than [`MAX_FILE_LINES`] unless its header says why
-//!   (`//! Long by design:`).
+//!   (`//! Long by design:`);
+//! - only `domain/reference.rs` names oci-client: its own parser holds 7 MiB for the life
+//!   of the process.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -504,6 +506,29 @@ fn no_file_is_longer_than_600_lines_without_a_written_reason() {
     assert!(
         found.is_empty(),
         "files over {MAX_FILE_LINES} lines with no `{FILE_REASON}` line in their header:\n{}",
+        found.join("\n")
+    );
+}
+
+// Image references -----------------------------------------------------------------------
+
+/// oci-client's `Reference::try_from` builds a regex with a Unicode tag class that takes
+/// 20 MiB to compile and keeps 7 MiB for the life of the process: Pier reads references
+/// with the same grammar compiled with ASCII classes, in `domain/reference.rs` alone.
+#[test]
+fn only_the_reference_grammar_names_oci_client() {
+    let found: Vec<String> = sources()
+        .into_iter()
+        .filter(|p| !p.ends_with("src/domain/reference.rs"))
+        .filter(|p| {
+            let text = std::fs::read_to_string(p).expect("read source");
+            text.contains("oci_client") || text.contains("oci_spec")
+        })
+        .map(|p| p.display().to_string())
+        .collect();
+    assert!(
+        found.is_empty(),
+        "these name oci-client; parse image references with domain::reference::parse:\n{}",
         found.join("\n")
     );
 }

@@ -193,6 +193,14 @@ impl TestEnvBuilder {
         self
     }
 
+    /// No app at all (the builder starts with one, `web`); [`add_app`](Self::add_app) adds
+    /// them back. For what a Pier costs with nothing to deploy; the methods that read the
+    /// first app must not be called.
+    pub fn no_apps(mut self) -> Self {
+        self.apps.clear();
+        self
+    }
+
     /// Adds another app (e.g. `AppSpec::new("api")`).
     pub fn add_app(mut self, app: AppSpec) -> Self {
         self.apps.push(app);
