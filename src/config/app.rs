@@ -44,13 +44,26 @@ fn parse_poll(app: &str, text: Option<&str>) -> Result<Option<Option<Duration>>,
     Ok(Some(Some(every)))
 }
 
-#[derive(Deserialize)]
+/// An app's HTTP health check. Without it Pier relies on the image's own `HEALTHCHECK`, if
+/// it has one; without either, running is all Pier can check. Needs `publish` (or a
+/// blue-green app's route).
+#[derive(schemars::JsonSchema, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Health {
+    /// HTTP health check: `GET http://{publish}{path}` must answer 2xx (with `json`, also
+    /// carry those fields). The path starts with `/`. On a remote engine the app is
+    /// published on that host's loopback, which Pier cannot reach: the check is sent by the
+    /// `pier proxy --target NAME` running on that host, and without one there the
+    /// deployment fails at `health`.
     path: String,
+    /// How long a new container gets to become healthy before the deployment fails (and the
+    /// previous version keeps or resumes serving).
     #[serde(default = "default_health_timeout", with = "humantime_serde")]
+    #[schemars(with = "super::doc_types::DurationText")]
     timeout: Duration,
-    /// Fields the JSON body must have, e.g. `{ status = "UP" }`.
+    /// Fields the JSON body (at most 64 KiB) must have besides a 2xx, by dotted path: `{
+    /// status = "UP" }`, `{ "components.db.status" = "UP" }`. Non-string values compare by
+    /// their JSON text (`true`, `3`).
     #[serde(default)]
     json: BTreeMap<String, String>,
 }
@@ -67,60 +80,131 @@ impl Health {
 
 // `deny_unknown_fields` holds with `flatten`: a key neither this struct nor
 // `RawContained` knows is still refused by name (see the test in `contained.rs`).
-#[derive(Deserialize)]
+/// An app: what to deploy (a repository and which of its tags), where (its targets) and how
+/// (its strategy, health check, limits, containment and gates). Its containment fields
+/// (`service`, `networks`, `volumes`, `secrets`, `files`, `binds`, `devices`, `cap_keep`,
+/// `read_only`, `tmpfs`, `user`, `port_env`) are explained on the Contained apps page.
+#[derive(schemars::JsonSchema, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct App {
+    /// The app's name in URLs and the `pier.app` label: lower-case letters, digits, `-`,
+    /// `_`; unique.
     pub(super) name: String,
+    /// The repository, without tag or digest, as `docker pull` reads it:
+    /// `127.0.0.1:5000/demo/web`, `ghcr.io/acme/web`, or a Docker Hub name (`acme/web` is
+    /// `docker.io/acme/web`, `nginx` is `docker.io/library/nginx`). The first part is a
+    /// registry host only if it has a `.` or a `:` or is `localhost`. A tag or digest,
+    /// upper-case letters or anything else the distribution grammar refuses stop Pier at
+    /// start-up with the app named.
     image: String,
-    /// An exact tag, or a glob (`v1.*`); default `latest` unless `versions` is set.
+    /// The tag whose pushes deploy this app; with `*` (any run of characters) or `?` (one
+    /// character) a glob (`"v1.*"`): a push of any matching tag deploys that tag.
+    ///
+    /// Default: `"latest"`, unless `versions` is set.
     tag: Option<String>,
-    /// A semver range (`>=1.2, <2`): the highest matching version deploys.
+    /// Instead of `tag`: a semver range (`">=1.2, <2"`, `"^1.4"`, `"~2.0"`). Tags that are
+    /// versions (`1.2.3` or `v1.2.3`) match; the highest matching version deploys, and a
+    /// push of a lower one never rolls the app back.
     versions: Option<String>,
-    /// `"off"`, or how often to ask the registry what the app's tags name (`"5m"`).
+    /// The reconcile poller: how often Pier asks the registry what this app follows and
+    /// queues a `reconcile` deployment when that digest neither serves nor waits; the
+    /// safety net for lost webhooks. A duration (at least `1s`) or `"off"`.
+    ///
+    /// Default: `"off"` if a source covers the app's registry, else `"5m"`.
     poll: Option<String>,
+    /// The port the app listens on inside its container.
     port: u16,
+    /// Host address the app is published on, e.g. `127.0.0.1:8081`; an HTTP health check
+    /// probes it. Every interface (`0.0.0.0:…`, `[::]:…`) is refused unless `publish_public
+    /// = true`. Not for blue-green apps, which are reached through `pier proxy`.
     publish: Option<SocketAddr>,
-    /// Acknowledges a `publish` on every interface (`0.0.0.0`, `[::]`); see `contained.rs`.
+    /// Accept a `publish` on every interface of the host: anyone who reaches the host
+    /// reaches the app directly, past any TLS proxy in front of it; the app's page and `GET
+    /// /api/apps/{app}` (`warnings`) then say so. Refused without `publish`.
     #[serde(default)]
     publish_public: bool,
+    /// The HTTP health check, see `[apps.health]`.
     health: Option<Health>,
+    /// Environment variables of the app's containers. Each value may be a secret reference
+    /// (`env:NAME`, `file:PATH`): such values are masked (`***`) in the logs Pier shows.
     #[serde(default)]
     env: BTreeMap<String, String>,
+    /// Memory limit, a size (`"256m"`).
+    ///
+    /// Default: no limit.
+    #[schemars(with = "Option<super::doc_types::SizeText>")]
     memory: Option<String>,
+    /// CPU limit in cores, fractions allowed (`0.5`, `2`).
+    ///
+    /// Default: no limit.
     cpus: Option<f64>,
+    /// The engine's restart policy for the app's containers.
     #[serde(default)]
     restart: RestartPolicy,
+    /// How a new version replaces the old one on an engine; `blue-green` needs
+    /// `[apps.route]` and no `publish`.
     #[serde(default)]
     strategy: Strategy,
+    /// How long a container gets after SIGTERM before it is killed.
     #[serde(default = "default_stop_timeout", with = "humantime_serde")]
+    #[schemars(with = "super::doc_types::DurationText")]
     stop_timeout: Duration,
+    /// The container's processes cannot gain privileges (setuid binaries, file
+    /// capabilities), Docker's `no-new-privileges`.
     #[serde(default = "default_true")]
     no_new_privileges: bool,
+    /// Most processes and threads in the container, so that a fork bomb stops there; `0` is
+    /// no limit.
     #[serde(default = "default_pids_limit")]
     pids_limit: i64,
+    /// How `pier proxy` reaches a blue-green app, see `[apps.route]`.
     route: Option<super::proxy::RawRoute>,
-    /// Contained apps: service, networks, volumes, secrets, files, binds,
-    /// devices, cap_keep, read_only, tmpfs, user, port_env; see `contained.rs`.
     #[serde(flatten)]
     contained: super::contained::RawContained,
-    /// Replaces the image's entrypoint and command: the program, then its arguments.
+    /// Replaces the image's entrypoint and command: the program, then its arguments
+    /// (`["/app/web", "--port", "8080"]`).
+    ///
+    /// Default: the image's.
     command: Option<Vec<String>>,
-    /// The app's further services (`[apps.services.worker]`), see `services.rs`.
+    /// Further services deployed with the app as one generation (a queue worker, say), each
+    /// `[apps.services.<name>]`; the name is a DNS label that differs from the primary's
+    /// `service`. Not for blue-green apps.
     #[serde(default)]
     services: BTreeMap<String, super::services::RawService>,
-    /// The targets the app runs on (default `["local"]`) and how a rollout crosses them.
+    /// The targets the app runs on, in rollout order: `local` and names of `[[targets]]`
+    /// entries. An app on a swarm target names that target alone.
+    ///
+    /// Default: `["local"]`.
     targets: Option<Vec<String>>,
+    /// How one deployment crosses several targets, see `[apps.rollout]`.
     rollout: Option<super::targets::RawRollout>,
-    /// The image must be signed by a key of a `[[trust]]` entry covering it;
-    /// default: as the covering entries say.
+    /// `true`: only images signed by a key of a covering `[[trust]]` entry run (Pier
+    /// refuses to start if none covers the image); `false`: exempt from the `[[trust]]`
+    /// entries.
+    ///
+    /// Default: as the `[[trust]]` entries covering the image say.
     require_signature: Option<bool>,
-    /// Approvals and deploy windows (see `gates.rs`).
+    /// Deployments wait until enough named admins approve, see `[apps.approval]`.
     approval: Option<super::gates::RawApproval>,
+    /// Deploy windows, `DAYS START-END ZONE`: `"Mon-Fri 09:00-17:00 Europe/Berlin"`, days
+    /// `Mon-Fri`, `Sat,Sun`, `Mon,Wed-Fri` or `daily`, times `HH:MM` or `HH:MM:SS` (an end
+    /// at or before the start runs past midnight), an IANA zone. Outside every window a
+    /// deployment waits in `awaiting_window` until the next one opens.
+    ///
+    /// Default: any time.
     #[serde(default)]
     windows: Vec<String>,
+    /// Another app whose healthy digest this one gets: pushes and the poller do not deploy
+    /// this app; the digest `promote_from` has served healthily for `after` is deployed to
+    /// it (trigger `promotion`). Both apps must have the same `image`.
     promote_from: Option<String>,
+    /// With `promote_from`: how long the other app must have served a digest healthily (not
+    /// rolled back, not failed, nothing newer) before it is promoted.
+    ///
+    /// Default: `"0s"`.
+    #[schemars(with = "Option<super::doc_types::DurationText>")]
     after: Option<String>,
-    /// The service of an app on a `kind = "swarm"` target, see `swarm.rs`.
+    /// The service of an app on a `kind = "swarm"` target, see `[apps.swarm]`.
     swarm: Option<super::swarm::RawSwarm>,
 }
 

@@ -92,40 +92,83 @@ impl Contained {
     }
 }
 
-#[derive(Deserialize)]
+/// A named volume the app owns: created by its first deployment, kept across deployments
+/// and when the app leaves the config; `pier volumes rm NAME` deletes one.
+#[derive(schemars::JsonSchema, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawVolume {
+    /// The volume's name within the app; the engine's volume is `pier-<app>-<name>`,
+    /// recorded in Postgres as the app's before it is made.
     name: String,
+    /// Where it is mounted in the container.
     target: String,
+    /// Mount it read-only.
     #[serde(default)]
     read_only: bool,
 }
 
-#[derive(Deserialize)]
+/// A host path mounted into the container: a file (`files`, read-only, a regular file when
+/// the deployment starts) or a directory (`binds`). Allowed only by the admin's `[policy]`.
+#[derive(schemars::JsonSchema, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawHostMount {
+    /// The absolute host path (no `.` or `..`); it must be equal to or under a path
+    /// `[policy.host_paths]` lists for the app.
     source: String,
+    /// Where it is mounted in the container.
     target: String,
+    /// Mount it read-only (`files` are always read-only).
     #[serde(default)]
     read_only: bool,
 }
 
 /// The app's fields this module reads: flattened into `[[apps]]` (see `app.rs`), so each
 /// is written once, as the file names it. A service builds its own (`services.rs`).
-#[derive(Deserialize, Default)]
+#[derive(schemars::JsonSchema, Deserialize, Default)]
 #[serde(default)]
 pub(super) struct RawContained {
+    /// The primary service's name: the container's alias on the app's private network
+    /// `pier-<app>`, and the name further services reach it by.
+    ///
+    /// Default: the app's name.
     pub service: Option<String>,
+    /// Shared networks (made by the admin beforehand; a `pier-…` name is refused) that a
+    /// new container joins once it is journaled; a retired one leaves them.
     pub networks: Vec<String>,
+    /// Named volumes the app owns, `[{ name, target, read_only }]`, see `[[apps.volumes]]`.
     pub volumes: Vec<RawVolume>,
+    /// Secret environment variables, `{ KEY = "env:NAME" | "file:PATH" }`: references only
+    /// (a plain value is refused), resolved at start-up and reload and held in memory; the
+    /// journal keeps their names and a keyed hash; masked in every log Pier shows. A key
+    /// may not also be in `env`.
+    #[schemars(with = "BTreeMap<String, super::doc_types::SecretText>")]
     pub secrets: BTreeMap<String, String>,
+    /// Host files mounted read-only, `[{ source, target }]`; allowed by `[policy]` only.
     pub files: Vec<RawHostMount>,
+    /// Host directories bound into the container, `[{ source, target, read_only }]`;
+    /// allowed by `[policy]` only.
     pub binds: Vec<RawHostMount>,
+    /// Host devices (`"/dev/…"`, the same path inside); allowed by `[policy]` only.
     pub devices: Vec<String>,
+    /// Capabilities kept; every other is dropped (`cap_drop = ALL`). `ALL` and `SYS_ADMIN`
+    /// are refused.
+    ///
+    /// Default: `CHOWN DAC_OVERRIDE FOWNER FSETID KILL SETGID SETUID NET_BIND_SERVICE`.
     pub cap_keep: Option<Vec<String>>,
+    /// A read-only root filesystem (give `tmpfs` mounts where the app writes).
     pub read_only: bool,
+    /// Writable in-memory mounts (`rw,nosuid,nodev,size=64m`): a container path (`"/tmp"`,
+    /// mode 1777) or `{ target = "/run/app", mode = "0700" }`. When `user` is a numeric uid
+    /// (or, without `user`, the image's `USER` is a numeric non-root uid), that uid and gid
+    /// own every tmpfs mount, so that the app can write them whatever mode the image's
+    /// directory has; with a user given by name, give a numeric `user` if the image's
+    /// `/tmp` is not 1777.
     pub tmpfs: Vec<super::tmpfs::RawTmpfs>,
+    /// The user to run as: a name, uid or `uid:gid`.
+    ///
+    /// Default: the image's.
     pub user: Option<String>,
+    /// Gives the app its container port in this environment variable (`"PORT"`).
     pub port_env: Option<String>,
 }
 
@@ -162,7 +205,7 @@ fn container_path(app: &str, what: &str, p: &str) -> Result<String, ConfigError>
 }
 
 /// `publish` on every interface (`0.0.0.0:…`, `[::]:…`) puts the app in front of anyone
-/// who reaches the host, past the TLS proxy the README recommends: refused unless the app
+/// who reaches the host, past the TLS proxy the docs recommend: refused unless the app
 /// says `publish_public = true`, so that it never happens by a copied example. The flag
 /// without any `publish` would acknowledge nothing and is refused as a mistake.
 pub(super) fn check_publish(

@@ -10,12 +10,21 @@ use serde::Deserialize;
 
 use super::{ConfigError, Secret, invalid};
 
-/// `[[admins]]` as written.
-#[derive(Deserialize)]
+/// A named admin: signs in and acts as themselves, recorded as `user NAME`; only named
+/// admins approve, reject and override.
+#[derive(schemars::JsonSchema, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawAdmin {
+    /// The name they sign in with and that approvals record: lower-case letters, digits,
+    /// `-`, `_`; unique.
     name: String,
+    /// Their password for the sign-in form: an argon2 or bcrypt hash. One of `token` and
+    /// `password_hash` is required.
+    #[schemars(with = "Option<super::doc_types::SecretText>")]
     password_hash: Option<String>,
+    /// Their own bearer token, 32 characters or more: the JSON API and the CLI's
+    /// `PIER_TOKEN` (every action, approvals included) and the sign-in form.
+    #[schemars(with = "Option<super::doc_types::SecretText>")]
     token: Option<String>,
 }
 
@@ -91,16 +100,24 @@ pub(super) fn resolve_admins(
     Ok(out)
 }
 
-/// An app's `approval = { required, from, expires }` as written.
-#[derive(Deserialize)]
+/// Deployments of the app wait in `awaiting_approval` until enough named admins approve
+/// them (the page's Approve button, the API, or `pier approve`); Reject ends one
+/// `cancelled`.
+#[derive(schemars::JsonSchema, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawApproval {
+    /// Distinct admins of `from` whose approval a deployment needs.
     #[serde(default = "one")]
     required: usize,
-    /// Names of `[[admins]]`; empty: any named admin.
+    /// Names of `[[admins]]` whose approvals count.
+    ///
+    /// Default: every named admin.
     #[serde(default)]
     from: Vec<String>,
+    /// How long a deployment waits for its approvals; then it ends `cancelled`, saying the
+    /// request expired.
     #[serde(default = "a_day", with = "humantime_serde")]
+    #[schemars(with = "super::doc_types::DurationText")]
     expires: Duration,
 }
 

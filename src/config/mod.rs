@@ -203,10 +203,13 @@ pub use signin::SignInConfig;
 pub use source::{ArtifactoryAccess, HmacKey, SourceConfig, SourceKind, SourceMode};
 pub use trusted::{ClientIpHeader, TrustedProxies, TrustedProxyError};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(
+    serde::Serialize, schemars::JsonSchema, Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Strategy {
-    /// Stop the old container, start the new one on the same fixed host port.
+    /// Stop the old container, start the new one on the same fixed host port, health-check
+    /// it; on failure the old one is started again.
     #[default]
     Recreate,
     /// Start the new one beside the old on an ephemeral loopback port, then switch Pier's
@@ -216,7 +219,9 @@ pub enum Strategy {
 
 /// What the engine does when the app's container exits. Parsed once, at load: a typo is a
 /// config error, never a silent default.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(
+    serde::Serialize, schemars::JsonSchema, Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum RestartPolicy {
     No,
@@ -379,6 +384,7 @@ impl Config {
 
 mod app;
 mod contained;
+mod doc_types;
 mod gates;
 mod windows;
 pub use gates::{Approval, Gates, NamedAdmin, Promotion};
@@ -397,7 +403,11 @@ mod notify;
 pub use policy::{Policy, Refused};
 mod proxy;
 mod raw;
+mod reference;
+pub use reference::{reference_markdown, undocumented_fields};
 mod retention;
+mod schema;
+pub use schema::{json_schema, json_schema_text};
 mod server;
 mod services;
 pub use retention::RetentionConfig;

@@ -18,7 +18,7 @@ pub(crate) const EVENTS: &[&str] = &[
     "deployment.awaiting_approval",
 ];
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum NotifyFormat {
     /// `webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64 HMAC-SHA256>`.
@@ -27,25 +27,43 @@ pub enum NotifyFormat {
     Slack,
 }
 
-#[derive(Deserialize)]
+/// Where Pier tells others that a deployment ended (or waits for approval), from a durable
+/// outbox: the notification row is written in the same transaction that ends the
+/// deployment.
+#[derive(schemars::JsonSchema, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawNotification {
+    /// Shown in the delivery log and the metrics (the URL never is); unique.
     name: String,
-    /// The receiver's URL; may be a secret reference (a Slack URL is a credential).
+    /// The receiver, `http` or `https`; may be `env:`/`file:` (a Slack URL is a
+    /// credential).
+    #[schemars(with = "super::doc_types::SecretText")]
     url: String,
+    /// The body and headers sent.
     format: NotifyFormat,
-    /// Standard Webhooks: `whsec_<base64>`.
+    /// `standard-webhooks` only: the signing key, `whsec_<base64>` of at least 24 bytes,
+    /// best as `env:`/`file:`.
+    #[schemars(with = "Option<super::doc_types::SecretText>")]
     secret: Option<String>,
-    /// Only these apps; default every app.
+    /// Only deployments of these apps.
+    ///
+    /// Default: every app.
     apps: Option<Vec<String>>,
+    /// Only these events: `deployment.succeeded`, `deployment.failed`,
+    /// `deployment.rolled_back`, `deployment.awaiting_approval`.
+    ///
     /// Default: every event.
     events: Option<Vec<String>>,
+    /// Each attempt's deadline, at most `60s`.
     #[serde(default = "default_timeout", with = "humantime_serde")]
+    #[schemars(with = "super::doc_types::DurationText")]
     timeout: Duration,
+    /// Attempts before the notification is given up as failed, 1 to 50.
     #[serde(default = "default_attempts")]
     max_attempts: u32,
-    /// The first retry waits this long, each next one twice as long (at most an hour).
+    /// The first retry's delay; each next one waits twice as long, at most an hour.
     #[serde(default = "default_backoff", with = "humantime_serde")]
+    #[schemars(with = "super::doc_types::DurationText")]
     backoff: Duration,
 }
 

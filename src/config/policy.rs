@@ -76,9 +76,15 @@ impl Policy {
     }
 }
 
-#[derive(Deserialize, Default)]
+/// The admin's policy. It is read from the live config when a run starts and again right
+/// before every engine change, so a path revoked by a reload fails the next deployment
+/// before anything is made.
+#[derive(schemars::JsonSchema, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawPolicy {
+    /// Per app, the host paths (and everything under them, after following symlinks) it may
+    /// mount as `files` or `binds` or use as `devices`: `billing = ["/etc/pier/billing",
+    /// "/srv/billing"]`. Without an entry an app may use none.
     #[serde(default)]
     host_paths: BTreeMap<String, Vec<String>>,
 }

@@ -9,23 +9,45 @@ use serde::Deserialize;
 
 use super::{ClientIpHeader, ConfigError, TrustedProxies, parse_bytes};
 
-#[derive(Deserialize)]
+/// `pier proxy`, the public address of blue-green apps and the health prober of remote
+/// engines: its own process, run with the same file (`pier --config pier.toml proxy`).
+#[derive(schemars::JsonSchema, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawProxy {
+    /// The proxy's admin endpoint (loopback only): `GET /routes` shows which route each app
+    /// serves and what is in flight; `pier serve` waits on it while it switches a
+    /// blue-green app.
     #[serde(default = "default_admin")]
     admin: SocketAddr,
+    /// The last routes the proxy knew, so that a proxy restarted while the database is away
+    /// serves them. Relative to the config file.
+    ///
+    /// Default: `"pier-proxy-routes.json"`.
     state_file: Option<PathBuf>,
+    /// Full re-read of the routes besides LISTEN/NOTIFY.
     #[serde(default = "default_refresh", with = "humantime_serde")]
+    #[schemars(with = "super::doc_types::DurationText")]
     refresh: Duration,
+    /// Threads `pier proxy` serves with; `0` is one per core, `1` a single event loop.
     #[serde(default)]
     threads: usize,
+    /// Peers in front of the proxy (a load balancer, a CDN), as CIDRs or addresses, whose
+    /// `X-Forwarded-For` is appended to and whose `X-Forwarded-Proto` is kept; from any
+    /// other peer Pier writes both itself.
     #[serde(default)]
     trusted_proxies: Vec<String>,
+    /// Connections open at once from the proxy to one app, across its generations; a
+    /// request that finds none free within 2 s gets 503.
     #[serde(default = "default_max_upstream")]
     max_upstream_connections: usize,
+    /// After SIGTERM, how long requests in flight get to finish before `pier proxy` exits.
     #[serde(default = "default_proxy_drain", with = "humantime_serde")]
+    #[schemars(with = "super::doc_types::DurationText")]
     drain_timeout: Duration,
-    /// The engine whose apps this proxy serves (`pier proxy --target` overrides it).
+    /// The target whose routes this proxy serves; `pier proxy --target NAME` overrides it
+    /// (one proxy per host, beside that host's engine).
+    ///
+    /// Default: `"local"`.
     target: Option<String>,
 }
 
@@ -122,31 +144,55 @@ impl RawProxy {
     }
 }
 
-#[derive(Deserialize)]
+/// How `pier proxy` reaches a blue-green app.
+#[derive(schemars::JsonSchema, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawRoute {
+    /// Where the proxy accepts the app's clients; several apps may share an address by
+    /// `hosts`.
     listen: SocketAddr,
+    /// The `Host` names routed to this app on `listen`.
+    ///
+    /// Default: any host (at most one app per address).
     #[serde(default)]
     hosts: Vec<String>,
+    /// A request through the proxy, until the app's answer starts; then 504.
     #[serde(default = "default_route_timeout", with = "humantime_serde")]
+    #[schemars(with = "super::doc_types::DurationText")]
     timeout: Duration,
+    /// Largest request body; then 413.
     #[serde(default = "default_route_body")]
+    #[schemars(with = "super::doc_types::SizeText")]
     max_body: String,
+    /// How long requests in flight on the old generation get to finish after the switch.
     #[serde(default = "default_drain", with = "humantime_serde")]
+    #[schemars(with = "super::doc_types::DurationText")]
     drain_timeout: Duration,
+    /// How long the new generation is watched (running, no restarts, answering its health
+    /// check) before the old one is retired; `"0s"` skips it. A failed soak switches back.
     #[serde(default = "default_soak", with = "humantime_serde")]
+    #[schemars(with = "super::doc_types::DurationText")]
     soak: Duration,
+    /// Failed checks in a row that switch traffic back.
     #[serde(default = "default_soak_failures")]
     soak_failures: u32,
+    /// The old generation keeps running during the soak as the proxy's standby (requests
+    /// that cannot reach the new one go there); `false` stops it after the drain.
     #[serde(default = "default_true")]
     keep_previous_running: bool,
+    /// TLS on `listen` with this certificate, see `[apps.route.tls]`.
     tls: Option<RawTls>,
 }
 
-#[derive(Deserialize)]
+/// TLS on the route's `listen`, this certificate chosen by SNI for the route's `hosts` (a
+/// route without `hosts` serves it for any name); HTTP/2 and HTTP/1.1 offered by ALPN.
+/// Every app on one address is TLS or none is.
+#[derive(schemars::JsonSchema, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawTls {
+    /// The certificate chain (PEM), leaf first.
     cert: PathBuf,
+    /// Its private key (PEM).
     key: PathBuf,
 }
 

@@ -5,16 +5,22 @@
 
 use super::*;
 
-#[derive(Deserialize)]
+/// pier.toml: Pier's one configuration file.
+#[derive(schemars::JsonSchema, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Config {
+    /// How Pier serves.
     server: super::server::Server,
+    /// `pier proxy`'s settings.
     #[serde(default)]
     proxy: super::proxy::RawProxy,
+    /// Registries that need settings.
     #[serde(default)]
     registries: Vec<super::server::Registry>,
+    /// Webhook senders.
     #[serde(default)]
     sources: Vec<super::source::RawSource>,
+    /// What to deploy.
     #[serde(default)]
     apps: Vec<super::app::App>,
     /// How long history is kept.
@@ -23,15 +29,16 @@ pub(crate) struct Config {
     /// Which host paths each app may mount.
     #[serde(default)]
     policy: super::policy::RawPolicy,
+    /// Where deployment outcomes are sent.
     #[serde(default)]
     notifications: Vec<super::notify::RawNotification>,
-    /// Where apps run (see `targets.rs`).
+    /// Where apps run besides the local engine.
     #[serde(default)]
     targets: Vec<super::targets::RawTarget>,
     /// Which keys sign which repositories' images.
     #[serde(default)]
     trust: Vec<super::trust::RawTrust>,
-    /// Named admins, who sign in and approve as themselves (see `gates.rs`).
+    /// Named admins, who sign in and approve as themselves.
     #[serde(default)]
     admins: Vec<super::gates::RawAdmin>,
 }

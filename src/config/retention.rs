@@ -7,13 +7,31 @@ use serde::Deserialize;
 
 use super::ConfigError;
 
-#[derive(Deserialize, Default)]
+/// How long history is kept. Pruning rides on the sweep (`server.sweep_interval`), a
+/// bounded number of rows each time; with no policy it sends nothing.
+#[derive(schemars::JsonSchema, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawRetention {
+    /// Deliveries received longer ago than this are deleted (at least `1m`). The
+    /// deployments they queued stay, without the link; a sender's retry older than this is
+    /// no longer recognised as a duplicate.
+    ///
+    /// Default: kept forever.
     #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<super::doc_types::DurationText>")]
     deliveries: Option<Duration>,
+    /// Deployments finished longer ago than this lose their journal steps (at least `1m`).
+    /// The deployment row stays as the summary (outcome, error, times), and so do the
+    /// serving generation's whole journal and every `create` step, by which Pier recognises
+    /// the containers it made.
+    ///
+    /// Default: kept forever.
     #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<super::doc_types::DurationText>")]
     steps: Option<Duration>,
+    /// Rows each policy deletes at most per sweep, at most 100000.
+    ///
+    /// Default: `1000`.
     per_sweep: Option<i64>,
 }
 

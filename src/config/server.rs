@@ -38,59 +38,161 @@ fn default_pull_timeout() -> Duration {
     Duration::from_secs(15 * 60)
 }
 
-#[derive(Deserialize)]
+/// How Pier serves: its HTTP server and its limits, the database, the workers, the shared
+/// admin token, sign-in to the status page, and the defaults of every registry's deadlines.
+/// Only `pier serve` (and `worker`, `proxy`, `check`) read it; these settings keep their
+/// start-up values until a restart, whatever a reload says.
+#[derive(schemars::JsonSchema, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct Server {
+    /// Address and port of the HTTP server: webhooks (`/hooks/{source}`), the status pages,
+    /// the JSON API, `/healthz`, `/readyz` and `/metrics`. Use `0.0.0.0:8080`, behind a TLS
+    /// proxy, when registries on other machines or in containers must reach it.
     #[serde(default = "default_listen")]
     listen: SocketAddr,
-    /// One Postgres URL; it may name several hosts, libpq style.
+    /// Postgres URL, e.g. `postgres://pier:pier@127.0.0.1:5432/pier`: Pier's only state. It
+    /// may name several hosts, libpq style
+    /// (`postgres://pier@db1:5432,db2:5432/pier?target_session_attrs=read-write`): Pier
+    /// uses the one that accepts writes and moves when it stops doing so (see Database and
+    /// failover). One of `database_url` and `database_urls` is required.
+    #[schemars(with = "Option<super::doc_types::SecretText>")]
     database_url: Option<String>,
-    /// Or a list of them: Pier uses the one that accepts writes.
+    /// Instead of `database_url`: several URLs, each of which may name several hosts; at
+    /// most 8 hosts in all, tried in this order.
     #[serde(default)]
+    #[schemars(with = "Vec<super::doc_types::SecretText>")]
     database_urls: Vec<String>,
+    /// The shared admin token: it signs an admin in on the status page and is a bearer
+    /// token of the JSON API and the CLI (`PIER_TOKEN`), recorded as `api token`; it cannot
+    /// approve. Unset or empty, with no named admin's token: the pages are read-only. At
+    /// least 32 bytes.
+    #[schemars(with = "Option<super::doc_types::SecretText>")]
     admin_token: Option<String>,
+    /// The Docker Engine of the `local` target, `unix://…` or `tcp://…`.
+    ///
+    /// Default: `$DOCKER_HOST`, else the local socket.
     docker_host: Option<String>,
+    /// Deployments this process runs at once (each app still has at most one running at a
+    /// time). At least 1.
     #[serde(default = "default_workers")]
     workers: usize,
+    /// The fence on a worker's claim: renewed every third of it; once it expired, another
+    /// worker may take the deployment over even if its holder is alive but cut off from the
+    /// database. A holder whose process died is taken over at once, without waiting for its
+    /// lease. At least `3s`.
     #[serde(default = "default_lease", with = "humantime_serde")]
+    #[schemars(with = "super::doc_types::DurationText")]
     lease: Duration,
+    /// How often Pier reconciles, prunes history and looks at the queue besides
+    /// LISTEN/NOTIFY wake-ups; an idle Pier sends no query in between.
     #[serde(default = "default_sweep", with = "humantime_serde")]
+    #[schemars(with = "super::doc_types::DurationText")]
     sweep_interval: Duration,
+    /// Largest webhook body; a larger one gets `413`, at once when `Content-Length` already
+    /// says so.
     #[serde(default = "default_max_body")]
+    #[schemars(with = "super::doc_types::SizeText")]
     max_body: String,
+    /// A client's whole request head, and how long a kept-alive connection may sit idle;
+    /// then it is closed.
     #[serde(default = "default_header_timeout", with = "humantime_serde")]
+    #[schemars(with = "super::doc_types::DurationText")]
     header_timeout: Duration,
+    /// A whole request, body included; a body still trickling then is cut off with `408`.
+    /// The long-poll `GET /api/deployments/{id}?wait=` gets 120 s more.
     #[serde(default = "default_request_timeout", with = "humantime_serde")]
+    #[schemars(with = "super::doc_types::DurationText")]
     request_timeout: Duration,
+    /// HTTP connections open at once; more wait in the kernel's backlog.
     #[serde(default = "default_max_connections")]
     max_connections: usize,
+    /// Webhook body bytes held in memory at once, all requests together; beyond it a
+    /// webhook gets `503` (senders retry).
     #[serde(default = "default_webhook_buffer")]
+    #[schemars(with = "super::doc_types::SizeText")]
     webhook_buffer: String,
-    /// Development only: accept tokens and secrets shorter than `raw::MIN_SECRET`.
+    /// Development only: accept tokens and secrets shorter than 32 bytes (24 for Standard
+    /// Webhooks keys). Otherwise Pier refuses to start with them.
     #[serde(default)]
     pub(super) allow_short_secrets: bool,
+    /// Opening a connection (TCP and TLS) to a registry or its token service. The default
+    /// of every registry; a `[[registries]]` entry may set its own.
+    ///
+    /// Default: `"5s"`.
     #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<super::doc_types::DurationText>")]
     registry_connect_timeout: Option<Duration>,
+    /// From a request to a registry to the first byte of its answer, and the longest pause
+    /// between two reads of the body.
+    ///
+    /// Default: `"10s"`.
     #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<super::doc_types::DurationText>")]
     registry_first_byte_timeout: Option<Duration>,
+    /// From a request to a registry to the last byte of its answer, however slowly it
+    /// trickles.
+    ///
+    /// Default: `"30s"`.
     #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<super::doc_types::DurationText>")]
     registry_timeout: Option<Duration>,
+    /// Largest manifest or index, `1k` to `64m`. Pier stops reading at the cap (or refuses
+    /// at once when `Content-Length` says more) and fails the deployment naming the cap.
+    ///
+    /// Default: `"4m"`.
+    #[schemars(with = "Option<super::doc_types::SizeText>")]
     max_manifest: Option<String>,
+    /// How long a step retries transient errors (a registry or engine unreachable, a
+    /// registry's 5xx or 429, a registry deadline passed) before the deployment fails. A
+    /// registry's `Retry-After` is honoured within it; one asking to wait past it fails the
+    /// step at once.
     #[serde(default = "default_retry_budget", with = "humantime_serde")]
+    #[schemars(with = "super::doc_types::DurationText")]
     retry_budget: Duration,
+    /// One pull (or `pier import`'s load) as a whole, its progress stream included; past it
+    /// the attempt fails as transient and `retry_budget` decides whether another one
+    /// starts. Every other engine call has a fixed deadline of its kind.
     #[serde(default = "default_pull_timeout", with = "humantime_serde")]
+    #[schemars(with = "super::doc_types::DurationText")]
     pull_timeout: Duration,
+    /// An IPv4 range apps' private networks get their addresses from: each app a `/27` of
+    /// it (a `/16` holds 2048), skipping subnets another network on the engine uses.
+    /// Without it the engine's default pools are used, which hold about 30 networks, and
+    /// the 31st app's `network` step fails with a message naming this setting.
     app_subnets: Option<String>,
-    /// Peers (CIDRs) whose forwarding header names the client (src/config/trusted.rs).
+    /// Proxies in front of Pier (a TLS terminator) whose forwarding header names the
+    /// client, as CIDRs or addresses, e.g. `["127.0.0.1", "10.0.0.0/8"]`. The failure
+    /// brakes and the logs then see each sender's own address instead of the proxy's; a
+    /// request from any other peer is taken as from that peer, whatever it writes.
     #[serde(default)]
     trusted_proxies: Vec<String>,
+    /// The header the trusted proxies write the client into. Only this one is read, so a
+    /// header the proxy passes through untouched cannot name a client.
     #[serde(default)]
     client_ip_header: super::trusted::ClientIpHeader,
     // Sign-in to the status page (src/config/signin.rs).
+    /// Where browsers reach Pier: an origin only (`https://pier.example.com`, no path).
+    /// Forms posted from it are trusted by the cross-site check; with `https` the session
+    /// cookie is `Secure` and named `__Host-pier_session`.
+    ///
+    /// Default: `http://{listen}`.
     public_url: Option<String>,
+    /// A password that signs in besides `admin_token`: its argon2 (`$argon2id$…`) or bcrypt
+    /// (`$2b$…`) hash, never the password itself (a plain password is refused at start-up).
+    /// `printf %s 'pw' | argon2 "$(openssl rand -hex 16)" -id -e` (Debian package `argon2`)
+    /// makes one.
+    #[schemars(with = "Option<super::doc_types::SecretText>")]
     admin_password_hash: Option<String>,
+    /// How long a sign-in lasts, `1m` to `30d`.
+    ///
+    /// Default: `"12h"`.
     #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<super::doc_types::DurationText>")]
     session_ttl: Option<Duration>,
+    /// Whether the read-only pages (apps, deployments, deliveries) need a session too; the
+    /// JSON API keeps its bearer token either way.
+    ///
+    /// Default: `true` unless `public_url` is a loopback address.
     pages_need_sign_in: Option<bool>,
 }
 
@@ -236,20 +338,49 @@ fn registry_limits(
     Ok(limits)
 }
 
-#[derive(Deserialize)]
+/// A registry that needs settings: credentials, plain HTTP, its own deadlines. A registry
+/// an app names without an entry is used over HTTPS, anonymously, with `[server]`'s limits.
+/// Pier resolves tags with its own small client (anonymous, Basic, or the Bearer token
+/// service the registry names in its `WWW-Authenticate` challenge), follows at most 5
+/// redirects and only to `http`/`https` (never from `https` down to `http`), and checks
+/// that `Docker-Content-Digest` is the SHA-256 of the bytes it read.
+#[derive(schemars::JsonSchema, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct Registry {
+    /// The registry host exactly as apps' `image` names it, with its port:
+    /// `127.0.0.1:5000`, `ghcr.io`; `docker.io` for Docker Hub.
     host: String,
+    /// Plain HTTP instead of HTTPS: for a registry on this machine or a trusted network
+    /// only.
     #[serde(default)]
     insecure: bool,
+    /// User for resolving and pulling; give `password` too.
     username: Option<String>,
+    /// Password or access token; give `username` too.
+    #[schemars(with = "Option<super::doc_types::SecretText>")]
     password: Option<String>,
+    /// This registry's own `registry_connect_timeout`.
+    ///
+    /// Default: `[server]`'s.
     #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<super::doc_types::DurationText>")]
     connect_timeout: Option<Duration>,
+    /// This registry's own `registry_first_byte_timeout`.
+    ///
+    /// Default: `[server]`'s.
     #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<super::doc_types::DurationText>")]
     first_byte_timeout: Option<Duration>,
+    /// This registry's own `registry_timeout`.
+    ///
+    /// Default: `[server]`'s.
     #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<super::doc_types::DurationText>")]
     timeout: Option<Duration>,
+    /// This registry's own `max_manifest`.
+    ///
+    /// Default: `[server]`'s.
+    #[schemars(with = "Option<super::doc_types::SizeText>")]
     max_manifest: Option<String>,
 }
 

@@ -24,44 +24,103 @@ pub(crate) const DEFAULT_SETTLE: Duration = Duration::from_secs(2);
 /// Enough for a JVM's threads; a fork bomb stops here instead of at the host's limit.
 pub(super) const DEFAULT_PIDS_LIMIT: i64 = 4096;
 
-#[derive(Deserialize)]
+/// A further service of an app, deployed with it as one generation: all created, started
+/// and healthy, then switched together, or none is. Its container joins `pier-<app>` with
+/// the service's name as alias. It has no port, `publish`, `health`, `port_env` or host
+/// paths (refused at load with the reason).
+#[derive(schemars::JsonSchema, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawService {
-    /// Another repository, resolved at the tag the push named for the app; none (or the
-    /// app's own): the app's image at the digest the push named.
+    /// Another repository (`"ghcr.io/acme/worker"`, no tag or digest): the service runs
+    /// what that repository has at the tag the push named for the app, resolved, pulled and
+    /// verified before any container is created.
+    ///
+    /// Default: the app's image, at the digest the push named.
     image: Option<String>,
+    /// Replaces the image's entrypoint (and so its command): `["program", "arg", ...]`.
+    ///
+    /// Default: the image's.
     command: Option<Vec<String>>,
+    /// Environment variables: the app-wide `env` is inherited; these add keys and replace
+    /// the app's value of a key they set (a key in `secrets` replaces it too).
     #[serde(default)]
     env: BTreeMap<String, String>,
+    /// The service's own secret variables, not inherited from the app: a worker is given a
+    /// credential only where it is named.
     #[serde(default)]
+    #[schemars(with = "BTreeMap<String, super::doc_types::SecretText>")]
     secrets: BTreeMap<String, String>,
+    /// Memory limit.
+    ///
+    /// Default: no limit.
+    #[schemars(with = "Option<super::doc_types::SizeText>")]
     memory: Option<String>,
+    /// CPU limit in cores.
+    ///
+    /// Default: no limit.
     cpus: Option<f64>,
+    /// The engine's restart policy.
+    ///
+    /// Default: `"unless-stopped"`.
     restart: Option<RestartPolicy>,
+    /// Time after SIGTERM before the container is killed.
+    ///
+    /// Default: the app's.
     #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<super::doc_types::DurationText>")]
     stop_timeout: Option<Duration>,
+    /// As the app's.
+    ///
+    /// Default: `true`.
     no_new_privileges: Option<bool>,
+    /// As the app's.
+    ///
+    /// Default: `4096`.
     pids_limit: Option<i64>,
+    /// Shared networks it joins, as the app's.
     #[serde(default)]
     networks: Vec<String>,
+    /// Owned volumes, as the app's; two services may mount one volume name (it is the
+    /// app's).
     #[serde(default)]
     volumes: Vec<RawVolume>,
+    /// Capabilities kept, as the app's.
+    ///
+    /// Default: as for apps.
     cap_keep: Option<Vec<String>>,
+    /// A read-only root filesystem.
     #[serde(default)]
     read_only: bool,
+    /// Writable in-memory mounts, as the app's.
     #[serde(default)]
     tmpfs: Vec<super::tmpfs::RawTmpfs>,
+    /// The user to run as.
+    ///
+    /// Default: the image's.
     user: Option<String>,
+    /// Health without a port: the image's `HEALTHCHECK` when it has one (120 s to turn
+    /// healthy); otherwise the container must be running, never restarted, for this long.
+    ///
+    /// Default: `"2s"`.
     #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<super::doc_types::DurationText>")]
     settle: Option<Duration>,
     // Accepted by the parser only to be refused with a reason (see `resolve`).
+    #[schemars(skip)]
     port: Option<IgnoredAny>,
+    #[schemars(skip)]
     publish: Option<IgnoredAny>,
+    #[schemars(skip)]
     health: Option<IgnoredAny>,
+    #[schemars(skip)]
     port_env: Option<IgnoredAny>,
+    #[schemars(skip)]
     files: Option<Vec<RawHostMount>>,
+    #[schemars(skip)]
     binds: Option<Vec<RawHostMount>>,
+    #[schemars(skip)]
     devices: Option<IgnoredAny>,
+    #[schemars(skip)]
     service: Option<IgnoredAny>,
 }
 

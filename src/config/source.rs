@@ -59,22 +59,64 @@ fn default_tolerance() -> Duration {
     Duration::from_secs(300)
 }
 
-#[derive(Deserialize)]
+/// A webhook sender: one URL, `POST /hooks/{name}`, with its kind and credentials. Pier
+/// authenticates every delivery over its raw bytes, in constant time, before it reads
+/// anything else, and accepts no unauthenticated webhook. Tokens and secrets are at least
+/// 32 bytes (24 for Standard Webhooks keys).
+#[derive(schemars::JsonSchema, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawSource {
+    /// The URL's segment, `POST /hooks/{name}`: lower-case letters, digits, `-`, `_`;
+    /// unique. `poller` is reserved.
     name: String,
+    /// Which sender it is, and so how its deliveries are checked and read; each has its
+    /// page under Point a registry at Pier.
     kind: SourceKind,
+    /// A static token, compared in constant time: `Authorization: Bearer <token>`
+    /// (distribution, generic, gitea, forgejo: an optional extra check; harbor, zot, acr:
+    /// required), `X-JFrog-Event-Auth` (artifactory's token mode), or the URL's last
+    /// segment (dockerhub, quay: required, 16 or more letters, digits, `-`, `_`). A
+    /// `distribution` source needs `token` or `hmac_secret`.
+    #[schemars(with = "Option<super::doc_types::SecretText>")]
     token: Option<String>,
+    /// More accepted tokens, added to `token`; any one is accepted, so a token rotates
+    /// without refusing the sender in between.
     #[serde(default)]
+    #[schemars(with = "Vec<super::doc_types::SecretText>")]
     tokens: Vec<String>,
+    /// The HMAC key. Required for `generic`, `github`, `gitea`, `forgejo`, `nexus`, and
+    /// `artifactory` in signing mode; for Standard Webhooks a `whsec_<base64>` key.
+    #[schemars(with = "Option<super::doc_types::SecretText>")]
     hmac_secret: Option<String>,
+    /// More HMAC keys, added to `hmac_secret`; any one verifies (rotation).
     #[serde(default)]
+    #[schemars(with = "Vec<super::doc_types::SecretText>")]
     secrets: Vec<String>,
+    /// The header holding the HMAC signature; only `distribution` and `generic` take it,
+    /// the others use their sender's own header.
+    ///
+    /// Default: `"X-Hub-Signature-256"` (distribution), `"X-Pier-Signature"` (generic).
     signature_header: Option<String>,
+    /// `generic`: `"hmac"` or `"standard-webhooks"`; `artifactory`: `"token"` or
+    /// `"signing"`; no other kind takes one.
+    ///
+    /// Default: `"hmac"` (generic), `"token"` (artifactory).
     mode: Option<SourceMode>,
+    /// Standard Webhooks: how far `webhook-timestamp` may be from now, `1s` to `1h`;
+    /// outside it, 401.
     #[serde(default = "default_tolerance", with = "humantime_serde")]
+    #[schemars(with = "super::doc_types::DurationText")]
     tolerance: Duration,
+    /// The registry host (and port) of every image the source reports: fills it in where
+    /// the sender names none (required for `nexus` and `zot`) and replaces the one it names
+    /// (an alias). It must be the host of some app's `image` (checked at start-up).
+    ///
+    /// Default: none (`"docker.io"` for dockerhub).
     registry: Option<String>,
+    /// `artifactory` only: the Docker access method of the Artifactory repository, which
+    /// decides where its images are pulled from.
+    ///
+    /// Default: `"repository-path"`.
     access_method: Option<ArtifactoryAccess>,
 }
 
@@ -217,6 +259,20 @@ impl RawSource {
             .sender()
             .check(&spec)
             .map_err(|e| refused(&self.name, e))
+    }
+}
+
+/// The kinds come from the one list of senders, as the file's parser reads them.
+impl schemars::JsonSchema for SourceKind {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "SourceKind".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        let names: Vec<&str> = Self::ALL.iter().map(|k| k.as_str()).collect();
+        schemars::json_schema!({
+            "type": "string",
+            "enum": names,
+        })
     }
 }
 

@@ -22,17 +22,22 @@ pub enum SwarmMode {
     Global,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(
+    serde::Serialize, schemars::JsonSchema, Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum UpdateOrder {
     /// The new task starts and passes its health check before the old one stops: the
     /// default, since the old generation must serve until the new one is healthy.
     #[default]
     StartFirst,
+    /// The old task stops before the new one starts: for a service that cannot run twice.
     StopFirst,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(
+    serde::Serialize, schemars::JsonSchema, Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum FailureAction {
     /// Swarm rolls the service back itself when tasks fail: the default.
@@ -84,52 +89,106 @@ pub struct SwarmApp {
     pub health_start: Duration,
 }
 
-#[derive(Deserialize)]
+/// How many tasks the service runs.
+#[derive(schemars::JsonSchema, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "snake_case")]
 enum RawMode {
     Replicated,
     Global,
 }
 
-#[derive(Deserialize, Default)]
+/// The service of an app on a `kind = "swarm"` target: Pier writes its spec, naming
+/// `repo:tag@sha256:…`, and watches Swarm's rollout to a verdict. A swarm app cannot name
+/// other targets, a `strategy`, a `route`, `publish`, volumes, host paths, devices, `tmpfs`
+/// or further services.
+#[derive(schemars::JsonSchema, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawSwarm {
+    /// Tasks of a replicated service, 0 to 1000.
+    ///
+    /// Default: `1`.
     replicas: Option<u64>,
+    /// `global`: one task on every eligible node (no `replicas`).
+    ///
+    /// Default: `"replicated"`.
     mode: Option<RawMode>,
+    /// The service's update config, see `[apps.swarm.update]`.
     #[serde(default)]
     update: RawUpdate,
+    /// Where Swarm may put tasks, see `[apps.swarm.placement]`.
     #[serde(default)]
     placement: RawPlacement,
+    /// Pier's deadline for the rollout (Swarm has none), and again for a rollback; longer
+    /// than `update.monitor`, at most `24h`. It starts again when a restarted Pier resumes
+    /// watching.
+    ///
+    /// Default: `"5m"`.
     #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<super::doc_types::DurationText>")]
     rollout_timeout: Option<Duration>,
+    /// `port` published in host mode on each node that runs a task (at most one task per
+    /// node then). The routing mesh is not used.
     publish_port: Option<u16>,
+    /// The check each task runs inside its container (`CMD` form, every 2 s, 3 failures
+    /// make it unhealthy). A swarm app has no `health.path`: Pier's HTTP probe cannot reach
+    /// tasks on other nodes.
+    ///
+    /// Default: the image's `HEALTHCHECK`.
     health_cmd: Option<Vec<String>>,
+    /// How long a new task may take before failed checks count.
+    ///
+    /// Default: `"30s"`.
     #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<super::doc_types::DurationText>")]
     health_start: Option<Duration>,
 }
 
-#[derive(Deserialize, Default)]
+/// The service's update config, also its rollback config (a rollback pauses rather than
+/// goes on if the previous spec fails too).
+#[derive(schemars::JsonSchema, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawUpdate {
+    /// Tasks replaced at once.
+    ///
+    /// Default: `1`.
     parallelism: Option<u64>,
+    /// Pause between batches of tasks.
+    ///
+    /// Default: `"0s"`.
     #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<super::doc_types::DurationText>")]
     delay: Option<Duration>,
+    /// Whether a new task starts before its old one stops.
     #[serde(default)]
     order: UpdateOrder,
+    /// What Swarm does when tasks fail during the update.
     #[serde(default)]
     failure_action: FailureAction,
+    /// How long each new task is watched after it starts; a new service must hold its
+    /// replicas for this long.
+    ///
+    /// Default: `"5s"`.
     #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<super::doc_types::DurationText>")]
     monitor: Option<Duration>,
+    /// The share of tasks that may fail during the update before `failure_action` applies.
+    ///
+    /// Default: `0`.
     max_failure_ratio: Option<f64>,
 }
 
-#[derive(Deserialize, Default)]
+/// Where Swarm may put the service's tasks. Pier adds the platforms of the image, so that
+/// each node pulls the manifest of its own platform.
+#[derive(schemars::JsonSchema, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct RawPlacement {
+    /// Swarm's constraints (`"node.role == worker"`).
     #[serde(default)]
     constraints: Vec<String>,
+    /// Spread preferences (`"node.labels.zone"`).
     #[serde(default)]
     preferences: Vec<String>,
+    /// At most this many tasks on one node.
     max_replicas_per_node: Option<u64>,
 }
 

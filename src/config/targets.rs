@@ -17,7 +17,9 @@ use crate::domain::{Endpoint, EndpointOptions, TlsFiles};
 /// The target an app runs on when it names none, and the name `server.docker_host` gets.
 pub const LOCAL: &str = "local";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(
+    serde::Serialize, schemars::JsonSchema, Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum TargetKind {
     /// One Docker engine: Pier creates, starts and retires the containers itself.
@@ -44,29 +46,51 @@ pub struct TargetConfig {
     pub endpoint: Endpoint,
 }
 
-#[derive(Deserialize)]
+/// A Docker engine other than the one beside Pier. Without any entry there is one target,
+/// `local`: `server.docker_host` (or `DOCKER_HOST`). The certificate files, `known_hosts`
+/// and `identity` are read when Pier starts, so replacing them takes a restart.
+#[derive(schemars::JsonSchema, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawTarget {
+    /// What apps' `targets` name: lower-case, at most 32 characters; `local` only if
+    /// `server.docker_host` is unset.
     name: String,
+    /// What the engine is to Pier.
     #[serde(default)]
     kind: TargetKind,
+    /// How the engine is reached: `unix:///path`, `tcp://host:port` (default port 2376,
+    /// with `tls`) or `ssh://[user@]host[:port]` (default port 22, with `ssh`).
     host: String,
+    /// Required for `tcp://`, see `[targets.tls]`.
     tls: Option<RawTls>,
+    /// Required for `ssh://`, see `[targets.ssh]`.
     ssh: Option<RawSsh>,
 }
 
-#[derive(Deserialize)]
+/// TLS to an engine over `tcp://`.
+#[derive(schemars::JsonSchema, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawTls {
+    /// The CA (PEM) the engine's certificate must chain to (that CA only, not the system's
+    /// roots) while naming the `host`, as `docker --tlsverify` checks it.
     ca: String,
+    /// Pier's client certificate (PEM).
     cert: String,
+    /// Its private key (PEM).
     key: String,
 }
 
-#[derive(Deserialize)]
+/// SSH to an engine: the system's `ssh` runs `docker system dial-stdio` on the host, with
+/// no `ssh_config` read.
+#[derive(schemars::JsonSchema, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawSsh {
+    /// The only host keys accepted: an unknown or changed key is refused, and nothing is
+    /// ever written to this file.
     known_hosts: String,
+    /// The private key Pier signs in with.
+    ///
+    /// Default: the SSH agent and ssh's default keys.
     identity: Option<String>,
 }
 
@@ -173,16 +197,26 @@ impl Default for Rollout {
     }
 }
 
-#[derive(Deserialize)]
+/// How one deployment crosses the app's targets: batch by batch, the next batch starting
+/// when the whole batch is healthy and switched. The first failure stops the rollout and
+/// puts every engine back on its previous generation.
+#[derive(schemars::JsonSchema, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawRollout {
+    /// Engines per batch: a count (`1`) or a percentage of the app's targets (`"50%"`).
+    ///
+    /// Default: `1`.
     #[serde(default)]
     batch: Option<RawBatch>,
+    /// Pause between batches; an operator's stop ends it at once.
+    ///
+    /// Default: `"0s"`.
     #[serde(default, with = "humantime_serde")]
+    #[schemars(with = "Option<super::doc_types::DurationText>")]
     pause: Option<Duration>,
 }
 
-#[derive(Deserialize)]
+#[derive(schemars::JsonSchema, Deserialize)]
 #[serde(untagged)]
 enum RawBatch {
     Count(i64),

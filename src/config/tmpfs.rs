@@ -146,6 +146,30 @@ impl<'de> Deserialize<'de> for RawTmpfs {
     }
 }
 
+/// `"/tmp"` or `{ target = "/run/app", mode = "0700" }`, as its parser reads it.
+impl schemars::JsonSchema for RawTmpfs {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Tmpfs".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A tmpfs mount: a container path (mode 1777), or a table with its own octal `mode`.",
+            "anyOf": [
+                { "type": "string" },
+                {
+                    "type": "object",
+                    "properties": {
+                        "target": { "type": "string", "description": "The container path." },
+                        "mode": { "type": "string", "description": "Its octal mode, e.g. `\"0700\"`." }
+                    },
+                    "required": ["target"],
+                    "additionalProperties": false
+                }
+            ]
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -28,21 +28,34 @@ fn default_wait() -> Duration {
     Duration::from_secs(30)
 }
 
-#[derive(Deserialize)]
+/// Which keys sign which repositories' images. Every app whose image an entry covers must
+/// then carry a cosign signature by one of its keys over the exact digest, checked before
+/// anything is pulled.
+#[derive(schemars::JsonSchema, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawTrust {
+    /// Named in messages and on the page (`trust ci`): lower-case letters, digits, `-`,
+    /// `_`; unique.
     name: String,
-    /// Globs over `registry/repository` (`127.0.0.1:5000/demo/*`, `ghcr.io/acme/**`).
+    /// Globs over full repository names with their registry, as `docker pull` reads them
+    /// (`docker.io/acme/*`, `127.0.0.1:5000/demo/web`): `*` within one path segment, `**`
+    /// any number of segments, `?` one character.
     repositories: Vec<String>,
-    /// `file:PATH`, `env:NAME`, or the PEM itself.
+    /// Public keys, each `file:PATH`, `env:NAME` or the PEM inline: ECDSA P-256 (cosign's)
+    /// or Ed25519. A key that does not parse stops Pier at start-up with its field named.
+    #[schemars(with = "Vec<super::doc_types::SecretText>")]
     keys: Vec<String>,
+    /// What the signed payload must carry, with exactly these values (`cosign sign -a
+    /// pipeline=release`).
     #[serde(default)]
     annotations: BTreeMap<String, String>,
-    /// Apps this entry covers must be signed (an app's own `require_signature` wins).
+    /// The apps this entry covers must be signed (an app's own `require_signature` wins).
     #[serde(default = "default_true")]
     require_signature: bool,
-    /// How long the `signature` step waits when no signature exists yet at all.
+    /// How long the `signature` step waits when no signature exists yet at all (CI that
+    /// pushes, then signs); at most `"10m"`. A wrong signature fails at once.
     #[serde(default = "default_wait", with = "humantime_serde")]
+    #[schemars(with = "super::doc_types::DurationText")]
     wait: Duration,
 }
 

@@ -8,7 +8,17 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 
 /// The header a trusted proxy writes the client's address into.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[derive(
+    serde::Serialize,
+    schemars::JsonSchema,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    serde::Deserialize,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum ClientIpHeader {
     /// `X-Forwarded-For: client, proxy1, proxy2` (nginx's `$proxy_add_x_forwarded_for`,

@@ -118,7 +118,7 @@ impl TagRule {
     /// Of the registry's tags, the one the rule deploys: the exact tag if present; for a
     /// range the highest matching version; for a glob the highest match by version when
     /// its tags are versions, else the greatest by string order (a deterministic choice;
-    /// a glob over non-version tags is best served by webhooks, see the README).
+    /// a glob over non-version tags is best served by webhooks, see the docs' tag rules).
     pub(crate) fn choose<'a>(&self, tags: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
         let matching = tags.into_iter().filter(|t| self.matches(t, false));
         match self {

@@ -19,8 +19,9 @@
 //!
 //! Nothing else in the code changes: `SourceKind` gains the variant, `kind = "NAME"`
 //! parses, and the config checks, the intake route and every per-kind question go
-//! through the list (no `match` on `SourceKind` exists outside it). Tell users in the
-//! README's table of senders, and add the kind to the fuzzer's `KINDS`
+//! through the list (no `match` on `SourceKind` exists outside it). Tell users in a
+//! page of its own under `docs/src/registries/` and a row of that folder's table of
+//! senders (`index.md`), and add the kind to the fuzzer's `KINDS`
 //! (`fuzz/fuzz_targets/payload.rs`) to fuzz its parser. The tests below hold every
 //! sender to the rule that a source without credentials is refused.
 
@@ -209,7 +210,7 @@ impl<'de> Deserialize<'de> for SourceKind {
 }
 
 /// How a `generic` or `artifactory` source authenticates; other kinds have one way only.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SourceMode {
     /// HMAC-SHA256 of the body in `signature_header` (generic).
@@ -225,7 +226,7 @@ pub enum SourceMode {
 /// How Artifactory names a Docker image (its "Docker access method"), which decides the
 /// registry host and repository an event is matched by. The payload names the Artifactory
 /// repository (`repo_key`) and the image inside it (`image_name`) apart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ArtifactoryAccess {
     /// `<host>/<repo_key>/<image_name>` (JFrog Cloud's default): the repository is
