@@ -9,6 +9,7 @@
 //! in a command is replaced by the one the demo was given), so that a demo a developer
 //! runs on this machine is not disturbed.
 
+use std::collections::BTreeSet;
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::Command;
@@ -41,6 +42,19 @@ fn demo_commands() -> Vec<String> {
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The private networks of the demo's apps (`pier-web`, `pier-web-bg`) that exist now.
+fn demo_networks() -> BTreeSet<String> {
+    let out = Command::new("docker")
+        .args(["network", "ls", "--format", "{{.Name}}"])
+        .output()
+        .expect("run docker network ls");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|n| *n == "pier-web" || *n == "pier-web-bg")
         .map(str::to_owned)
         .collect()
 }
@@ -117,6 +131,7 @@ fn the_getting_started_commands_bring_up_the_demo_on_a_fresh_copy() {
             && commands.last().is_some_and(|c| c.contains("down")),
         "the block should bring the demo up first and take it down last: {commands:?}"
     );
+    let networks_before = demo_networks();
     let copy = tempfile::tempdir().expect("a temporary folder");
     fresh_copy(copy.path());
     let database = format!("pier_newcomer_{}", std::process::id());
@@ -168,6 +183,11 @@ fn the_getting_started_commands_bring_up_the_demo_on_a_fresh_copy() {
     }
     if let Some(url) = &admin_url {
         drop_database(url, &database);
+    }
+    // The apps' private networks, which `down` leaves (as Pier does), unless they were
+    // there before this test.
+    for n in demo_networks().difference(&networks_before) {
+        let _ = Command::new("docker").args(["network", "rm", n]).output();
     }
     if let Some(f) = failure {
         panic!("{f}");
