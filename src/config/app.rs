@@ -95,7 +95,8 @@ pub(super) struct App {
     /// `docker.io/acme/web`, `nginx` is `docker.io/library/nginx`). The first part is a
     /// registry host only if it has a `.` or a `:` or is `localhost`. A tag or digest,
     /// upper-case letters or anything else the distribution grammar refuses stop Pier at
-    /// start-up with the app named.
+    /// start-up with the app named. The engine's record of a pulled
+    /// image is compared in the same normalised form (`nginx` is `docker.io/library/nginx`).
     image: String,
     /// The tag whose pushes deploy this app; with `*` (any run of characters) or `?` (one
     /// character) a glob (`"v1.*"`): a push of any matching tag deploys that tag.
