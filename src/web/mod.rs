@@ -202,10 +202,12 @@ async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
 
 /// The process's metrics, then each container's resource use. A scrape is a reason to
 /// sample: the next one has fresh numbers, and while scrapes come the sampler keeps going.
+/// The process's counters are rendered before this scrape's demand is made, so that
+/// `pier_stats_engine_calls_total` in a scrape never counts calls made for that scrape.
 async fn metrics(State(s): State<AppState>) -> impl IntoResponse {
     api_actions::refresh_gauges(&s).await;
-    s.stats.want();
     let mut body = s.metrics.as_ref().map(|h| h.render()).unwrap_or_default();
+    s.stats.want();
     body.push_str(&s.stats.prometheus());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
 }

@@ -52,7 +52,7 @@ async fn a_container_holding_memory_shows_it_on_the_page_and_in_metrics_within_t
     // page cache that can be dropped) for as long as it runs.
     let fill = "/bin/busybox dd if=/dev/zero of=/dev/shm/fill bs=1M count=30; \
                 while true; do /bin/busybox sleep 60; done";
-    let env = TestEnv::builder()
+    let mut env = TestEnv::builder()
         .server_toml("stats_interval = \"1s\"")
         .app(|a| {
             a.extra_toml = format!("memory = \"128m\"\n{}", command(fill));
@@ -64,18 +64,41 @@ async fn a_container_holding_memory_shows_it_on_the_page_and_in_metrics_within_t
     let d = env.latest_final_of(&app, &[], DEPLOY).await;
     assert_eq!(d["state"], "succeeded", "{d:#}");
 
-    // Nobody has looked yet: the first scrape asks, and the sampler starts.
+    // A Pier that did not run the deployment (so it watches nothing) and that nobody
+    // asks: over five intervals it asks the engine nothing. The first scrape shows the
+    // counters as they were before it asked, and starts the sampler.
+    env.pier_mut().kill();
+    env.start_pier().await;
+    let quiet = Duration::from_secs(5);
+    tokio::time::sleep(quiet).await; // the span observed idle, not a wait for a condition
     let metrics = env.pier_url("/metrics");
     let asked = Instant::now();
-    let (code, _) = get_text(&metrics).await;
+    let (code, first) = get_text(&metrics).await;
     assert_eq!(code, 200);
-    let memory = wait_until("the container's memory in /metrics", DEPLOY, || async {
+    assert!(
+        !first.contains("pier_stats_engine_calls_total"),
+        "an idle Pier made stats calls:\n{first}"
+    );
+    assert!(series(&first, "pier_container_memory_bytes", &app).is_none());
+    // Within two samples: a scrape that finds two rounds done (counted before the memory
+    // series is read) finds the memory too, however slowly this machine runs.
+    let (memory, rounds) = wait_until("the container's memory in /metrics", DEPLOY, || async {
         let (_, scrape) = get_text(&metrics).await;
-        series(&scrape, "pier_container_memory_bytes", &app).filter(|m| *m >= 30.0 * MIB as f64)
+        let rounds = scrape
+            .lines()
+            .find(|l| l.starts_with("pier_stats_rounds_total{target=\"local\"}"))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .unwrap_or(0.0);
+        let memory = series(&scrape, "pier_container_memory_bytes", &app);
+        match memory.filter(|m| *m >= 30.0 * MIB as f64) {
+            Some(m) => Some((m, rounds)),
+            None if rounds >= 2.0 => panic!("two rounds done, no memory shown:\n{scrape}"),
+            None => None,
+        }
     })
     .await;
     eprintln!(
-        "memory {:.1} MiB in /metrics {:?} after the first scrape",
+        "memory {:.1} MiB in /metrics {:?} after the first scrape, {rounds} rounds counted",
         memory / MIB as f64,
         asked.elapsed()
     );

@@ -149,6 +149,7 @@ async fn sample_target(t: &Target, span: &Span) -> Result<Listed, EngineError> {
     let calls = 2 + 2 * out.seen.len() + out.errors.len();
     metrics::counter!("pier_stats_engine_calls_total", "target" => t.name.clone())
         .increment(calls as u64);
+    metrics::counter!("pier_stats_rounds_total", "target" => t.name.clone()).increment(1);
     Ok(out)
 }
 
