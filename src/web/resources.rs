@@ -99,7 +99,7 @@ struct Sparkline<'a> {
     /// The top of the scale when it is fixed (a memory limit not far above the values);
     /// otherwise the peak.
     top: Option<f64>,
-    /// Seconds between samples: a longer gap (nobody looked) breaks the line.
+    /// Seconds between samples: a gap of several (nobody looked) breaks the line.
     interval: f64,
     words: fn(f64) -> String,
 }
@@ -139,17 +139,22 @@ impl Sparkline<'_> {
         svg
     }
 
-    /// `M x y L x y …`, a new `M` after each gap of more than two and a half intervals.
+    /// `M x y L x y …`, a new `M` after each gap of more than three intervals
+    /// (nobody looked, so nothing was sampled; a late round or two is no gap).
+    /// The time axis ends now and spans the hour, or less while the samples cover less,
+    /// so that the first minutes of samples are a line and not a dot at the right edge.
     fn path(&self, now: DateTime<Utc>, top: f64) -> String {
+        let secs = |from: DateTime<Utc>| (now - from).num_milliseconds() as f64 / 1000.0;
         let hour = crate::background::stats::HISTORY.as_secs_f64();
+        let covered = self.points.first().map_or(hour, |(at, _)| secs(*at));
+        let span = covered.clamp(self.interval * 2.0, hour).max(0.001);
         let mut d = String::new();
         let mut previous: Option<DateTime<Utc>> = None;
         for (at, v) in &self.points {
-            let age = (now - *at).num_milliseconds() as f64 / 1000.0;
-            let x = (WIDTH * (1.0 - age / hour)).clamp(0.0, WIDTH);
+            let x = (WIDTH * (1.0 - secs(*at) / span)).clamp(0.0, WIDTH);
             let y = HEIGHT - 1.0 - (v / top).clamp(0.0, 1.0) * (HEIGHT - 2.0);
             let gap = previous
-                .is_none_or(|p| (*at - p).num_milliseconds() as f64 / 1000.0 > self.interval * 2.5);
+                .is_none_or(|p| (*at - p).num_milliseconds() as f64 / 1000.0 > self.interval * 3.0);
             let _ = write!(d, "{}{x:.1} {y:.1} ", if gap { "M" } else { "L" });
             previous = Some(*at);
         }
@@ -202,6 +207,23 @@ mod tests {
         assert_eq!(d.matches('L').count(), 2, "{d}");
         // At the limit's scale, 32 MiB of 64 is half way up.
         assert!(d.contains("M0.0 23.0 L0.3 12.0"), "{d}");
+    }
+
+    #[test]
+    fn a_few_minutes_of_samples_span_the_whole_width() {
+        let now = Utc::now();
+        let s = Sparkline {
+            what: "CPU",
+            points: vec![(at(120, now), 0.5), (at(60, now), 1.0), (at(0, now), 0.0)],
+            top: None,
+            interval: 60.0,
+            words: cores,
+        };
+        let svg = s.svg(now);
+        assert!(
+            svg.contains("d=\"M0.0 12.0 L60.0 1.0 L120.0 23.0\""),
+            "{svg}"
+        );
     }
 
     #[test]

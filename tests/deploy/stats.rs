@@ -1,7 +1,7 @@
 //! Resource use on the real engine: a container that holds memory shows it on the app
 //! page, in `GET /api/apps/{app}` and in `/metrics` within a couple of samples of being
-//! asked, and a container the kernel kills for memory after its deployment is a row of
-//! that deployment's timeline and a notification.
+//! asked, and a container the kernel kills for memory, or that keeps exiting, after its
+//! deployment is a row of that deployment's timeline and a notification.
 
 use std::time::{Duration, Instant};
 
@@ -225,5 +225,48 @@ async fn an_oom_killed_container_after_a_deploy_appears_in_the_timeline_and_in_a
         .filter(|n| n["event"] == "container.oom_killed")
         .collect();
     assert_eq!(sent.len(), 1, "{log:#}");
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn a_container_that_keeps_exiting_after_a_deploy_is_a_restart_loop_in_the_timeline() {
+    let mut receiver = HookRecorder::start().await;
+    // It serves long enough to pass its health check, then exits; its restart policy
+    // (`unless-stopped`) starts it again, and again.
+    let env = TestEnv::builder()
+        .server_toml("stats_interval = \"1s\"")
+        .sources_toml(&format!(
+            "[[notifications]]\nname = \"chat\"\nurl = \"{}\"\nformat = \"slack\"\n\
+             events = [\"container.restart_loop\"]\n",
+            receiver.url("/slack"),
+        ))
+        .app(|a| a.extra_toml = command("/bin/busybox sleep 5; exit 3"))
+        .start()
+        .await;
+    let app = env.app().to_owned();
+    env.push(&TestImage::healthy("v1"), "main").await;
+    let d = env.latest_final_of(&app, &[], DEPLOY).await;
+    assert_eq!(d["state"], "succeeded", "{d:#}");
+    let id = d["id"].as_str().unwrap().to_owned();
+
+    let events = wait_until(
+        "a restart loop in the deployment's record",
+        DEPLOY,
+        || async {
+            let (_, v) = env.api_get(&format!("/deployments/{id}")).await;
+            let events = v["events"].as_array()?.clone();
+            (!events.is_empty()).then_some(events)
+        },
+    )
+    .await;
+    assert_eq!(events[0]["kind"], "restart_loop", "{events:#?}");
+    assert!(events[0]["restarts"].as_i64().unwrap() >= 3, "{events:#?}");
+    let hooks = receiver
+        .collect_until(Duration::from_secs(60), |got| !got.is_empty())
+        .await;
+    let text = hooks[0].json()["text"].as_str().unwrap().to_owned();
+    assert!(text.contains("is in a restart loop"), "{text}");
+    let (_, page) = get_text(&env.pier_url(&format!("/deployments/{id}"))).await;
+    assert!(page.contains("data-event=\"restart_loop\""), "{page}");
     env.cleanup().await;
 }

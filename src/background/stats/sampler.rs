@@ -63,6 +63,9 @@ pub(crate) async fn run<S: Source>(stats: Stats, source: S, shutdown: Cancellati
                 () = shutdown.cancelled() => return,
             }
         }
+        // Rounds start an interval apart, however long one takes (a slow engine makes
+        // the next one late, never two at once).
+        let next = tokio::time::Instant::now() + stats.interval();
         let span = memory.span(&stats, Utc::now());
         let rounds = tokio::select! {
             r = source.round(&span) => r,
@@ -75,7 +78,7 @@ pub(crate) async fn run<S: Source>(stats: Stats, source: S, shutdown: Cancellati
             }
         }
         tokio::select! {
-            () = tokio::time::sleep(stats.interval()) => {}
+            () = tokio::time::sleep_until(next) => {}
             () = shutdown.cancelled() => return,
         }
     }

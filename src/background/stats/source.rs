@@ -72,9 +72,13 @@ pub(crate) struct EngineSource {
 impl Source for EngineSource {
     async fn round(&self, span: &Span) -> Vec<TargetRound> {
         let rounds = self.targets.iter().map(|t| async move {
+            let started = std::time::Instant::now();
+            let listed = sample_target(t, span).await;
+            metrics::histogram!("pier_stats_round_seconds", "target" => t.name.clone())
+                .record(started.elapsed().as_secs_f64());
             TargetRound {
                 target: t.name.clone(),
-                listed: sample_target(t, span).await,
+                listed,
             }
         });
         futures_util::future::join_all(rounds).await
