@@ -59,7 +59,7 @@ impl Background<'_> {
         stats::sampler::spawn(
             tasks,
             self.stats.clone(),
-            (self.targets.clone(), self.store.clone()),
+            (self.targets.clone(), self.store.clone(), self.live.clone()),
             self.shutdown.clone(),
         );
         self.start_outbox_and_timers(tasks).await;

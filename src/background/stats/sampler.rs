@@ -18,6 +18,7 @@ use uuid::Uuid;
 
 use super::source::{EngineSource, Listed, Source, Span, TargetRound, who};
 use super::{DEMAND_INTERVALS, Stats, Who};
+use crate::config::LiveConfig;
 use crate::engine::EngineError;
 use crate::error::error_chain;
 use crate::store::{ContainerEventKind, NewContainerEvent, Store};
@@ -32,14 +33,20 @@ pub(crate) const WATCH_AFTER_DEPLOY: Duration = Duration::from_secs(10 * 60);
 /// cleared and the database's uniqueness keeps the events single.
 const REMEMBERED: usize = 10_000;
 
-/// Starts the sampler over `targets`, recording events in `store`.
+/// Starts the sampler over `targets`' containers of the apps `live` names, recording
+/// events in `store`.
 pub(crate) fn spawn(
     tasks: &mut JoinSet<()>,
     stats: Stats,
-    (targets, store): (Targets, Store),
+    (targets, store, live): (Targets, Store, LiveConfig),
     shutdown: CancellationToken,
 ) {
-    tasks.spawn(run(stats, EngineSource { targets, store }, shutdown));
+    let source = EngineSource {
+        targets,
+        store,
+        live,
+    };
+    tasks.spawn(run(stats, source, shutdown));
 }
 
 /// What the sampler keeps between rounds.

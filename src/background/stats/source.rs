@@ -12,6 +12,7 @@ use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
 
 use super::{Sample, Who};
+use crate::config::{Config, LiveConfig};
 use crate::engine::{
     ContainerFacts, EngineError, LABEL_APP, LABEL_DEPLOYMENT, LABEL_SERVICE, OomKill, Runs,
 };
@@ -63,17 +64,22 @@ pub(crate) trait Source: Send + Sync + 'static {
     fn record(&self, event: &NewContainerEvent) -> impl Future<Output = bool> + Send;
 }
 
-/// The real engines, and the store the events go to.
+/// The real engines, the store the events go to, and the config (as reloaded) that says
+/// which apps are Pier's here: containers of other apps on a shared engine (another
+/// installation's, or an app removed from the config) are listed but never sampled.
 pub(crate) struct EngineSource {
     pub targets: Targets,
     pub store: Store,
+    pub live: LiveConfig,
 }
 
 impl Source for EngineSource {
     async fn round(&self, span: &Span) -> Vec<TargetRound> {
+        let config = self.live.load();
+        let config = &*config;
         let rounds = self.targets.iter().map(|t| async move {
             let started = std::time::Instant::now();
-            let listed = sample_target(t, span).await;
+            let listed = sample_target(t, span, config).await;
             metrics::histogram!("pier_stats_round_seconds", "target" => t.name.clone())
                 .record(started.elapsed().as_secs_f64());
             TargetRound {
@@ -118,8 +124,11 @@ fn live(c: &ContainerFacts) -> bool {
     c.running || c.status.starts_with("Restarting")
 }
 
-async fn sample_target(t: &Target, span: &Span) -> Result<Listed, EngineError> {
-    let listed = t.engine.managed_containers(None, None).await?;
+/// One engine's round, of the containers of `config`'s apps.
+async fn sample_target(t: &Target, span: &Span, config: &Config) -> Result<Listed, EngineError> {
+    let ours = |app: Option<&str>| app.is_some_and(|a| config.app(a).is_some());
+    let mut listed = t.engine.managed_containers(None, None).await?;
+    listed.retain(|c| ours(c.label(LABEL_APP)));
     let mut out = Listed {
         ids: listed.iter().map(|c| c.id.clone()).collect(),
         ..Listed::default()
@@ -145,7 +154,10 @@ async fn sample_target(t: &Target, span: &Span) -> Result<Listed, EngineError> {
         }
     }
     match t.engine.oom_kills(span.since(&t.name), span.until).await {
-        Ok(ooms) => out.ooms = Some(ooms),
+        Ok(mut ooms) => {
+            ooms.retain(|o| ours(o.labels.get(LABEL_APP).map(String::as_str)));
+            out.ooms = Some(ooms);
+        }
         Err(e) => out.errors.push(e),
     }
     // The list, the events, and a stats call and an inspect per container (those that
