@@ -17,6 +17,9 @@ use futures_util::StreamExt;
 use super::deadline::Call;
 use super::{Engine, LABEL_MANAGED, Result, not_found_is_none};
 
+/// OOM kills read from one span of an engine's events, at most.
+const MAX_OOM_KILLS: usize = 1024;
+
 /// A container's counters at one moment. Every counter only grows while the container
 /// lives, except `memory_bytes` (a level); a restart keeps them (the cgroup stays).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -181,8 +184,10 @@ impl Engine {
         self.call(Call::Probe, "read OOM events", async |d| {
             let mut events = d.events(Some(options));
             let mut out = Vec::new();
-            // The engine keeps a few hundred events; a span holds no more than that.
-            while let Some(event) = events.next().await {
+            // The engine keeps a few hundred events; more than the cap is not read.
+            while out.len() < MAX_OOM_KILLS
+                && let Some(event) = events.next().await
+            {
                 let event = event?;
                 let Some(actor) = event.actor else { continue };
                 let at = event
