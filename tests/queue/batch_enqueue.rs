@@ -171,10 +171,13 @@ async fn record_together(db: &TestDb, app: &str, pushes: &[(&str, &str)]) -> ser
     answer
 }
 
+/// A deployment as [`shape`] compares it: id, delivery, state, superseded by, digest.
+type DeploymentRow = (Uuid, Option<Uuid>, String, Option<Uuid>, Option<String>);
+
 /// An answer and the app's rows with every id replaced by the order in which it first
 /// appears, so that two apps' histories compare.
 async fn shape(db: &TestDb, app: &str, answers: &[serde_json::Value]) -> String {
-    let rows: Vec<(Uuid, Option<Uuid>, String, Option<Uuid>, Option<String>)> = sqlx::query_as(
+    let rows: Vec<DeploymentRow> = sqlx::query_as(
         "SELECT d.id, d.delivery_id, d.state, d.superseded_by, d.claimed_digest
          FROM deployments d LEFT JOIN deliveries l ON l.id = d.delivery_id
          WHERE d.app = $1 ORDER BY l.event_key NULLS FIRST, d.claimed_digest",
