@@ -16,6 +16,10 @@ pub(crate) const EVENTS: &[&str] = &[
     "deployment.rolled_back",
     // It started waiting for approval (the payload says for whom, until when).
     "deployment.awaiting_approval",
+    // A container of the deployment was killed for memory, or restarts again and again
+    // (found by the resource sampler; the payload names the container).
+    "container.oom_killed",
+    "container.restart_loop",
 ];
 
 #[derive(schemars::JsonSchema, Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -50,7 +54,8 @@ pub(super) struct RawNotification {
     /// Default: every app.
     apps: Option<Vec<String>>,
     /// Only these events: `deployment.succeeded`, `deployment.failed`,
-    /// `deployment.rolled_back`, `deployment.awaiting_approval`.
+    /// `deployment.rolled_back`, `deployment.awaiting_approval`, `container.oom_killed`,
+    /// `container.restart_loop`.
     ///
     /// Default: every event.
     events: Option<Vec<String>>,

@@ -16,6 +16,9 @@ fn default_lease() -> Duration {
 fn default_sweep() -> Duration {
     Duration::from_secs(30)
 }
+fn default_stats_interval() -> Duration {
+    Duration::from_secs(10)
+}
 fn default_max_body() -> String {
     "1m".into()
 }
@@ -88,6 +91,12 @@ pub(super) struct Server {
     #[serde(default = "default_sweep", with = "humantime_serde")]
     #[schemars(with = "super::doc_types::DurationText")]
     sweep_interval: Duration,
+    /// How often each running container's resource use (CPU, memory, network, block I/O,
+    /// restarts) is sampled, while a page, the API or a scrape wants it, or a deployment
+    /// just succeeded; `1s` to `10m`.
+    #[serde(default = "default_stats_interval", with = "humantime_serde")]
+    #[schemars(with = "super::doc_types::DurationText")]
+    stats_interval: Duration,
     /// Largest webhook body; a larger one gets `413`, at once when `Content-Length` already
     /// says so.
     #[serde(default = "default_max_body")]
@@ -218,6 +227,7 @@ impl Server {
             workers: self.workers,
             lease: self.lease,
             sweep_interval: self.sweep_interval,
+            stats_interval: self.stats_interval,
             max_body_bytes: size("server.max_body", &self.max_body)?,
             header_timeout: self.header_timeout,
             request_timeout: self.request_timeout,
@@ -266,6 +276,9 @@ fn check_timeouts(server: &ServerConfig) -> Result<(), ConfigError> {
     }
     if server.retry_budget.is_zero() {
         return Err(invalid("server.retry_budget must be above zero"));
+    }
+    if !(Duration::from_secs(1)..=Duration::from_secs(600)).contains(&server.stats_interval) {
+        return Err(invalid("server.stats_interval must be between 1s and 10m"));
     }
     if server.pull_timeout.is_zero() {
         return Err(invalid("server.pull_timeout must be above zero"));

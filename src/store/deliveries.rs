@@ -224,7 +224,7 @@ pub(super) async fn newer_per_wanted(
     Ok(newer)
 }
 
-/// One delivery's outcome as `pier_record_deliveries` (migration 0026) returns it.
+/// One delivery's outcome as `pier_record_deliveries` (migration 0028) returns it.
 #[derive(serde::Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 enum Answer {
@@ -273,7 +273,7 @@ impl<'a> DeliveryColumns<'a> {
 }
 
 /// Records deliveries in arrival order with ONE statement, `pier_record_deliveries`
-/// (migration 0026), the one writer of a delivery's rules: one round trip for the whole
+/// (migration 0028), the one writer of a delivery's rules: one round trip for the whole
 /// batch. Outside a transaction it commits on its own and the sender is still answered only
 /// after that commit. `newer` is [`newer_per_wanted`] of each of `reqs`, or empty when none
 /// of them carries a version guard (then `conn` needs no transaction or lock of its own).

@@ -158,8 +158,9 @@ pub(super) async fn enqueue_as(
 
 /// [`enqueue_in`] for a transaction that already holds the app's lock ([`lock_apps`]).
 /// The rule (the same digest is not queued twice, a newer deployment supersedes the queued
-/// one) is `pier_enqueue` (migration 0026), the one writer of new deployments, which a
-/// delivery's deployments take too.
+/// one) is `pier_enqueue_many` (migration 0028), the one writer of new deployments, of
+/// which `pier_enqueue` is the case of one request; a batch of deliveries calls it once per
+/// app for all of its pushes to that app.
 pub(super) async fn enqueue_locked(
     tx: &mut Transaction<'_, Postgres>,
     d: NewDeployment,

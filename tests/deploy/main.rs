@@ -22,3 +22,4 @@ mod pushes;
 mod recovery;
 mod reload;
 mod signatures;
+mod stats;

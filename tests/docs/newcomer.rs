@@ -87,8 +87,9 @@ fn fresh_copy(dir: &Path) {
 }
 
 /// A database of the demo's own, made with the suite's superuser login.
-fn create_database(name: &str) -> Option<String> {
-    let url = std::env::var("PIER_TEST_DATABASE_URL").ok()?;
+fn create_database(name: &str) -> String {
+    let url = std::env::var("PIER_TEST_DATABASE_URL")
+        .expect("PIER_TEST_DATABASE_URL is unset: run the tests through scripts/test");
     let out = Command::new("psql")
         .args([
             "-X",
@@ -105,7 +106,7 @@ fn create_database(name: &str) -> Option<String> {
         "CREATE DATABASE {name}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    Some(url)
+    url
 }
 
 fn drop_database(url: &str, name: &str) {
@@ -181,9 +182,7 @@ fn the_getting_started_commands_bring_up_the_demo_on_a_fresh_copy() {
             .envs(ports.iter().map(|(_, p, v)| (*v, p.to_string())))
             .output();
     }
-    if let Some(url) = &admin_url {
-        drop_database(url, &database);
-    }
+    drop_database(&admin_url, &database);
     // The apps' private networks, which `down` leaves (as Pier does), unless they were
     // there before this test.
     for n in demo_networks().difference(&networks_before) {

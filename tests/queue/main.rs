@@ -9,6 +9,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod batch_enqueue;
 mod group_commit;
 mod idle;
 mod idle_while_waiting;

@@ -177,7 +177,7 @@ impl Store {
     }
 
     async fn record_together(&self, reqs: &[&DeliveryRequest]) -> Result<Vec<DeliveryOutcome>> {
-        // One statement, one round trip, one commit for the batch (migration 0026).
+        // One statement, one round trip, one commit for the batch (migration 0028).
         if !reqs.iter().any(|r| has_guard(r)) {
             let lanes = &self.batch.lanes;
             let mut lane = self.noticed(lanes.take(&self.cluster).await)?;

@@ -1,6 +1,6 @@
 //! A batch in which no delivery asks for a deployment (pushes to repositories no app
 //! follows, which is most of what a busy registry sends): one plain multi-row `INSERT`.
-//! Kept beside `pier_record_deliveries` (migration 0026) for speed alone: it stores a new
+//! Kept beside `pier_record_deliveries` (migration 0028) for speed alone: it stores a new
 //! delivery as `ignored` and nothing else, and every rule beyond that (a repeat counted on
 //! its first row) is the function's. Through the function such a batch cost a quarter of
 //! the ingest bench's `no app` rate at concurrency 16 (`bench/RESULTS.md`).
