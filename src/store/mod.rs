@@ -6,6 +6,7 @@ mod channels;
 pub(crate) mod cluster;
 mod deliveries;
 mod deployments;
+mod digests;
 mod freezes;
 mod gates;
 mod holders;
@@ -43,6 +44,7 @@ pub use deliveries::{
 pub use deployments::{
     Deployment, DigestStatus, Enqueued, Generation, NewDeployment, TAKEOVER_CHECK,
 };
+pub use digests::DigestApp;
 pub use freezes::Freeze;
 pub use gates::{ApprovalGate, Decided, Decision};
 pub use holders::take_liveness;

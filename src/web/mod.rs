@@ -20,7 +20,8 @@ mod pages;
 pub mod server;
 pub(crate) mod swarm_rows;
 mod views;
-// The browser side: sign-in, live pages, forms.
+// The browser side: sign-in, live pages, forms, approval links.
+mod approval_links;
 mod forms;
 mod gates;
 mod live;
