@@ -353,3 +353,43 @@ async fn a_receiver_answering_500_and_an_smtp_server_that_never_speaks_fail_with
     held.abort();
     env.cleanup().await;
 }
+
+#[tokio::test]
+async fn check_names_the_field_a_channel_lacks_and_never_prints_its_secrets() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let token = format!("123456:{}", random_hex(24));
+    let text = format!(
+        r#"[server]
+database_url = "postgres://pier:pier@127.0.0.1:{db}/pier"
+
+[[apps]]
+name = "web"
+image = "127.0.0.1:5000/demo/web"
+port = 8080
+publish = "127.0.0.1:{publish}"
+
+[[notifications]]
+name = "tg"
+format = "telegram"
+bot_token = "env:PIER_CHECK_TEST_BOT"
+"#,
+        db = free_port(),
+        publish = free_port(),
+    );
+    let config = dir.path().join("pier.toml");
+    std::fs::write(&config, text).unwrap();
+    let c = config.display().to_string();
+    let out = run_pier_client(
+        dir.path(),
+        &[("PIER_CHECK_TEST_BOT", &token)],
+        &["--config", &c, "check"],
+    )
+    .await;
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("notification `tg`: format `telegram` needs `chat_id`"),
+        "{err}"
+    );
+    assert!(!err.contains(&token), "{err}");
+}
