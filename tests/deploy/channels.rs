@@ -32,10 +32,18 @@ impl Got {
     }
 }
 
-/// What a path answers: these `(status, Retry-After)` first, then `then` forever.
+/// One scripted answer: a status, maybe a `Retry-After`, maybe a body of its own.
+#[derive(Clone)]
+pub(crate) struct Answer {
+    pub status: u16,
+    pub retry_after: Option<&'static str>,
+    pub body: Option<&'static str>,
+}
+
+/// What a path answers: these first, then `then` forever.
 #[derive(Clone)]
 pub(crate) struct Script {
-    pub first: Vec<(u16, Option<String>)>,
+    pub first: Vec<Answer>,
     pub then: u16,
 }
 
@@ -85,16 +93,25 @@ async fn record(
         *n += 1;
         *n - 1
     };
-    let (status, retry_after) = match s.scripts.get(&path) {
-        Some(script) => script.first.get(n).cloned().unwrap_or((script.then, None)),
-        None => (200, None),
+    let plain = |status| Answer {
+        status,
+        retry_after: None,
+        body: None,
+    };
+    let a = match s.scripts.get(&path) {
+        Some(script) => script
+            .first
+            .get(n)
+            .cloned()
+            .unwrap_or_else(|| plain(script.then)),
+        None => plain(200),
     };
     let mut resp = (
-        axum::http::StatusCode::from_u16(status).unwrap(),
-        r#"{"ok":true}"#,
+        axum::http::StatusCode::from_u16(a.status).unwrap(),
+        a.body.unwrap_or(r#"{"ok":true}"#),
     )
         .into_response();
-    if let Some(r) = retry_after {
+    if let Some(r) = a.retry_after {
         resp.headers_mut().insert("retry-after", r.parse().unwrap());
     }
     resp
@@ -144,16 +161,32 @@ fn on<'a>(got: &'a [Got], path: &str) -> Vec<&'a Got> {
 
 #[tokio::test]
 async fn each_chat_format_gets_its_own_request_and_a_429_is_waited_out() {
-    let limited = Script {
-        first: vec![(429, Some("2".into()))],
-        then: 200,
-    };
-    let chat = ChatServer::start(&[("/slack", limited)]).await;
     let (bot, room_token, ntfy_token) = (
         format!("123456:{}", random_hex(24)),
         format!("syt_{}", random_hex(20)),
         format!("tk_{}", random_hex(20)),
     );
+    // Slack says when in `Retry-After`; Telegram in its JSON answer.
+    let limited = |retry_after, body| Script {
+        first: vec![Answer {
+            status: 429,
+            retry_after,
+            body,
+        }],
+        then: 200,
+    };
+    let telegram_path = format!("/bot{bot}/sendMessage");
+    let chat = ChatServer::start(&[
+        ("/slack", limited(Some("2"), None)),
+        (
+            &telegram_path,
+            limited(
+                None,
+                Some(r#"{"ok":false,"error_code":429,"parameters":{"retry_after":2}}"#),
+            ),
+        ),
+    ])
+    .await;
     let b = &chat.base;
     let events = "events = [\"deployment.succeeded\"]";
     let env = TestEnv::builder()
@@ -180,8 +213,8 @@ async fn each_chat_format_gets_its_own_request_and_a_429_is_waited_out() {
     let page = env.pier_url(&format!("/deployments/{id}"));
 
     let got = chat
-        .until("every channel was called, slack twice", |g| {
-            g.len() >= 7 && on(g, "/slack").len() >= 2
+        .until("every channel was called, slack and telegram twice", |g| {
+            g.len() >= 8 && on(g, "/slack").len() >= 2 && on(g, &telegram_path).len() >= 2
         })
         .await;
 
@@ -223,7 +256,9 @@ async fn each_chat_format_gets_its_own_request_and_a_429_is_waited_out() {
     );
     assert!(ntfy.text().contains(&digest), "{ntfy:?}");
 
-    let telegram = on(&got, &format!("/bot{bot}/sendMessage"))[0].json();
+    let tg = on(&got, &telegram_path);
+    assert!(tg[1].at - tg[0].at >= Duration::from_millis(1900), "{tg:?}");
+    let telegram = tg[1].json();
     assert_eq!(telegram["chat_id"], "-1001");
     assert_eq!(telegram["parse_mode"], "HTML");
     let text = telegram["text"].as_str().unwrap();
