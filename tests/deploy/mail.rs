@@ -11,13 +11,14 @@ use crate::support::*;
 
 const DEPLOY: Duration = Duration::from_secs(60);
 
-/// An SMTP server on 127.0.0.1 that requires STARTTLS and `pier`/`password`, and writes
-/// each message it accepts to `<dir>/<n>.eml`.
+/// An SMTP server on 127.0.0.1 that requires STARTTLS (`starttls`) or speaks TLS from the
+/// first byte (`tls`), and `pier`/`password`; it writes each message it accepts to
+/// `<dir>/<n>.eml`.
 const SERVER: &str = r#"
 import os, ssl, sys, time
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult
-port, cert, key, box, password = sys.argv[1:6]
+port, cert, key, box, password, mode = sys.argv[1:7]
 ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
 ctx.load_cert_chain(cert, key)
 def login(server, session, envelope, mechanism, data):
@@ -31,8 +32,13 @@ class Save:
             f.write(envelope.original_content or envelope.content)
         os.rename(path + ".part", path)
         return "250 OK"
-c = Controller(Save(), hostname="127.0.0.1", port=int(port), tls_context=ctx,
-               require_starttls=True, authenticator=login, auth_required=True)
+if mode == "starttls":
+    c = Controller(Save(), hostname="127.0.0.1", port=int(port), tls_context=ctx,
+                   require_starttls=True, authenticator=login, auth_required=True)
+else:
+    # TLS from the first byte: the connection is encrypted before AUTH.
+    c = Controller(Save(), hostname="127.0.0.1", port=int(port), ssl_context=ctx,
+                   authenticator=login, auth_required=True, auth_require_tls=False)
 c.start()
 while True:
     time.sleep(3600)
@@ -53,7 +59,7 @@ impl Drop for SmtpServer {
 }
 
 impl SmtpServer {
-    async fn start(password: &str) -> SmtpServer {
+    async fn start(password: &str, mode: &str) -> SmtpServer {
         let dir = tempfile::tempdir().unwrap();
         let ca = TestCa::new("pier-test-smtp-ca");
         let pair = ca.server(&["127.0.0.1".parse().unwrap()]);
@@ -79,6 +85,7 @@ impl SmtpServer {
                 path(&key),
                 path(&boxdir),
                 password,
+                mode,
             ])
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -132,9 +139,13 @@ fn unfolded(mail: &str) -> String {
 }
 
 #[tokio::test]
-async fn an_approval_request_reaches_the_mailbox_over_starttls_with_its_subject_and_links() {
+async fn an_approval_request_reaches_the_mailbox_over_starttls_and_tls_with_its_subject_and_links()
+{
     let password = random_hex(24);
-    let smtp = SmtpServer::start(&password).await;
+    let (smtp, smtps) = tokio::join!(
+        SmtpServer::start(&password, "starttls"),
+        SmtpServer::start(&password, "tls")
+    );
     let (admins, _) = crate::approvals::admins();
     let env = TestEnv::builder()
         .pier_env("PIER_TEST_SMTP_PASSWORD", &password)
@@ -144,9 +155,16 @@ async fn an_approval_request_reaches_the_mailbox_over_starttls_with_its_subject_
              smtp_user = \"pier\"\nsmtp_password = \"env:PIER_TEST_SMTP_PASSWORD\"\n\
              smtp_ca = \"{}\"\nfrom = \"Pier <pier@example.org>\"\n\
              to = [\"ops@example.org\", \"release@example.org\"]\n\
-             events = [\"deployment.awaiting_approval\"]\napprover = \"ops\"\n",
+             events = [\"deployment.awaiting_approval\"]\napprover = \"ops\"\n\
+             [[notifications]]\nname = \"mail-tls\"\nformat = \"email\"\n\
+             smtp_host = \"127.0.0.1\"\nsmtp_port = {}\nsmtp_tls = \"tls\"\n\
+             smtp_user = \"pier\"\nsmtp_password = \"env:PIER_TEST_SMTP_PASSWORD\"\n\
+             smtp_ca = \"{}\"\nfrom = \"pier@example.org\"\nto = [\"ops@example.org\"]\n\
+             events = [\"deployment.awaiting_approval\"]\n",
             smtp.port,
             path(&smtp.ca),
+            smtps.port,
+            path(&smtps.ca),
         ))
         .app(|a| {
             a.extra_toml =
@@ -188,8 +206,27 @@ async fn an_approval_request_reaches_the_mailbox_over_starttls_with_its_subject_
         "{body}"
     );
 
-    let (_, log) = env.api_get("/notifications").await;
-    assert_eq!(log["notifications"][0]["state"], "sent", "{log:#}");
+    // The same over TLS from the first byte, with links for any approver.
+    let tls_mail = wait_until("the TLS server got its mail too", DEPLOY, || async {
+        smtps.mailbox().into_iter().next()
+    })
+    .await;
+    let tls_body = unfolded(&tls_mail);
+    assert!(
+        tls_body.contains(&format!("{base}/link?action=approve&expires=")),
+        "{tls_body}"
+    );
+
+    let log = wait_until("both mails are logged as sent", DEPLOY, || async {
+        let (_, log) = env.api_get("/notifications").await;
+        let all = log["notifications"].as_array()?.clone();
+        (all.len() == 2 && all.iter().all(|n| n["state"] == "sent")).then_some(all)
+    })
+    .await;
+    assert!(
+        log.iter().all(|n| n["log"][0]["error"].is_null()),
+        "{log:#?}"
+    );
     assert!(!env.pier().log().contains(&password));
     env.cleanup().await;
 }
