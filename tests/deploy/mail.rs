@@ -191,6 +191,8 @@ async fn an_approval_request_reaches_the_mailbox_over_starttls_and_tls_with_its_
         "{mail}"
     );
     assert!(mail.contains("From: Pier <pier@example.org>"), "{mail}");
+    assert!(mail.contains("Content-Type: text/plain"), "{mail}");
+    assert!(mail.contains("Content-Type: text/html"), "{mail}");
     let body = unfolded(&mail);
     let base = env.pier_url(&format!("/deployments/{id}"));
     assert!(

@@ -1,9 +1,9 @@
-//! Email over SMTP with lettre: STARTTLS (required, never skipped) or TLS from the first
+//! Email over SMTP with lettre, as text and HTML: STARTTLS (required, never skipped) or TLS from the first
 //! byte, on rustls with Pier's one crypto provider, trusting `smtp_ca` instead of the
 //! system's roots when given. The whole exchange, connect to QUIT, has the endpoint's
 //! deadline: a server that accepts the connection and never speaks fails the attempt.
 
-use lettre::message::{Mailbox, header::ContentType};
+use lettre::message::{Mailbox, MultiPart};
 use lettre::transport::smtp::authentication::Credentials;
 use lettre::transport::smtp::client::{Certificate, CertificateStore, Tls, TlsParameters};
 use lettre::{AsyncSmtpTransport, AsyncTransport, Tokio1Executor};
@@ -30,12 +30,16 @@ enum MailError {
 fn message(mail: &EmailChannel, msg: &Message) -> Result<lettre::Message, MailError> {
     let mut b = lettre::Message::builder()
         .from(mail.from.parse::<Mailbox>()?)
-        .subject(&msg.title)
-        .header(ContentType::TEXT_PLAIN);
+        .subject(&msg.title);
     for to in &mail.to {
         b = b.to(to.parse::<Mailbox>()?);
     }
-    Ok(b.body(msg.text())?)
+    // Text for every client, the same as HTML (every value escaped) for those that show it.
+    let html = format!(
+        "<!doctype html><html><body><p>{}</p></body></html>",
+        msg.html().replace('\n', "<br>\n")
+    );
+    Ok(b.multipart(MultiPart::alternative_plain_html(msg.text(), html))?)
 }
 
 fn transport(
