@@ -156,6 +156,7 @@ impl Sender {
         let mut limited = None::<Duration>;
         let mut open = Vec::new();
         for ep in &self.endpoints {
+            let mut held = false;
             // Bounded: each pass takes at most this many batches per endpoint.
             for _ in 0..64 {
                 let now = tokio::time::Instant::now();
@@ -163,6 +164,7 @@ impl Sender {
                 if allowed == 0 {
                     let wait = running.limits.ready_in(&ep.name, now);
                     limited = Some(limited.map_or(wait, |l| l.min(wait)));
+                    held = true;
                     break;
                 }
                 let hold = ep.timeout + Duration::from_secs(30);
@@ -176,9 +178,11 @@ impl Sender {
                     self.send_one(running, ep, n).await?;
                 }
                 if (due.len() as i64) < limit {
-                    open.push(ep.name.clone());
                     break;
                 }
+            }
+            if !held {
+                open.push(ep.name.clone());
             }
         }
         // Endpoints held by their limit are woken by their own timer, not by their due
