@@ -157,6 +157,7 @@ pub(crate) async fn run_until_with(
     let (listener_stop, listening) = start_listener(&store, liveness_key, signals);
 
     let mut tasks = tokio::task::JoinSet::new();
+    let stats = crate::background::stats::Stats::new(config.server.stats_interval);
     Background {
         config: &config,
         live: &live,
@@ -164,6 +165,7 @@ pub(crate) async fn run_until_with(
         targets: &ctx.targets,
         platform: poll_platform,
         path,
+        stats: &stats,
         shutdown: &shutdown,
     }
     .start(&mut tasks)
@@ -178,6 +180,7 @@ pub(crate) async fn run_until_with(
             wake: wake_rx,
             alive: alive_rx,
             deploying,
+            stats: stats.clone(),
             shutdown: shutdown.clone(),
         }
         .run(),
@@ -190,7 +193,7 @@ pub(crate) async fn run_until_with(
             store: &store,
             shutdown: &shutdown,
         };
-        http.spawn(&mut tasks, listener, (engine, page_targets, metrics));
+        http.spawn(&mut tasks, listener, (engine, page_targets, metrics), stats);
     }
     tracing::info!(workers = config.server.workers, "pier running");
     shutdown.cancelled().await;
@@ -281,6 +284,7 @@ impl Http<'_> {
         tasks: &mut JoinSet<()>,
         listener: tokio::net::TcpListener,
         (engine, targets, metrics): (Engine, web::engines::TargetViews, Option<PrometheusHandle>),
+        stats: crate::background::stats::Stats,
     ) {
         let (config, store, shutdown) = (self.config, self.store, self.shutdown);
         let state = AppState {
@@ -289,6 +293,7 @@ impl Http<'_> {
             engine: EngineView::new(engine),
             targets,
             metrics,
+            stats,
             guard: Arc::new(web::guard::Guard::new(config.server.webhook_buffer_bytes)),
             live: Some(self.live.clone()),
             pages: web::ui::PageState::new(store.clone(), shutdown.clone()),

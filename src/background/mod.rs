@@ -1,15 +1,18 @@
 //! What runs beside the workers, in one room, started by one supervisor ([`Background`])
 //! that `serve` and `worker` call once: each sweep's reconciliation and retention
 //! (`sweep.rs`, `reconcile/`), the notification sender and the digest timer (`notify/`),
-//! promotions (`promote.rs`), the reconcile poller (`poller.rs`) and the reload on SIGHUP.
+//! promotions (`promote.rs`), the reconcile poller (`poller.rs`), the resource sampler
+//! (`stats/`) and the reload on SIGHUP.
 //!
 //! Every task here ends when the shutdown token fires, and each waits on a timer or a
-//! NOTIFY of its own: an idle Pier runs nothing here but those timers.
+//! NOTIFY of its own: an idle Pier runs nothing here but those timers (the resource
+//! sampler not even a timer: it waits until a page, the API or a scrape wants it).
 
 pub(crate) mod notify;
 pub mod poller;
 pub(crate) mod promote;
 pub mod reconcile;
+pub mod stats;
 mod sweep;
 
 use std::path::PathBuf;
@@ -35,6 +38,8 @@ pub(crate) struct Background<'a> {
     pub platform: crate::domain::Platform,
     /// The config file, reloaded on SIGHUP when given.
     pub path: Option<PathBuf>,
+    /// The demand for resource samples, which the pages, the API and the workers share.
+    pub stats: &'a stats::Stats,
     pub shutdown: &'a CancellationToken,
 }
 
@@ -51,6 +56,12 @@ impl Background<'_> {
             self.config.server.sweep_interval,
             self.shutdown.clone(),
         ));
+        stats::sampler::spawn(
+            tasks,
+            self.stats.clone(),
+            (self.targets.clone(), self.store.clone(), self.live.clone()),
+            self.shutdown.clone(),
+        );
         self.start_outbox_and_timers(tasks).await;
     }
 

@@ -126,6 +126,9 @@ pub struct ServerConfig {
     pub workers: usize,
     pub lease: Duration,
     pub sweep_interval: Duration,
+    /// Resource use is sampled this often, while a page, the API or a scrape wants it
+    /// (see `background/stats/`).
+    pub stats_interval: Duration,
     pub max_body_bytes: usize,
     /// A client's whole request head, and a kept-alive connection's idle time.
     pub header_timeout: Duration,

@@ -16,6 +16,9 @@ fn default_lease() -> Duration {
 fn default_sweep() -> Duration {
     Duration::from_secs(30)
 }
+fn default_stats_interval() -> Duration {
+    Duration::from_secs(10)
+}
 fn default_max_body() -> String {
     "1m".into()
 }
@@ -56,6 +59,9 @@ pub(super) struct Server {
     lease: Duration,
     #[serde(default = "default_sweep", with = "humantime_serde")]
     sweep_interval: Duration,
+    /// One sample of each running container's resource use per this, while wanted.
+    #[serde(default = "default_stats_interval", with = "humantime_serde")]
+    stats_interval: Duration,
     #[serde(default = "default_max_body")]
     max_body: String,
     #[serde(default = "default_header_timeout", with = "humantime_serde")]
@@ -116,6 +122,7 @@ impl Server {
             workers: self.workers,
             lease: self.lease,
             sweep_interval: self.sweep_interval,
+            stats_interval: self.stats_interval,
             max_body_bytes: size("server.max_body", &self.max_body)?,
             header_timeout: self.header_timeout,
             request_timeout: self.request_timeout,
@@ -164,6 +171,9 @@ fn check_timeouts(server: &ServerConfig) -> Result<(), ConfigError> {
     }
     if server.retry_budget.is_zero() {
         return Err(invalid("server.retry_budget must be above zero"));
+    }
+    if !(Duration::from_secs(1)..=Duration::from_secs(600)).contains(&server.stats_interval) {
+        return Err(invalid("server.stats_interval must be between 1s and 10m"));
     }
     if server.pull_timeout.is_zero() {
         return Err(invalid("server.pull_timeout must be above zero"));

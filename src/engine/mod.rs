@@ -8,6 +8,7 @@ mod deadline;
 mod logs;
 mod resources;
 mod services;
+mod stats;
 mod transport;
 mod view;
 
@@ -29,6 +30,7 @@ pub use resources::{
 pub use services::{
     NodeFacts, NodeRole, NodeStatus, ServiceFacts, TaskFacts, TaskState, UpdateState, UpdateStatus,
 };
+pub(crate) use stats::{OomKill, Runs, Usage};
 pub use view::EngineView;
 
 pub const LABEL_MANAGED: &str = "pier.managed";

@@ -1,6 +1,6 @@
 //! Digests in the outbox, and what one says: per app, the deployments that ended in the
 //! period, what serves now, what waits for approval. One insert per endpoint and period
-//! wins (migration 0029's unique index), however many Pier processes fire the same timer.
+//! wins (migration 0030's unique index), however many Pier processes fire the same timer.
 
 use chrono::{DateTime, Utc};
 use uuid::Uuid;

@@ -70,7 +70,8 @@ stored_as_text!(
     Step,
     StepState,
     Verdict,
-    ReconcileKind
+    ReconcileKind,
+    ContainerEventKind
 );
 
 /// `deployments.state`. `queued` and `running` are the queue; the rest are final.
@@ -334,6 +335,44 @@ fn unknown_reconcile_kind(value: &str) -> UnknownValue {
     UnknownValue::new("reconcile action", value)
 }
 
+/// `deployment_events.kind`: what a deployment's container did after it started.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Display,
+    EnumString,
+    IntoStaticStr,
+    VariantArray,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[strum(serialize_all = "snake_case", parse_err_ty = UnknownValue, parse_err_fn = unknown_container_event)]
+#[serde(rename_all = "snake_case")]
+pub enum ContainerEventKind {
+    /// The kernel killed it for using more memory than its limit.
+    OomKilled,
+    /// The engine restarted it `sampler::RESTART_LOOP` times or more.
+    RestartLoop,
+}
+
+fn unknown_container_event(value: &str) -> UnknownValue {
+    UnknownValue::new("container event", value)
+}
+
+impl ContainerEventKind {
+    /// The notification event it is announced as (`[[notifications]] events`).
+    pub fn event_name(self) -> &'static str {
+        match self {
+            Self::OomKilled => "container.oom_killed",
+            Self::RestartLoop => "container.restart_loop",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -364,6 +403,7 @@ mod tests {
         round_trips(StepState::ALL);
         round_trips(Verdict::ALL);
         round_trips(ReconcileKind::ALL);
+        round_trips(ContainerEventKind::ALL);
     }
 
     #[test]

@@ -4,6 +4,7 @@ mod actions;
 mod batch;
 mod channels;
 pub(crate) mod cluster;
+mod container_events;
 mod deliveries;
 mod deployments;
 mod digests;
@@ -37,6 +38,7 @@ use cluster::{Cluster, TargetError, Targets};
 
 pub use actions::{CancelOutcome, Pin, SucceededDigest};
 pub use channels::Channel;
+pub use container_events::{ContainerEvent, NewContainerEvent};
 pub use deliveries::{
     Delivery, DeliveryFilter, DeliveryOutcome, DeploymentRequest, HeldBack, MAX_PAGE, NewDelivery,
     VerdictFilter, highest_above, pinned_reason,
@@ -49,7 +51,10 @@ pub use freezes::Freeze;
 pub use gates::{ApprovalGate, Decided, Decision};
 pub use holders::take_liveness;
 pub use imports::Import;
-pub use kinds::{DeploymentState, ReconcileKind, Step, StepState, Trigger, UnknownValue, Verdict};
+pub use kinds::{
+    ContainerEventKind, DeploymentState, ReconcileKind, Step, StepState, Trigger, UnknownValue,
+    Verdict,
+};
 pub use notify::{AttemptRow, DueNotification, Endpoint, NotificationRow};
 pub use probes::{NewProbe, ProbeOutcome, ProbeRequest, ProbeState};
 pub use promotions::Proven;

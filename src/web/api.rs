@@ -17,7 +17,13 @@ pub(super) async fn apps(State(s): State<AppState>) -> Result<Json<Vec<AppView>>
     snapshot.add_services(&s.targets, &config.apps).await;
     let mut out = Vec::new();
     for app in &config.apps {
-        out.push(views::app_view(&s, app, &snapshot, 10).await?);
+        let mut view = views::app_view(&s, app, &snapshot, 10).await?;
+        // The latest counters only: an hour of points per container is the app's own
+        // answer's, not every app's at once.
+        for c in &mut view.resources.containers {
+            c.history.clear();
+        }
+        out.push(view);
     }
     Ok(Json(out))
 }

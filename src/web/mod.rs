@@ -17,6 +17,7 @@ mod hooks;
 mod logs;
 mod logs_page;
 mod pages;
+mod resources;
 pub mod server;
 pub(crate) mod swarm_rows;
 mod views;
@@ -58,6 +59,8 @@ pub struct AppState {
     /// Every target's engine, read-only, for the pages' row per engine.
     pub targets: engines::TargetViews,
     pub metrics: Option<PrometheusHandle>,
+    /// The demand for resource samples, and what they found (`background/stats/`).
+    pub stats: crate::background::stats::Stats,
     pub guard: Arc<guard::Guard>,
     /// The config as reloaded (SIGHUP, `pier reload`), beside `config` (the one at start): the status
     /// page shows a refused reload's error from here.
@@ -198,9 +201,15 @@ async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
     (status, body)
 }
 
+/// The process's metrics, then each container's resource use. A scrape is a reason to
+/// sample: the next one has fresh numbers, and while scrapes come the sampler keeps going.
+/// The process's counters are rendered before this scrape's demand is made, so that
+/// `pier_stats_engine_calls_total` in a scrape never counts calls made for that scrape.
 async fn metrics(State(s): State<AppState>) -> impl IntoResponse {
     api_actions::refresh_gauges(&s).await;
-    let body = s.metrics.as_ref().map(|h| h.render()).unwrap_or_default();
+    let mut body = s.metrics.as_ref().map(|h| h.render()).unwrap_or_default();
+    s.stats.want();
+    body.push_str(&s.stats.prometheus());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
 }
 

@@ -45,6 +45,8 @@ pub(super) struct AppPage {
     choices: Vec<crate::store::SucceededDigest>,
     /// The freeze in force.
     freeze: Option<crate::store::Freeze>,
+    /// A row per container: its resource use now and its sparklines.
+    resources: Vec<super::resources::ResourceRow>,
 }
 impl Fmt for AppPage {}
 
@@ -147,7 +149,15 @@ pub(super) async fn app(
         .succeeded_digests(&app.name, ROLLBACK_CHOICES)
         .await?;
     let freeze = s.store.freeze_of(&app.name).await?;
+    let now = chrono::Utc::now();
+    let r = &app.resources;
+    let resources = r
+        .containers
+        .iter()
+        .map(|c| super::resources::ResourceRow::of(c, r.interval_seconds, now))
+        .collect();
     Ok(AppPage {
+        resources,
         app,
         admin_enabled: s.config.server.admin_token.is_some()
             || s.config.server.sign_in.password_hash.is_some()

@@ -51,6 +51,9 @@ pub(crate) struct AppView {
     /// Which key signed what serves: the `signature` step of the serving deployment (none
     /// for an app that need not be signed).
     pub signature: Option<crate::pipeline::records::Signed>,
+    /// What its containers use (CPU, memory, network, block I/O, restarts), as last
+    /// sampled, with the last hour of it.
+    pub resources: crate::background::stats::Resources,
 }
 
 impl AppView {
@@ -221,6 +224,8 @@ pub(crate) struct DeploymentView {
     pub steps: Vec<StepRecord>,
     /// Approvals, rejections and overrides, oldest first.
     pub decisions: Vec<crate::store::Decision>,
+    /// What its containers did after they started (OOM kills, restart loops), oldest first.
+    pub events: Vec<crate::store::ContainerEvent>,
 }
 
 /// Pier's containers on every engine some app runs on, each engine asked at once within
@@ -274,6 +279,7 @@ pub(crate) async fn app_view(
     let services = services_of(app, generation.as_ref(), &on_first);
     let signature = signature_of(s, generation.as_ref()).await?;
     Ok(AppView {
+        resources: s.stats.app(&app.name, &app.targets),
         signature,
         services,
         engines,
@@ -349,8 +355,11 @@ pub(crate) fn find_app(s: &AppState, name: &str) -> Result<AppConfig, WebError> 
         .ok_or_else(|| WebError::NotFound(format!("app `{name}`")))
 }
 
+/// One app, for its page, its live view and `GET /api/apps/{app}`: someone looks, so its
+/// resource use is sampled for a while (see `background/stats/`).
 pub(crate) async fn one_app(s: &AppState, name: &str, history: i64) -> Result<AppView, WebError> {
     let app = find_app(s, name)?;
+    s.stats.want();
     let targets = app.targets.iter().map(String::as_str);
     let mut snapshot = s.targets.snapshot(targets, Some(name)).await;
     snapshot.add_services(&s.targets, [&app]).await;
@@ -394,10 +403,12 @@ pub(crate) async fn deployment_view(s: &AppState, id: Uuid) -> Result<Deployment
         .ok_or_else(|| WebError::NotFound(format!("deployment {id}")))?;
     let steps = s.store.steps(id).await?;
     let decisions = s.store.decisions(id).await?;
+    let events = s.store.container_events(id).await?;
     Ok(DeploymentView {
         deployment,
         steps,
         decisions,
+        events,
     })
 }
 

@@ -45,6 +45,8 @@ pub(crate) struct Workers {
     pub wake: watch::Receiver<u64>,
     pub alive: watch::Receiver<bool>,
     pub deploying: Deploying,
+    /// Told of each deployment that succeeded, so that its containers are watched.
+    pub stats: crate::background::stats::Stats,
     pub shutdown: CancellationToken,
 }
 
@@ -79,6 +81,7 @@ impl Workers {
                 wake: baton.clone(),
                 alive: self.alive.clone(),
                 deploying: self.deploying.clone(),
+                stats: self.stats.clone(),
                 shutdown: self.shutdown.clone(),
             };
             tasks.spawn(w.run());
@@ -95,6 +98,7 @@ struct Worker {
     wake: Arc<Notify>,
     alive: watch::Receiver<bool>,
     deploying: Deploying,
+    stats: crate::background::stats::Stats,
     shutdown: CancellationToken,
 }
 
@@ -291,7 +295,15 @@ impl Worker {
             Outcome::Abandoned(reason) => {
                 tracing::warn!(%reason, "run abandoned; another worker resumes it")
             }
-            Outcome::Finished(state) => tracing::debug!(%state, "run finished"),
+            Outcome::Finished(state) => {
+                tracing::debug!(%state, "run finished");
+                // What it started is watched for OOM kills and restart loops for a while,
+                // whether or not anyone looks at it.
+                if state == DeploymentState::Succeeded {
+                    self.stats
+                        .watch_for(crate::background::stats::sampler::WATCH_AFTER_DEPLOY);
+                }
+            }
         }
     }
 

@@ -26,3 +26,4 @@ mod pushes;
 mod recovery;
 mod reload;
 mod signatures;
+mod stats;

@@ -331,11 +331,12 @@ fn build_layer(with_health_file: bool, tmp_mode: u32, version: &str) -> (Vec<u8>
         file(&mut b, "www/health", 0o644, b"ok\n");
     }
     file(&mut b, "www/version", 0o644, version.as_bytes());
-    // `GET /cgi-bin/slow` answers after 8 s with the version: a request in flight across a
-    // switch.
+    // `GET /cgi-bin/slow` answers with the version once `/tmp/release` exists (a test
+    // releases it with `docker exec`), or after 60 s: a request held in flight across a
+    // switch for exactly as long as the test needs, however slowly a loaded machine deploys.
     dir(&mut b, "www/cgi-bin/", 0o755);
     let slow = format!(
-        "#!/bin/busybox sh\n/bin/busybox sleep 8\nprintf 'Content-Type: text/plain\\r\\n\\r\\nslow-{version}'\n"
+        "#!/bin/busybox sh\ni=0\nwhile [ ! -e /tmp/release ] && [ $i -lt 300 ]; do /bin/busybox sleep 0.2; i=$((i+1)); done\nprintf 'Content-Type: text/plain\\r\\n\\r\\nslow-{version}'\n"
     );
     file(&mut b, "www/cgi-bin/slow", 0o755, slow.as_bytes());
     let tar = b.into_inner().expect("finish tar");

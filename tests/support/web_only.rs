@@ -35,6 +35,7 @@ pub async fn web_only(env: &TestEnv) -> WebOnly {
         engine: pier::engine::EngineView::new(engine.clone()),
         targets: pier::web::engines::TargetViews::single(pier::engine::EngineView::new(engine)),
         metrics: None,
+        stats: pier::background::stats::Stats::new(Duration::from_secs(10)),
         guard: Arc::new(pier::web::guard::Guard::new(1 << 20)),
         live: None,
         pages: pier::web::ui::PageState::new(store, stop.clone()),

@@ -18,6 +18,10 @@ pub(crate) enum Event {
     RolledBack,
     #[strum(serialize = "deployment.awaiting_approval")]
     AwaitingApproval,
+    #[strum(serialize = "container.oom_killed")]
+    OomKilled,
+    #[strum(serialize = "container.restart_loop")]
+    RestartLoop,
     #[strum(serialize = "digest")]
     Digest,
 }
@@ -73,12 +77,19 @@ impl Message {
             Event::Succeeded => (Tone::Good, "succeeded"),
             Event::Failed => (Tone::Bad, "failed"),
             Event::RolledBack => (Tone::Bad, "was rolled back"),
+            Event::OomKilled => (Tone::Bad, "lost a container to the memory limit"),
+            Event::RestartLoop => (Tone::Bad, "has a container that restarts again and again"),
             Event::AwaitingApproval | Event::Digest => (Tone::Asks, "waits for approval"),
         };
         let id = field(n, "id");
         let short: String = id.chars().take(8).collect();
         let mut facts = Vec::new();
-        for (name, key) in [("Digest", "digest"), ("Tag", "tag"), ("Trigger", "trigger")] {
+        for (name, key) in [
+            ("Digest", "digest"),
+            ("Tag", "tag"),
+            ("Trigger", "trigger"),
+            ("Container", "container"),
+        ] {
             if !field(n, key).is_empty() {
                 facts.push((name.to_owned(), field(n, key).to_owned()));
             }

@@ -1,7 +1,8 @@
 //! Outgoing notifications: the sender that empties the outbox. The outbox itself is filled
-//! by the database, in the transaction that ends a deployment (migration 0012), and by the
-//! digest timer (`digest.rs`, one row per endpoint and period), so nothing is lost
-//! whichever process ends it or dies after. One sender per process; several processes
+//! by the database, in the transaction that ends a deployment (migration 0012), with the
+//! resource sampler's container events (`store/container_events.rs`), and by the digest
+//! timer (`digest.rs`, one row per endpoint and period), so nothing is lost whichever
+//! process ends it or dies after. One sender per process; several processes
 //! share the outbox through SKIP LOCKED claims.
 //!
 //! Idle-friendly: with nothing pending, the sender waits for the outbox's NOTIFY and sends

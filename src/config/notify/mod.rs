@@ -22,6 +22,10 @@ pub(crate) const EVENTS: &[&str] = &[
     "deployment.rolled_back",
     // It started waiting for approval (the payload says for whom, until when).
     "deployment.awaiting_approval",
+    // A container of the deployment was killed for memory, or restarts again and again
+    // (found by the resource sampler; the payload names the container).
+    "container.oom_killed",
+    "container.restart_loop",
 ];
 
 /// The file's shape of one entry: every format's fields, each optional here; which are

@@ -21,6 +21,7 @@ fn tags(event: Event) -> &'static str {
         Event::Failed => "x,pier",
         Event::RolledBack => "rewind,pier",
         Event::AwaitingApproval => "hourglass,pier",
+        Event::OomKilled | Event::RestartLoop => "warning,pier",
         Event::Digest => "newspaper,pier",
     }
 }

@@ -4,10 +4,10 @@
 -- when its timer fires, and the unique index lets exactly one insert win.
 ALTER TABLE notifications ALTER COLUMN deployment_id DROP NOT NULL;
 ALTER TABLE notifications ADD COLUMN period text;
+-- 0029's shape of an event name, and `digest`.
 ALTER TABLE notifications DROP CONSTRAINT notifications_event_check;
 ALTER TABLE notifications ADD CONSTRAINT notifications_event_check
-    CHECK (event IN ('deployment.succeeded', 'deployment.failed', 'deployment.rolled_back',
-                     'deployment.awaiting_approval', 'digest'));
+    CHECK (event ~ '^(deployment|container)\.[a-z_]+$' OR event = 'digest');
 ALTER TABLE notifications ADD CONSTRAINT notifications_digest_or_deployment
     CHECK (CASE WHEN event = 'digest' THEN period IS NOT NULL AND deployment_id IS NULL
                 ELSE period IS NULL AND deployment_id IS NOT NULL END);
