@@ -1,8 +1,8 @@
 //! What runs beside the workers, in one room, started by one supervisor ([`Background`])
 //! that `serve` and `worker` call once: each sweep's reconciliation and retention
-//! (`sweep.rs`, `reconcile/`), the notification sender (`notify.rs`), promotions
-//! (`promote.rs`), the reconcile poller (`poller.rs`), the resource sampler (`stats/`) and
-//! the reload on SIGHUP.
+//! (`sweep.rs`, `reconcile/`), the notification sender and the digest timer (`notify/`),
+//! promotions (`promote.rs`), the reconcile poller (`poller.rs`), the resource sampler
+//! (`stats/`) and the reload on SIGHUP.
 //!
 //! Every task here ends when the shutdown token fires, and each waits on a timer or a
 //! NOTIFY of its own: an idle Pier runs nothing here but those timers (the resource
@@ -77,6 +77,14 @@ impl Background<'_> {
                 store: store.clone(),
                 endpoints: config.notifications.clone(),
                 public_url: config.server.sign_in.public_url.clone(),
+            }
+            .run(shutdown.clone()),
+        );
+        // Digests: one task, one timer for the next digest moment, none without digests.
+        tasks.spawn(
+            notify::digest::Digests {
+                config: config.clone(),
+                store: store.clone(),
             }
             .run(shutdown.clone()),
         );

@@ -176,7 +176,9 @@ impl Secrets<'_> {
 fn stand_in(field: &str) -> &'static str {
     if field.starts_with("server.database_url") {
         STAND_IN_DATABASE
-    } else if field.starts_with("notifications[") && field.ends_with(".url") {
+    } else if field.starts_with("notifications[")
+        && (field.ends_with("url") || field.ends_with(".homeserver"))
+    {
         STAND_IN_URL
     } else if field.ends_with(".secret") || field.contains(".secrets[") {
         // A Standard Webhooks key is also a long enough HMAC key for the other senders.

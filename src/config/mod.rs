@@ -200,7 +200,10 @@ impl Default for RegistryLimits {
 }
 
 pub use crate::domain::tags::{TagRule, glob_match, tag_version};
-pub use notify::{NotificationConfig, NotifyFormat, WebhookKeyError, standard_webhooks_key};
+pub use notify::{
+    Destination, DigestEvery, DigestSchedule, EmailChannel, NotificationConfig, NotifyFormat,
+    RateLimit, SmtpTls, WebhookKeyError, standard_webhooks_key,
+};
 pub use proxy::{ProxyConfig, RouteConfig, TlsFiles};
 pub use signin::SignInConfig;
 pub use source::{ArtifactoryAccess, HmacKey, SourceConfig, SourceKind, SourceMode};

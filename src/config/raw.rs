@@ -158,7 +158,11 @@ impl Config {
         }
         check_routes(&apps)?;
         super::gates::check_promotions(&apps)?;
-        let notifications = resolve_notifications(self.notifications, &apps, base)?;
+        let notifications = resolve_notifications(
+            self.notifications,
+            (apps.as_slice(), admins.as_slice()),
+            base,
+        )?;
         Ok(super::Config {
             admins,
             targets,
@@ -236,12 +240,12 @@ fn check_reserved_source(sources: &[SourceConfig]) -> Result<(), ConfigError> {
 /// `[[notifications]]`: each checked against the apps it names; names unique.
 fn resolve_notifications(
     raw: Vec<super::notify::RawNotification>,
-    apps: &[AppConfig],
+    known: (&[AppConfig], &[super::NamedAdmin]),
     base: &Path,
 ) -> Result<Vec<NotificationConfig>, ConfigError> {
     let mut notifications: Vec<NotificationConfig> = Vec::new();
     for n in raw {
-        let n = n.resolve(base, apps)?;
+        let n = n.resolve(base, known)?;
         if notifications.iter().any(|o| o.name == n.name) {
             return Err(invalid(format!(
                 "notification `{}` is defined twice",

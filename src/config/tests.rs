@@ -202,6 +202,9 @@ mod example {
             "PIER_ACR_TOKEN",
             "WEB_SESSION_KEY",
             "BILLING_DB_PASSWORD",
+            "PIER_NTFY_TOKEN",
+            "PIER_MATRIX_TOKEN",
+            "PIER_SMTP_PASSWORD",
         ] {
             // SAFETY: these names are only read by config tests.
             unsafe { std::env::set_var(name, "an-example-secret-of-32-bytes-or-more") };
@@ -222,6 +225,15 @@ mod example {
                 "PIER_SLACK_WEBHOOK_URL",
                 "https://hooks.slack.com/services/T/B/X",
             );
+            std::env::set_var(
+                "PIER_DISCORD_WEBHOOK_URL",
+                "https://discord.com/api/webhooks/1/x",
+            );
+            std::env::set_var(
+                "PIER_TEAMS_WORKFLOW_URL",
+                "https://prod.westeurope.logic.azure.com/workflows/x",
+            );
+            std::env::set_var("PIER_TELEGRAM_BOT_TOKEN", "123456:ABC-example_token");
         }
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/pier.toml");
         let c = Config::load(&path).unwrap_or_else(|e| panic!("{e}"));
@@ -254,9 +266,14 @@ mod example {
             .map(|a| a.name.as_str())
             .collect();
         assert_eq!(signed, ["api", "shop"]);
-        // Both notification formats are documented.
-        assert_eq!(c.notifications.len(), 2);
-        assert_ne!(c.notifications[0].format, c.notifications[1].format);
+        // Every notification format is documented, and a digest.
+        for f in <super::NotifyFormat as strum::VariantArray>::VARIANTS {
+            assert!(
+                c.notifications.iter().any(|n| n.format() == *f),
+                "examples/pier.toml has no {f} notification"
+            );
+        }
+        assert!(c.notifications.iter().any(|n| n.digest.is_some()));
         // Every kind is documented with a source that loads.
         for kind in [
             "distribution",

@@ -7,6 +7,7 @@ pub(crate) mod cluster;
 mod container_events;
 mod deliveries;
 mod deployments;
+mod digests;
 mod freezes;
 mod gates;
 mod holders;
@@ -45,6 +46,7 @@ pub use deliveries::{
 pub use deployments::{
     Deployment, DigestStatus, Enqueued, Generation, NewDeployment, TAKEOVER_CHECK,
 };
+pub use digests::DigestApp;
 pub use freezes::Freeze;
 pub use gates::{ApprovalGate, Decided, Decision};
 pub use holders::take_liveness;

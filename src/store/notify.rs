@@ -25,7 +25,8 @@ pub struct DueNotification {
     pub endpoint: String,
     pub event: String,
     pub app: String,
-    pub deployment_id: Uuid,
+    /// `None` for a digest.
+    pub deployment_id: Option<Uuid>,
     pub payload: serde_json::Value,
     /// This attempt's number, from 1.
     pub attempts: i32,
@@ -37,7 +38,9 @@ pub struct NotificationRow {
     pub endpoint: String,
     pub event: String,
     pub app: String,
-    pub deployment_id: Uuid,
+    /// `None` for a digest, which names its `period` instead.
+    pub deployment_id: Option<Uuid>,
+    pub period: Option<String>,
     pub state: String,
     pub attempts: i32,
     pub next_attempt_at: DateTime<Utc>,
@@ -181,7 +184,7 @@ impl Store {
     ) -> Result<(Vec<NotificationRow>, Vec<AttemptRow>)> {
         let mut tx = self.begin_snapshot().await?;
         let rows: Vec<NotificationRow> = sqlx::query_as(
-            "SELECT id, endpoint, event, app, deployment_id, state, attempts, next_attempt_at,
+            "SELECT id, endpoint, event, app, deployment_id, period, state, attempts, next_attempt_at,
                     last_error, created_at, finished_at
              FROM notifications WHERE ($1::uuid IS NULL OR deployment_id = $1)
              ORDER BY created_at DESC, id DESC LIMIT $2",

@@ -23,6 +23,9 @@ pub enum WebError {
     Conflict(String),
     #[error("{0}")]
     TooLarge(String),
+    /// It was valid once and is no longer (an expired or used approval link).
+    #[error("{0}")]
+    Gone(String),
     #[error("too many failed attempts from this address; retry later")]
     TooManyRequests,
     #[error("unsupported content type")]
@@ -74,6 +77,7 @@ impl WebError {
             WebError::Forbidden(_) => StatusCode::FORBIDDEN,
             WebError::BadRequest(_) => StatusCode::BAD_REQUEST,
             WebError::Conflict(_) => StatusCode::CONFLICT,
+            WebError::Gone(_) => StatusCode::GONE,
             WebError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             WebError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             WebError::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,

@@ -21,7 +21,8 @@ mod resources;
 pub mod server;
 pub(crate) mod swarm_rows;
 mod views;
-// The browser side: sign-in, live pages, forms.
+// The browser side: sign-in, live pages, forms, approval links.
+mod approval_links;
 mod forms;
 mod gates;
 mod live;

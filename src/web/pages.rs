@@ -57,8 +57,16 @@ pub(super) struct DeploymentPage {
     rows: Vec<super::timeline::TimelineRow>,
     live: bool,
     viewer: Viewer,
+    /// `approve` or `reject`, preselected by an approval link (`?decide=`), shown only to
+    /// a named admin while the deployment waits for approval.
+    decide: Option<&'static str>,
 }
 impl Fmt for DeploymentPage {}
+
+#[derive(Deserialize, Default)]
+pub(super) struct DecideQuery {
+    decide: Option<String>,
+}
 
 #[derive(Template, WebTemplate)]
 #[template(path = "deliveries.html")]
@@ -168,16 +176,25 @@ pub(super) async fn deployment(
     State(s): State<AppState>,
     Extension(viewer): Extension<Viewer>,
     Path(id): Path<String>,
+    Query(q): Query<DecideQuery>,
 ) -> Result<DeploymentPage, PageError> {
     let id = Uuid::parse_str(&id).map_err(|_| WebError::NotFound(format!("deployment {id}")))?;
     let d = views::deployment_view(&s, id).await?;
     let live = !d.deployment.state.is_final();
     let rows = super::timeline::rows(&d.deployment, &d.steps, chrono::Utc::now());
+    let waits = d.deployment.state == crate::store::DeploymentState::AwaitingApproval;
+    let decide = match q.decide.as_deref() {
+        Some("approve") => Some("approve"),
+        Some("reject") => Some("reject"),
+        _ => None,
+    }
+    .filter(|_| waits && viewer.admin.is_some());
     Ok(DeploymentPage {
         d,
         rows,
         live,
         viewer,
+        decide,
     })
 }
 

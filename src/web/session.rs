@@ -106,7 +106,10 @@ pub(crate) async fn load_session(
             Err(e) => return PageError::from(e).into_response(),
         }
     }
-    let open = matches!(req.uri().path(), "/login" | "/logout");
+    // An approval link answers a request without a session itself (see approval_links.rs).
+    let path = req.uri().path();
+    let open = matches!(path, "/login" | "/logout")
+        || (path.starts_with("/deployments/") && path.ends_with("/link"));
     if !viewer.signed_in()
         && !open
         && req.method() == axum::http::Method::GET

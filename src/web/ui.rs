@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tower_http::csrf::CsrfLayer;
 
 use super::guard::Guard;
-use super::{AppState, forms, gates, live, logs_page, pages, session, streams};
+use super::{AppState, approval_links, forms, gates, live, logs_page, pages, session, streams};
 use crate::store::Store;
 
 /// What the browser side keeps in memory: all bounded, none of it written to the database.
@@ -33,6 +33,8 @@ pub struct PageState {
     pub log_followers: Arc<Semaphore>,
     /// Pier's shutdown: followed logs end at once instead of holding the drain.
     pub shutdown: CancellationToken,
+    /// The approval links' key, derived from the installation key at the first link.
+    pub link_key: tokio::sync::OnceCell<crate::gates::LinkKey>,
 }
 
 impl PageState {
@@ -44,6 +46,7 @@ impl PageState {
             live: live::Hub::new(store, shutdown.clone()),
             log_followers: Arc::new(Semaphore::new(super::logs::MAX_FOLLOWERS)),
             shutdown,
+            link_key: tokio::sync::OnceCell::new(),
         })
     }
 }
@@ -80,6 +83,7 @@ pub(crate) fn routes(state: &AppState) -> Router<AppState> {
         .route("/apps/{app}/logs/events", get(logs_page::events))
         .route("/deployments/{id}", get(pages::deployment))
         .route("/deployments/{id}/events", get(streams::deployment_events))
+        .route("/deployments/{id}/link", get(approval_links::follow))
         .route("/deliveries", get(pages::deliveries))
         .merge(forms)
         .layer(from_fn_with_state(state.clone(), session::load_session))

@@ -1,20 +1,24 @@
 //! What a deployment does on the host's engine: exactly the pushed digest, its health,
 //! blue-green, signatures, hostile registries, the journal that survives every crash,
 //! operator actions and the command line that asks for them, approvals and windows,
-//! promotion, notifications and reloads.
+//! promotion, notifications (every channel, approval links, digests) and reloads.
 
 #[path = "../support/mod.rs"]
 mod support;
 
+mod approval_links;
 mod approvals;
 mod approvals_restart;
 mod blue_green;
 mod blue_green_crash;
+mod channels;
 mod cli;
 mod crash_safety;
+mod digests;
 mod hostile_registry;
 mod in_process;
 mod logs;
+mod mail;
 mod notifications;
 mod operator_actions;
 mod promotion;

@@ -9,7 +9,7 @@ use super::{files_under, read, root, shown};
 fn stand_in(name: &str) -> &'static str {
     if name.contains("DATABASE_URL") || name.starts_with("PIER_DB_") {
         "postgres://pier:pier@127.0.0.1:5432/pier"
-    } else if name.contains("WEBHOOK_URL") {
+    } else if name.ends_with("_URL") {
         "https://hooks.example.com/services/T000/B000/XXXX"
     } else if name.contains("NOTIFY_SECRET") || name.contains("STANDARD_WEBHOOKS") {
         "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -29,6 +29,7 @@ fn env_names(text: &str) -> Vec<String> {
             let end = rest.find('"')?;
             Some(rest[..end].to_owned())
         })
+        .filter(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
         .collect();
     names.sort();
     names.dedup();
