@@ -1,4 +1,4 @@
-//! Issue 7: every registry people push to can trigger a deploy, each verified as strongly
+//! Every registry people push to can trigger a deploy, each verified as strongly
 //! as it allows. For each source kind, a delivery in the sender's real shape (fixtures in
 //! `tests/fixtures/intake/`), correctly authenticated, deploys the digest that the test's
 //! real registry holds for the tag; the same delivery forged, unauthenticated, stale or
