@@ -1,4 +1,4 @@
-//! Pier survives its database's failover (issue 28): a primary and its synchronous
+//! Pier survives its database's failover: a primary and its synchronous
 //! standby, both real Postgres clusters of this test's own; the primary's postmaster is
 //! SIGKILLed and the standby promoted while pushes arrive, a deployment runs, and `pier
 //! proxy` serves. Pier is given both hosts in one libpq-style URL.

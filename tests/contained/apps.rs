@@ -1,4 +1,4 @@
-//! Issue 10: what runs is contained and owned. Per-app networks, shared networks, owned
+//! What runs is contained and owned. Per-app networks, shared networks, owned
 //! volumes, secrets that never leave memory, hardening, and host paths only where the live
 //! policy allows them. Real engine, registry and Postgres.
 

@@ -1,4 +1,4 @@
-//! Issue 10: Pier killed before and after each new side effect (the network create, the
+//! Pier killed before and after each new side effect (the network create, the
 //! volume's ownership record, the volume create, the shared-network connect). After a restart
 //! the deployment finishes, every volume is owned, and no container is on a network it
 //! should not be on; nothing is orphaned.

@@ -1,6 +1,6 @@
-//! Issue 10: `pier import APP ARCHIVE.tar` deploys from a docker-save archive through the
+//! `pier import APP ARCHIVE.tar` deploys from a docker-save archive through the
 //! journaled pipeline; an archive whose image id or platform is not the expected one
-//! deploys nothing. Issue 21: the archive's own bytes are verified whatever the engine
+//! deploys nothing. The archive's own bytes are verified whatever the engine
 //! holds, and an OCI image layout is converted for Docker 20.10.
 
 use std::path::Path;

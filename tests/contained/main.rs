@@ -1,4 +1,4 @@
-//! Contained apps (issue 10 and on): hardening, per-app and shared networks, owned
+//! Contained apps: hardening, per-app and shared networks, owned
 //! volumes, secrets, services beside an app, host-path policy and image import, each also
 //! killed at its step boundaries. Real engine, registry and Postgres.
 

@@ -1,4 +1,4 @@
-//! Issue 21: the private network of an app that left the config is removed by
+//! The private network of an app that left the config is removed by
 //! reconciliation once nothing is attached, and the removal is recorded; a network with a
 //! container on it (running or stopped), one without Pier's labels, and one labelled for an
 //! app this Pier never deployed are left alone. Real engine, registry and Postgres.

@@ -1,4 +1,4 @@
-//! Issue 10: host files and binds reach a container only while the admin policy allows
+//! Host files and binds reach a container only while the admin policy allows
 //! them, as the live config says right before each engine change; a reload (SIGHUP,
 //! `pier reload`) is checked whole; an engine error never shows a host path.
 

@@ -1,4 +1,4 @@
-//! Issue 10: several services per app. A `web` and a `worker` built from the image one push
+//! Several services per app. A `web` and a `worker` built from the image one push
 //! names are deployed as one generation: both created, started and healthy, then switched
 //! together, or neither is. Pier killed between the services' creates and starts converges
 //! to one container per service. A worker with its own repository runs the digest that

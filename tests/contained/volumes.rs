@@ -1,4 +1,4 @@
-//! Issue 21 (item 6): a volume Pier did not make is never the app's. A deploy that finds a
+//! A volume Pier did not make is never the app's. A deploy that finds a
 //! hand-made `pier-<app>-<name>` is refused without recording it as the app's, and a record
 //! alone (whoever wrote it) never lets `pier volumes rm` delete a volume whose labels do not
 //! carry that record's provenance. Real engine, registry and Postgres.

@@ -1,4 +1,4 @@
-//! Issue 26: approvals by named admins, deploy windows, freezes and overrides, through the
+//! Approvals by named admins, deploy windows, freezes and overrides, through the
 //! JSON API, the CLI and the pages, against the real engine, registry and Postgres.
 
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! Issue 8, item 3: a hostile or slow registry cannot wedge an app or exhaust Pier's
+//! A hostile or slow registry cannot wedge an app or exhaust Pier's
 //! memory. Each app's image points at a `HostileRegistry` (a fault injector on loopback);
 //! the deployment is queued with `pier deploy` and must end with a clear reason within its
 //! deadlines, or, for a 429 with `Retry-After`, succeed with the real pushed digest after

@@ -1,4 +1,4 @@
-//! Issue 11: outgoing notifications. A real Pier deploys on the real engine; a receiver in
+//! Outgoing notifications. A real Pier deploys on the real engine; a receiver in
 //! this test (an axum server) checks every Standard Webhooks signature itself.
 
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! Issue 11: operator actions (rollback that pins, unpin, cancel, stop) through the JSON API
+//! Operator actions (rollback that pins, unpin, cancel, stop) through the JSON API
 //! and the CLI, against the real engine, registry and Postgres.
 
 use std::time::{Duration, Instant};

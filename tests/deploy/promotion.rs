@@ -1,4 +1,4 @@
-//! Issue 26: promotion. Production (`promote_from` staging, `after` a few seconds) is not
+//! Promotion. Production (`promote_from` staging, `after` a few seconds) is not
 //! deployed by pushes; it gets exactly the digest staging served healthily for `after`,
 //! linked to the staging deployment, and never one that failed its soak there.
 

@@ -1,4 +1,4 @@
-//! Issue 10, config reload without restart: what a reload changes reaches every part of a
+//! Config reload without restart: what a reload changes reaches every part of a
 //! running Pier, not only its workers. Apps removed by a reload are no longer shown,
 //! matched by pushes or polled; apps added by one are shown, deployed by the next push
 //! and polled at once. Real engine, registry and Postgres; reload through `pier reload`.

@@ -1,4 +1,4 @@
-//! Issue 25: only signed images run. A real registry holds the signatures, in both places
+//! Only signed images run. A real registry holds the signatures, in both places
 //! cosign writes them (the legacy `sha256-<hex>.sig` tag and cosign 3's bundles as OCI
 //! referrers), made here by a signing library that is not Pier's code, or by real cosign
 //! (its published test vectors, when at hand); a real Pier checks them in its `signature`

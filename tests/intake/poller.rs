@@ -1,4 +1,4 @@
-//! Issue 7, the reconcile poller: with the registry's notifications switched off, a push
+//! The reconcile poller: with the registry's notifications switched off, a push
 //! still deploys, within one poll interval, as a `reconcile` deployment recorded as a
 //! delivery of source `poller`; a glob app polls the repository's tag list and deploys the
 //! highest match; a registry that goes away is backed off from, and polling resumes when it

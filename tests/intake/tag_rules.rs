@@ -1,4 +1,4 @@
-//! Issue 7, tag rules: an app follows an exact tag, a glob, or a semver range. A range
+//! Tag rules: an app follows an exact tag, a glob, or a semver range. A range
 //! deploys the highest version and a lower version pushed later never rolls it back; a
 //! glob follows only matching tags; the delivery says which rule matched. Real registry
 //! (its own notifications), real engine, real Postgres.

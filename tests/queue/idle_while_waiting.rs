@@ -1,4 +1,4 @@
-//! Issue 26: waiting costs nothing. With one deployment waiting for approval, one for a
+//! Waiting costs nothing. With one deployment waiting for approval, one for a
 //! window an hour away, and a promoted app whose source serves, an idle Pier sends Postgres
 //! no statement between sweeps: every statement goes through a counting relay.
 

@@ -1,4 +1,4 @@
-//! Retention (issue 12) against Postgres: old deliveries and old journals go, a bounded
+//! Retention against Postgres: old deliveries and old journals go, a bounded
 //! number per pass; deployment rows, `create` steps and the serving generation's journal
 //! stay.
 

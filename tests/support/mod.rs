@@ -60,11 +60,11 @@ mod proxies;
 mod recording_app;
 mod registry;
 mod reload;
-/// Issue 23: an app on three engines (`support::rollout::Fleet`).
+/// An app on three engines (`support::rollout::Fleet`).
 pub mod rollout;
 mod signin;
 mod sse;
-/// Issue 24: a two-node swarm of namespaced engines (`support::swarm::Swarm`).
+/// A two-node swarm of namespaced engines (`support::swarm::Swarm`).
 pub mod swarm;
 mod web_only;
 

@@ -1,4 +1,4 @@
-//! Issue 24: a two-node Docker Swarm for the tests, neither node the host's own engine. A
+//! A two-node Docker Swarm for the tests, neither node the host's own engine. A
 //! manager and a worker, each an [`ExtraEngine`] (a real dockerd in its own network
 //! namespace) that reaches the test registry at `127.0.0.1:PORT` as the host does.
 //!

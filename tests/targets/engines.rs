@@ -1,4 +1,4 @@
-//! Issue 23: Pier's `Engine` on other Docker engines, each a real dockerd in its own
+//! Pier's `Engine` on other Docker engines, each a real dockerd in its own
 //! network namespace: over `tcp://` with TLS client certificates made here, and over
 //! `ssh://` through a real sshd. It pings, pulls by digest from the test registry (same
 //! image name as on the host engine), and creates, starts, inspects and removes a container

@@ -1,4 +1,4 @@
-//! Issue 23, item 6: the app page, `GET /api/apps/{app}` and `pier status` show a row per
+//! The app page, `GET /api/apps/{app}` and `pier status` show a row per
 //! engine of an app on several engines (the host's `local` and a real dockerd in a network
 //! namespace reached over TLS): the same digest serving on both, each engine's own
 //! container and state, and which engine each step of the rollout ran on. When the other

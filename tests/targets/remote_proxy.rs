@@ -1,4 +1,4 @@
-//! Issue 23, items 4 and 5: health and blue-green on a remote engine, for real. The app runs
+//! Health and blue-green on a remote engine, for real. The app runs
 //! on a real dockerd in its own network namespace, reached over TLS; it publishes on that
 //! host's loopback, which Pier cannot reach. `pier proxy --target edge`, run inside the
 //! namespace as on that host, takes the health probes the pipeline writes to Postgres and

@@ -1,4 +1,4 @@
-//! Issue 23: one app on three real engines: the host's (`local`), one in a network
+//! One app on three real engines: the host's (`local`), one in a network
 //! namespace over `tcp://` with TLS client certificates (`e2`), one over `ssh://` (`e3`).
 //! A push deploys one pinned digest to all three, batch by batch; a version that fails on
 //! the third leaves every engine on the previous digest; an engine that is down fails the

@@ -1,4 +1,4 @@
-//! Issue 23, item 5: blue-green across three real engines (`local`, `e2` over TLS, `e3` over
+//! Blue-green across three real engines (`local`, `e2` over TLS, `e3` over
 //! SSH), each host serving the app through its own `pier proxy` (`--target e2` and `e3`
 //! inside their namespaces). Batch by batch, each engine starts the new generation beside
 //! the old one, proves it, switches its route and soaks; the next engine starts only

@@ -1,4 +1,4 @@
-//! Issue 23: `pier serve` SIGKILLed at the step boundaries of a blue-green rollout across
+//! `pier serve` SIGKILLed at the step boundaries of a blue-green rollout across
 //! three engines (local, `e2` over TLS, `e3` over SSH), each behind its own host's `pier
 //! proxy`. Every blue-green step is crashed before and after its side effect, on one
 //! engine each in turn. After each restart the deployment finishes: exactly one container

@@ -1,4 +1,4 @@
-//! Issue 23: `pier serve` SIGKILLed at the step boundaries of a three-engine rollout
+//! `pier serve` SIGKILLed at the step boundaries of a three-engine rollout
 //! (local, `e2` over TLS, `e3` over SSH). Each crash point names its engine
 //! (`pull#e2:before`); every step is crashed at before and after its side effect, on one
 //! engine each in turn, and the shared `resolve` too. After each restart the deployment

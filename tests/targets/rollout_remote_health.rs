@@ -1,4 +1,4 @@
-//! Issue 23: HTTP health inside a rollout across three real engines: the host's (`local`),
+//! HTTP health inside a rollout across three real engines: the host's (`local`),
 //! one in a network namespace over TLS (`e2`), one over SSH (`e3`). Each remote app
 //! publishes on its own host's loopback, which Pier cannot reach, so each remote engine's
 //! `health` step is probed by the `pier proxy --target` running on that host (inside its

@@ -1,4 +1,4 @@
-//! Issue 24: an app on a two-node Docker Swarm (the manager and a worker, each a real
+//! An app on a two-node Docker Swarm (the manager and a worker, each a real
 //! dockerd in its own network namespace). A push updates the service to exactly the
 //! pushed digest on every replica; a version that never becomes healthy is rolled back
 //! by Swarm and the deployment says why; tasks that cannot be placed hit Pier's own

@@ -1,4 +1,4 @@
-//! Issue 24: `pier serve` SIGKILLed at every step boundary of a swarm deployment (before
+//! `pier serve` SIGKILLed at every step boundary of a swarm deployment (before
 //! and after each side effect of resolve, verify, update and converge, and of a failed
 //! version's rollback). After each restart the deployment finishes: every replica runs
 //! the newest digest (or, for the failed version, the previous one again), and the

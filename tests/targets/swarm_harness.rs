@@ -1,4 +1,4 @@
-//! Issue 24 groundwork: the two-node swarm harness (`support::swarm::Swarm`) runs a real
+//! The two-node swarm harness (`support::swarm::Swarm`) runs a real
 //! service, pinned by digest, with a task on each node; and Pier's services adapter
 //! updates it to a second digest and sees the rollout complete.
 

@@ -1,4 +1,4 @@
-//! Issue 11: the JSON API answers as its OpenAPI document (`/api/openapi.json`) says, for
+//! The JSON API answers as its OpenAPI document (`/api/openapi.json`) says, for
 //! whatever schemathesis sends it: no 5xx, no undocumented status or content type, no
 //! answer that violates its schema. Against a real Pier with a deployed app, so that apps,
 //! deployments, deliveries and notifications have rows to show.

@@ -354,7 +354,7 @@ async fn an_operator_signs_in_redeploys_rolls_back_pins_and_unpins_in_a_real_bro
     env.cleanup().await;
 }
 
-/// Issue 26: a named admin approves a waiting deployment from its page, and watches it run.
+/// A named admin approves a waiting deployment from its page, and watches it run.
 #[tokio::test]
 async fn a_named_admin_approves_a_waiting_deployment_in_a_real_browser() {
     let ops = random_hex(32);

@@ -1,4 +1,4 @@
-//! Issue 7, `GET /deliveries`: every authentic delivery with its verdict and its
+//! `GET /deliveries`: every authentic delivery with its verdict and its
 //! deployments, filterable by source and verdict, a page at a time; repeats counted on the
 //! row they repeat; an admin can redeliver a stored delivery. Real registry, engine and
 //! Postgres.
