@@ -5,20 +5,24 @@
 # test binary at a time leaves the two cores idle for most of the suite. The binaries do not
 # share state (each test makes its own database, app names, registries and network
 # namespaces), except those in PIER_TEST_EXCLUSIVE, which run alone after the others: the
-# database outage test stops the shared Postgres, which no other test may see.
+# database outage test stops the shared Postgres, which no other test may see, and web's
+# browser test drives Chromium, which aborts a page load (ERR_NETWORK_CHANGED) whenever
+# the host's interfaces change, as they do all the time while other binaries' tests add
+# and remove container networks and network namespaces.
 #
 # Each target's output goes to target/test-logs/NAME.log and is printed whole when the
 # target ends, so a CI log reads one binary at a time. A target that outlives its budget
 # has its whole process group stopped (cargo and the test binary it runs), so a hung test
 # costs minutes, not CI's whole allowance.
 
-# Longest first, from a run on two cores (seconds, one binary at a time: targets 536,
-# deploy 482, queue 150, contained 141, the benches' single rounds and the unit tests about
-# 175, web 106, intake 91, proxy 48, docs 26): a long target started last would end the
-# suite alone. @units stands for the library's and binary's unit tests with the benches.
-# Targets not named here run after these, in cargo's order.
-PIER_TEST_LONG_FIRST=(targets deploy queue contained @units web intake proxy docs database_failover)
-PIER_TEST_EXCLUSIVE=(database_outage)
+# Longest first, from runs on two cores (seconds, one binary at a time on a quiet machine:
+# targets 536, deploy 482, queue 150, contained 141, intake 91, proxy 48, docs 26; the
+# benches' single rounds with the unit tests about 175, but 542 beside the others on a
+# loaded one): a long target started last would end the suite alone. @units stands for
+# the library's and binary's unit tests with the benches. Targets not named here run after
+# these, in cargo's order.
+PIER_TEST_LONG_FIRST=(targets deploy @units queue contained intake proxy docs database_failover)
+PIER_TEST_EXCLUSIVE=(web database_outage)
 
 # lane_targets: prints one cargo target selection per line ("--test deploy", "--lib"...),
 # longest first; the exclusive ones are left out (see exclusive_targets).

@@ -19,6 +19,8 @@ export PIER_ROOT
 PIER_PG_VERSION="${PIER_PG_VERSION:-15}"
 PIER_PG_CLUSTER="${PIER_PG_CLUSTER:-main}"
 PIER_PG_PORT="${PIER_PG_PORT:-5432}"
+# At least this many connections (ensure_postgres raises a smaller max_connections).
+PIER_PG_MAX_CONNECTIONS="${PIER_PG_MAX_CONNECTIONS:-500}"
 
 # --- output -------------------------------------------------------------------------------
 
@@ -160,6 +162,20 @@ ensure_postgres() {
     fi
     wait_until 60 "postgres on 127.0.0.1:$port (pg_isready)" _pier_pg_ready ||
         die "postgres did not become ready; see /var/log/postgresql/postgresql-$v-$c.log"
+
+    # The suite runs test binaries side by side, each test with its own database, pool and
+    # Pier processes: Debian's 100 connections run out ("too many clients already").
+    local max
+    max="$(as_postgres psql -X -At -p "$port" -d postgres -c 'SHOW max_connections')"
+    if ((max < PIER_PG_MAX_CONNECTIONS)); then
+        info "raising max_connections of $v/$c from $max to $PIER_PG_MAX_CONNECTIONS (a restart)"
+        as_postgres psql -X -q -p "$port" -d postgres \
+            -c "ALTER SYSTEM SET max_connections = $PIER_PG_MAX_CONNECTIONS" >/dev/null
+        as_root pg_ctlcluster "$v" "$c" restart ||
+            die "pg_ctlcluster $v $c restart failed; see /var/log/postgresql/postgresql-$v-$c.log"
+        wait_until 60 "postgres on 127.0.0.1:$port (pg_isready)" _pier_pg_ready ||
+            die "postgres did not come back; see /var/log/postgresql/postgresql-$v-$c.log"
+    fi
 
     # Role and database, created only when missing. The role's attributes and password are
     # (re)set every time so that an old, different `pier` role does not break the tests.

@@ -117,9 +117,10 @@ async fn the_same_digest_already_queued_or_running_is_not_queued_again() {
 async fn pushes_of_v1_to_v5_in_quick_succession_end_with_v5_and_never_overlap() {
     let env = TestEnv::start().await;
     // v2..v5 are in the registry beforehand (a tag Pier does not follow), so their pushes
-    // to `main` below are quick, and v1 takes six seconds to become healthy: several of
-    // them arrive while it runs, however loaded the machine (under CI load a full push
-    // took as long as a deploy, and each version was deployed in turn).
+    // to `main` below are quick, and v1 becomes healthy only once the test releases it,
+    // after the last push: every push arrives while v1 runs, however loaded the machine
+    // (at load 25 one push took as long as a deploy of six seconds, so a fixed wait had
+    // each version deployed in turn).
     for v in 2..=5 {
         env.push(
             &TestImage::healthy(&format!("v{v}")),
@@ -127,10 +128,10 @@ async fn pushes_of_v1_to_v5_in_quick_succession_end_with_v5_and_never_overlap() 
         )
         .await;
     }
-    let mut digests = vec![env.push(&TestImage::slow_start("v1", 6), "main").await];
-    wait_until("v1 is running", DEPLOY, || async {
-        let rows = env.deployment_rows(env.app()).await;
-        rows.iter().any(|r| r.state == "running").then_some(())
+    let mut digests = vec![env.push(&TestImage::slow_start("v1", 120), "main").await];
+    let v1 = wait_until("v1's container runs", DEPLOY, || async {
+        let running = env.engine.running_containers_of_app(env.app()).await;
+        running.into_iter().next().and_then(|c| c.id)
     })
     .await;
     for v in 2..=5 {
@@ -139,6 +140,8 @@ async fn pushes_of_v1_to_v5_in_quick_succession_end_with_v5_and_never_overlap() 
                 .await,
         );
     }
+    let (released, out) = docker_cli(&["exec", &v1, "/bin/busybox", "touch", "/tmp/release"]);
+    assert!(released, "release v1's server: {out}");
     env.wait_app_version("v5", DEPLOY).await;
     // Let every notification land and every deployment finish.
     let rows = wait_until("all deployments final", DEPLOY, || async {

@@ -40,8 +40,10 @@ pub enum TestImage {
     /// `nofile`, httpd serves an empty directory: `GET /health` answers 404 on that host
     /// only, for an app's HTTP health (not an image HEALTHCHECK) to fail there.
     HttpUnhealthyAtNofile { version: String, nofile: u32 },
-    /// Like `Healthy`, but httpd starts only after `secs` seconds: a deployment that
-    /// spends that long in its `health` step.
+    /// Like `Healthy`, but httpd starts only after `secs` seconds, or as soon as
+    /// `/tmp/release` exists (a test releases it with `docker exec`): a deployment that
+    /// spends that long in its `health` step, or until the test has done what it must do
+    /// meanwhile, however slow the machine.
     SlowStart { version: String, secs: u32 },
     /// Like `Healthy`, but the image's own labels claim to be Pier's (`pier.managed`,
     /// `pier.app`), as a hostile image might.
@@ -187,8 +189,11 @@ impl TestImage {
                 vec!["/bin/busybox", "sh", "-c", &slow]
             }
             TestImage::SlowStart { secs, .. } => {
+                let ticks = secs * 5;
                 slow = format!(
-                    "trap 'exit 0' TERM; /bin/busybox sleep {secs} & wait; \
+                    "trap 'exit 0' TERM; i=0; \
+                     while [ ! -e /tmp/release ] && [ $i -lt {ticks} ]; do \
+                     /bin/busybox sleep 0.2; i=$((i+1)); done; \
                      /bin/busybox httpd -f -p 8080 -h /www & wait"
                 );
                 vec!["/bin/busybox", "sh", "-c", &slow]

@@ -39,7 +39,7 @@ impl Load {
                             Err(e) => Answer::Failed(format!("body: {e}")),
                         }
                     }
-                    Err(e) => Answer::Failed(format!("{e}")),
+                    Err(e) => Answer::Failed(chain(&e)),
                 };
                 answers.push(a);
             }
@@ -52,6 +52,19 @@ impl Load {
         self.stop.store(true, Ordering::SeqCst);
         self.task.await.expect("load task")
     }
+}
+
+/// An error with its causes (reqwest's own text leaves out whether it was a timeout, a
+/// refused connection or a reset).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 /// The answers that were not a 200: failed requests and errors, with their positions.
