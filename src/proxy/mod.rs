@@ -102,6 +102,7 @@ impl Shared {
 
 /// Runs the proxy until SIGTERM or Ctrl-C.
 pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
+    feed::check_schema(&config).await.context("pier proxy")?;
     let shutdown = CancellationToken::new();
     let on_signal = shutdown.clone();
     tokio::spawn(async move {

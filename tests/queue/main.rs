@@ -15,5 +15,6 @@ mod idle;
 mod idle_while_waiting;
 mod retention;
 mod rules;
+mod schema;
 mod store;
 mod takeover;
