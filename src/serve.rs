@@ -196,6 +196,7 @@ pub(crate) async fn run_until_with(
         http.spawn(&mut tasks, listener, (engine, page_targets, metrics), stats);
     }
     tracing::info!(workers = config.server.workers, "pier running");
+    crate::runtime::notify_ready();
     shutdown.cancelled().await;
     while tasks.join_next().await.is_some() {}
     listener_stop.cancel();

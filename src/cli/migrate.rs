@@ -12,12 +12,14 @@ pub(super) async fn run(config: &Config, status: bool) -> anyhow::Result<()> {
     if status {
         return show_status(&store).await;
     }
-    let before = crate::serve::until_reachable("read the database's schema", || {
-        store.check_schema()
-    })
-    .await?;
+    let before =
+        crate::serve::until_reachable("read the database's schema", || store.check_schema())
+            .await?;
     crate::serve::until_reachable("migrate database", || store.migrate()).await?;
-    let after = store.schema_status().await.context("read the database's schema")?;
+    let after = store
+        .schema_status()
+        .await
+        .context("read the database's schema")?;
     println!(
         "database schema {}: {} migration(s) applied now, none pending",
         after.database.unwrap_or(0),
@@ -28,10 +30,9 @@ pub(super) async fn run(config: &Config, status: bool) -> anyhow::Result<()> {
 
 /// Prints the table, then fails if this binary must not work on the database.
 async fn show_status(store: &Store) -> anyhow::Result<()> {
-    let status = crate::serve::until_reachable("read the database's schema", || {
-        store.schema_status()
-    })
-    .await?;
+    let status =
+        crate::serve::until_reachable("read the database's schema", || store.schema_status())
+            .await?;
     print!("{}", render(&status));
     match status.refusal() {
         Some(refused) => Err(refused.into()),

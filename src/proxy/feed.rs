@@ -95,7 +95,10 @@ pub(crate) async fn check_schema(config: &Config) -> Result<(), StoreError> {
             Ok(())
         }
         Err(_) => {
-            tracing::warn!(?SCHEMA_PATIENCE, "the database did not say its schema in time; starting with the last known routes");
+            tracing::warn!(
+                ?SCHEMA_PATIENCE,
+                "the database did not say its schema in time; starting with the last known routes"
+            );
             Ok(())
         }
     }

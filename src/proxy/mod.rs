@@ -174,6 +174,7 @@ pub(crate) async fn run_until(config: Config, shutdown: CancellationToken) -> an
         tasks.spawn(report::serve(store, shared.clone(), shutdown.clone()));
     }
     tracing::info!("pier proxy running");
+    crate::runtime::notify_ready();
     shutdown.cancelled().await;
     let drain = config.proxy.drain_timeout;
     tracing::info!(

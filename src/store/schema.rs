@@ -195,10 +195,9 @@ impl Store {
     }
 
     async fn applied_migrations(&self) -> Result<Vec<AppliedMigration>> {
-        let exists: bool =
-            sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
-                .fetch_one(&self.pool)
-                .await?;
+        let exists: bool = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
+            .fetch_one(&self.pool)
+            .await?;
         if !exists {
             return Ok(Vec::new());
         }
@@ -241,10 +240,9 @@ fn from_migrate_error(e: sqlx::migrate::MigrateError, known: i64) -> StoreError 
     use sqlx::migrate::MigrateError as M;
     match e {
         M::Execute(e) => StoreError::from(e),
-        M::VersionMissing(v) if v > known => StoreError::Schema(SchemaError::Newer {
-            database: v,
-            known,
-        }),
+        M::VersionMissing(v) if v > known => {
+            StoreError::Schema(SchemaError::Newer { database: v, known })
+        }
         M::VersionMissing(v) => StoreError::Schema(SchemaError::Foreign { version: v }),
         M::VersionMismatch(v) => StoreError::Schema(SchemaError::Changed { version: v }),
         M::Dirty(v) => StoreError::Schema(SchemaError::Failed { version: v }),
@@ -278,7 +276,10 @@ mod tests {
     }
 
     fn states(s: &SchemaStatus) -> Vec<(i64, &'static str)> {
-        s.rows.iter().map(|r| (r.version, r.state.as_str())).collect()
+        s.rows
+            .iter()
+            .map(|r| (r.version, r.state.as_str()))
+            .collect()
     }
 
     #[test]

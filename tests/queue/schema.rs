@@ -69,7 +69,10 @@ async fn migrate_status_lists_every_migration_pending_then_applied() {
     let migrated = run_pier_cli(&config, &["migrate"]).await;
     let (stdout, stderr) = out(&migrated);
     assert!(migrated.status.success(), "{stdout}\n{stderr}");
-    assert!(stdout.contains(&format!("{n} migration(s) applied now")), "{stdout}");
+    assert!(
+        stdout.contains(&format!("{n} migration(s) applied now")),
+        "{stdout}"
+    );
 
     let after = run_pier_cli(&config, &["migrate", "--status"]).await;
     let (stdout, stderr) = out(&after);
@@ -109,7 +112,11 @@ async fn a_database_migrated_by_a_newer_pier_is_refused_by_every_server_command(
     for command in [&["migrate"][..], &["serve"], &["worker"], &["proxy"]] {
         let o = run_pier_cli(&config, command).await;
         let (stdout, stderr) = out(&o);
-        assert_eq!(o.status.code(), Some(1), "pier {command:?}: {stdout}\n{stderr}");
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "pier {command:?}: {stdout}\n{stderr}"
+        );
         assert!(stderr.contains(&refusal), "pier {command:?}: {stderr}");
     }
 
