@@ -96,6 +96,32 @@ pub(crate) fn metrics_handle() -> Option<PrometheusHandle> {
         .clone()
 }
 
+/// Tells systemd (a `Type=notify` unit) that this process is ready: `pier serve` once it has
+/// migrated and listens, `pier proxy` once its sockets are bound, so that a unit ordered
+/// after it, or a hand-over proxy started beside the old one, starts only then. Nothing
+/// happens outside systemd (no `NOTIFY_SOCKET`).
+pub(crate) fn notify_ready() {
+    if let Some(socket) = std::env::var_os("NOTIFY_SOCKET")
+        && let Err(e) = notify(&socket, "READY=1")
+    {
+        tracing::warn!(error = %e, "cannot tell systemd that Pier is ready");
+    }
+}
+
+/// One datagram to the notification socket: a path, or `@name` in the abstract namespace.
+fn notify(socket: &std::ffi::OsStr, message: &str) -> std::io::Result<()> {
+    use std::os::linux::net::SocketAddrExt as _;
+    use std::os::unix::ffi::OsStrExt as _;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+    let bytes = socket.as_bytes();
+    let addr = match bytes.strip_prefix(b"@") {
+        Some(name) => SocketAddr::from_abstract_name(name)?,
+        None => SocketAddr::from_pathname(std::path::Path::new(socket))?,
+    };
+    UnixDatagram::unbound()?.send_to_addr(message.as_bytes(), &addr)?;
+    Ok(())
+}
+
 /// SIGTERM or Ctrl-C.
 pub(crate) async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
@@ -150,6 +176,27 @@ mod tests {
             .expect_err("a self-signed certificate is not trusted");
         let (name, alpn) = server.await.unwrap();
         (name, alpn, crate::error::error_chain(&err))
+    }
+
+    #[test]
+    fn readiness_is_one_datagram_to_the_socket_systemd_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("notify");
+        let listener = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+        notify(path.as_os_str(), "READY=1").unwrap();
+        let mut buf = [0u8; 64];
+        let n = listener.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"READY=1");
+        let name = format!("@pier-test-{}", std::process::id());
+        let abstract_listener = {
+            use std::os::linux::net::SocketAddrExt as _;
+            let addr =
+                std::os::unix::net::SocketAddr::from_abstract_name(&name.as_bytes()[1..]).unwrap();
+            std::os::unix::net::UnixDatagram::bind_addr(&addr).unwrap()
+        };
+        notify(std::ffi::OsStr::new(&name), "READY=1").unwrap();
+        let n = abstract_listener.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"READY=1");
     }
 
     #[tokio::test]

@@ -71,7 +71,7 @@ pub(crate) async fn connect(config: Config, migrate: bool) -> anyhow::Result<Par
 /// statement of start-up goes through here: on a loaded machine the first connections can
 /// outlast the pool's 3 s acquire deadline, and a Pier that exits then is one that a
 /// restart loop, not the database, keeps down.
-async fn until_reachable<T, F, Fut>(what: &'static str, mut op: F) -> anyhow::Result<T>
+pub(crate) async fn until_reachable<T, F, Fut>(what: &'static str, mut op: F) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, crate::store::StoreError>>,
@@ -196,6 +196,7 @@ pub(crate) async fn run_until_with(
         http.spawn(&mut tasks, listener, (engine, page_targets, metrics), stats);
     }
     tracing::info!(workers = config.server.workers, "pier running");
+    crate::runtime::notify_ready();
     shutdown.cancelled().await;
     while tasks.join_next().await.is_some() {}
     listener_stop.cancel();

@@ -19,6 +19,7 @@ mod client;
 pub(crate) mod contained;
 mod credentials;
 mod logs;
+mod migrate;
 mod operator;
 mod server_commands;
 mod status;
@@ -94,8 +95,14 @@ pub enum Command {
         #[arg(long)]
         target: Option<String>,
     },
-    /// Apply database migrations and exit.
-    Migrate,
+    /// Apply database migrations and exit. Refuses (exit 1) a database that a newer
+    /// Pier migrated: "database schema N is newer than this Pier".
+    Migrate {
+        /// List every migration, applied or pending (or newer than this Pier), and change
+        /// nothing.
+        #[arg(long)]
+        status: bool,
+    },
     /// Check the config as `serve` would load it, and that every secret it refers to
     /// (env:NAME, file:PATH) can be read, without printing any; exits non-zero naming
     /// every field at fault. Needs no database and no engine.
@@ -279,7 +286,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<()> {
         c @ (Command::Serve
         | Command::Worker
         | Command::Proxy { .. }
-        | Command::Migrate
+        | Command::Migrate { .. }
         | Command::Reload { .. }
         | Command::Import { .. }
         | Command::Volumes { .. }) => server_commands::run(&config, pid_file, c).await,

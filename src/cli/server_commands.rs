@@ -3,8 +3,6 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Context as _;
-
 use super::Command;
 use crate::config::{Config, ConfigError};
 
@@ -47,12 +45,7 @@ pub(super) async fn run(
         Command::Reload { pid } => crate::cli::contained::reload(pid, pid_file.as_deref()),
         Command::Volumes { action } => crate::cli::contained::volumes(&config, action).await,
         Command::Proxy { target } => proxy(config, target).await,
-        Command::Migrate => {
-            let store = crate::store::Store::connect_lazy_many(&config.server.database_urls())?;
-            store.migrate().await.context("migrate")?;
-            println!("migrations applied");
-            Ok(())
-        }
+        Command::Migrate { status } => super::migrate::run(&config, status).await,
         // `super::dispatch` sends only the commands above here.
         other => unreachable!("not a server command: {other:?}"),
     }

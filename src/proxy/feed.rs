@@ -70,6 +70,40 @@ fn save_state(path: &Path, routes: &[Route]) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
+/// How long a starting proxy waits for the database to say which schema it has.
+const SCHEMA_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Refuses to start on a database that a newer Pier migrated, as `serve` does. A proxy
+/// also starts while the database is away (it serves its last known routes), so a
+/// database that does not answer within [`SCHEMA_PATIENCE`] is not waited for.
+pub(crate) async fn check_schema(config: &Config) -> Result<(), StoreError> {
+    let Ok(store) = Store::connect_lazy_many(&config.server.database_urls()) else {
+        return Ok(()); // `follow` says what is wrong with the URL.
+    };
+    match tokio::time::timeout(SCHEMA_PATIENCE, store.check_schema()).await {
+        Ok(Ok(status)) if status.pending() > 0 => {
+            tracing::warn!(
+                pending = status.pending(),
+                "the database's schema is older than this Pier's: run `pier migrate` (or start `pier serve`, which migrates)"
+            );
+            Ok(())
+        }
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e @ StoreError::Schema(_))) => Err(e),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %error_chain(&e), "proxy cannot read the database's schema; starting with the last known routes");
+            Ok(())
+        }
+        Err(_) => {
+            tracing::warn!(
+                ?SCHEMA_PATIENCE,
+                "the database did not say its schema in time; starting with the last known routes"
+            );
+            Ok(())
+        }
+    }
+}
+
 pub(crate) async fn follow(config: Arc<Config>, shared: Arc<Shared>, shutdown: CancellationToken) {
     let store = match Store::connect_lazy_many(&config.server.database_urls()) {
         Ok(s) => s,

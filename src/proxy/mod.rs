@@ -102,6 +102,7 @@ impl Shared {
 
 /// Runs the proxy until SIGTERM or Ctrl-C.
 pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
+    feed::check_schema(&config).await.context("pier proxy")?;
     let shutdown = CancellationToken::new();
     let on_signal = shutdown.clone();
     tokio::spawn(async move {
@@ -173,6 +174,7 @@ pub(crate) async fn run_until(config: Config, shutdown: CancellationToken) -> an
         tasks.spawn(report::serve(store, shared.clone(), shutdown.clone()));
     }
     tracing::info!("pier proxy running");
+    crate::runtime::notify_ready();
     shutdown.cancelled().await;
     let drain = config.proxy.drain_timeout;
     tracing::info!(

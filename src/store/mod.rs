@@ -22,6 +22,7 @@ mod readiness;
 mod reconcile;
 mod retention;
 mod routes;
+mod schema;
 mod sessions;
 mod snapshot;
 mod steps;
@@ -62,6 +63,7 @@ pub use proxy_reports::{ProxyReport, ReportConnection};
 pub use reconcile::ReconcileAction;
 pub use retention::Pruned;
 pub use routes::{Quarantined, Route};
+pub use schema::{MigrationRow, MigrationState, SchemaError, SchemaStatus};
 pub use sessions::{Session, SignInMethod};
 pub use steps::{GenerationSwitch, Lane, RouteWrite, StepRecord};
 pub use volumes::VolumeOwner;
@@ -79,6 +81,9 @@ pub enum StoreError {
     /// `server.database_url(s)` cannot be used as given.
     #[error("database url: {0}")]
     Targets(#[from] TargetError),
+    /// The database's schema is one this binary must not work on (a newer Pier's).
+    #[error(transparent)]
+    Schema(#[from] SchemaError),
 }
 
 impl StoreError {
@@ -186,17 +191,6 @@ impl Store {
             self.cluster.suspect();
         }
         res
-    }
-
-    pub(crate) async fn migrate(&self) -> Result<()> {
-        let res = sqlx::migrate!("./migrations")
-            .run(&self.pool)
-            .await
-            .map_err(|e| match e {
-                sqlx::migrate::MigrateError::Execute(e) => StoreError::from(e),
-                other => StoreError::Query(sqlx::Error::Migrate(Box::new(other))),
-            });
-        self.noticed(res)
     }
 
     /// Starts a transaction that a cancelled caller cannot leave half-open. sqlx 0.9's

@@ -1,7 +1,8 @@
 //! What a deployment does on the host's engine: exactly the pushed digest, its health,
 //! blue-green, signatures, hostile registries, the journal that survives every crash,
 //! operator actions and the command line that asks for them, approvals and windows,
-//! promotion, notifications (every channel, approval links, digests) and reloads.
+//! promotion, notifications (every channel, approval links, digests), reloads, and a
+//! backup of the database restored into a new Pier.
 
 #[path = "../support/mod.rs"]
 mod support;
@@ -9,6 +10,7 @@ mod support;
 mod approval_links;
 mod approvals;
 mod approvals_restart;
+mod backup;
 mod blue_green;
 mod blue_green_crash;
 mod channels;

@@ -6,7 +6,7 @@ use std::process::Command;
 use super::{files_under, read, root, shown};
 
 /// A value of the shape the variable's use needs, told by its name.
-fn stand_in(name: &str) -> &'static str {
+pub(super) fn stand_in(name: &str) -> &'static str {
     if name.contains("DATABASE_URL") || name.starts_with("PIER_DB_") {
         "postgres://pier:pier@127.0.0.1:5432/pier"
     } else if name.ends_with("_URL") {
@@ -21,7 +21,7 @@ fn stand_in(name: &str) -> &'static str {
 }
 
 /// The `env:NAME` references of a config file.
-fn env_names(text: &str) -> Vec<String> {
+pub(super) fn env_names(text: &str) -> Vec<String> {
     let mut names: Vec<String> = text
         .match_indices("\"env:")
         .filter_map(|(i, _)| {

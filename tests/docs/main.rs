@@ -11,6 +11,7 @@ mod book;
 mod commands;
 mod examples;
 mod newcomer;
+mod package;
 mod reference;
 
 use std::path::{Path, PathBuf};

@@ -14,6 +14,8 @@ mod group_commit;
 mod idle;
 mod idle_while_waiting;
 mod retention;
+mod rolling_restart;
 mod rules;
+mod schema;
 mod store;
 mod takeover;

@@ -111,7 +111,8 @@ impl AppSpec {
     }
 }
 
-fn toml_str(s: &str) -> String {
+/// `s` as a TOML string, quoted and escaped.
+pub fn toml_str(s: &str) -> String {
     toml::Value::String(s.to_owned()).to_string()
 }
 
