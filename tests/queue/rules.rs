@@ -115,7 +115,12 @@ async fn the_same_digest_already_queued_or_running_is_not_queued_again() {
 
 #[tokio::test]
 async fn pushes_of_v1_to_v5_in_quick_succession_end_with_v5_and_never_overlap() {
-    let env = TestEnv::start().await;
+    // v1 must outlast four pushes, which beside a CPU burner took more than the default
+    // 20 s of health: the release below, not a timeout, decides when it becomes healthy.
+    let env = TestEnv::builder()
+        .health_timeout(Duration::from_secs(300))
+        .start()
+        .await;
     // v2..v5 are in the registry beforehand (a tag Pier does not follow), so their pushes
     // to `main` below are quick, and v1 becomes healthy only once the test releases it,
     // after the last push: every push arrives while v1 runs, however loaded the machine
@@ -128,7 +133,7 @@ async fn pushes_of_v1_to_v5_in_quick_succession_end_with_v5_and_never_overlap() 
         )
         .await;
     }
-    let mut digests = vec![env.push(&TestImage::slow_start("v1", 120), "main").await];
+    let mut digests = vec![env.push(&TestImage::slow_start("v1", 280), "main").await];
     let v1 = wait_until("v1's container runs", DEPLOY, || async {
         let running = env.engine.running_containers_of_app(env.app()).await;
         running.into_iter().next().and_then(|c| c.id)
