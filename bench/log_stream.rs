@@ -192,7 +192,7 @@ impl Viewer {
 fn last_number(container: &str) -> u64 {
     let (ok, out) = docker_cli(&["logs", "--tail", "1", container]);
     assert!(ok, "docker logs: {out}");
-    out.lines().last().and_then(number).unwrap_or(0)
+    out.lines().rev().find_map(number).unwrap_or(0)
 }
 
 /// One window's figures.
@@ -230,7 +230,7 @@ async fn window(
         kind,
         pier_pct: pct(p1 - p0, span),
         engine_pct: pct(e1 - e0, span),
-        written: (n1 - n0) as f64 / span.as_secs_f64(),
+        written: n1.saturating_sub(n0) as f64 / span.as_secs_f64(),
         received: (l1 - l0) as f64 / span.as_secs_f64(),
     };
     println!(
@@ -328,8 +328,9 @@ async fn main() {
         .and_then(|c| c.id)
         .expect("the app's container");
     let pier = env.pier().pid().expect("pier's pid");
-    let engine = std::process::Command::new("pidof")
-        .arg("dockerd")
+    // The oldest dockerd: the host's own, not one a test started in a namespace.
+    let engine = std::process::Command::new("pgrep")
+        .args(["-o", "-x", "dockerd"])
         .output()
         .ok()
         .and_then(|o| {
