@@ -247,12 +247,6 @@ async fn serving_everywhere(env: &TestEnv, remotes: &[&ExtraEngine], app: &str, 
     }
 }
 
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
-}
-
 /// `[N]` rounds after `--`, else 5 under `cargo bench` and 1 under `cargo test`.
 fn rounds() -> usize {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -248,15 +248,6 @@ fn proc_status(pid: u32, key: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// User plus system CPU time of a process, in clock ticks (1/100 s).
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let n = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-    n(11) + n(12)
-}
-
 /// Waits (at most a minute) until a process has stopped using CPU: adnanh/webhook answers
 /// before its command has run, so a fast client leaves it a backlog of `/bin/true` to spawn,
 /// which would otherwise run on into the next measurement of Pier. Returns how long it

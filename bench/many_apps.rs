@@ -41,12 +41,6 @@ fn docker(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
-}
-
 /// One deployment as the database has it: when it was queued and claimed, and the span of
 /// its journal steps.
 #[derive(sqlx::FromRow)]

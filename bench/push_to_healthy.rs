@@ -251,12 +251,6 @@ impl Lane {
     }
 }
 
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
-}
-
 #[tokio::main]
 async fn main() {
     if std::env::args().any(|a| a == "--list") {

@@ -4,6 +4,13 @@
 //! then stops reading from the engine: the engine and the socket buffers hold the backlog,
 //! never Pier's memory. A reader that goes away ends the task at once, even while the app
 //! writes nothing.
+//!
+//! The lines go to the reader in batches: every line of the frames the engine's client
+//! has ready when the task gets to it (up to [`BATCH`]), so that a busy log costs one
+//! wake-up of the reader, and one write to its client, per read from the engine rather
+//! than per line. Nothing waits to fill a batch: a quiet log's line goes out alone, at once.
+
+use std::task::Poll;
 
 use bollard::container::LogOutput;
 use bollard::query_parameters::LogsOptionsBuilder;
@@ -20,8 +27,13 @@ pub(crate) const MAX_LINE: usize = 16 * 1024;
 /// Bytes kept of a line beyond [`MAX_LINE`] until its reader cuts it: room for the
 /// engine's timestamp, and for masking a secret that the cut would split.
 const SLACK: usize = 4096;
-/// Lines read ahead of the reader at most.
+/// Lines read ahead of the reader at most: the batches in the channel, and the one the task
+/// holds while it waits for room.
 const AHEAD: usize = 32;
+/// Lines sent to the reader at once at most (a frame that holds more goes whole).
+const BATCH: usize = 16;
+/// Batches the channel holds.
+const QUEUED: usize = AHEAD / BATCH - 1;
 
 /// Which of a container's outputs a line came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -93,8 +105,8 @@ pub(crate) enum LogSource {
 }
 
 impl Engine {
-    /// The log of `source`, as lines; one that is gone ends the stream with an error that
-    /// says so. Read once (no `follow`), each answer of the engine has a read's deadline;
+    /// The log of `source`, as batches of lines (never empty, in order); one that is gone
+    /// ends the stream with an error that says so. Read once (no `follow`), each answer of the engine has a read's deadline;
     /// followed, the log lasts as long as its reader wants it. Callers find the source
     /// first (an inspect or a list, within its own deadline), so a hung engine is found
     /// out before a follow starts.
@@ -102,7 +114,7 @@ impl Engine {
         &self,
         source: &LogSource,
         q: &LogQuery,
-    ) -> Result<impl Stream<Item = Result<LogLine>> + Send + use<>> {
+    ) -> Result<impl Stream<Item = Result<Vec<LogLine>>> + Send + use<>> {
         let action = match source {
             LogSource::Container(id) => format!("logs of container {id}"),
             LogSource::Service(name) => format!("logs of service {name}"),
@@ -128,7 +140,7 @@ impl Engine {
                 })
             })
             .await?;
-        let (tx, mut rx) = mpsc::channel(AHEAD);
+        let (tx, mut rx) = mpsc::channel(QUEUED);
         let pump = Pump {
             action,
             engine: self.name.to_string(),
@@ -141,73 +153,115 @@ impl Engine {
     }
 }
 
-/// Reads the engine's answer into the channel line by line, until either side ends.
+/// Reads the engine's answer into the channel a batch at a time, until either side ends.
 struct Pump {
     action: String,
     engine: String,
     /// How long the engine may take to send the next part of a log read once.
     deadline: Option<std::time::Duration>,
-    tx: mpsc::Sender<Result<LogLine>>,
+    tx: mpsc::Sender<Result<Vec<LogLine>>>,
 }
 
-type Raw = std::pin::Pin<
-    Box<dyn Stream<Item = std::result::Result<LogOutput, bollard::errors::Error>> + Send>,
->;
+type Frame = std::result::Result<LogOutput, bollard::errors::Error>;
+type Raw = std::pin::Pin<Box<dyn Stream<Item = Frame> + Send>>;
 
 impl Pump {
     async fn run(self, mut raw: Raw) {
         let mut lines = Lines::default();
-        loop {
+        let mut batch = Vec::with_capacity(BATCH);
+        let mut ended = false;
+        while !ended {
             let next = tokio::select! {
                 next = self.next(&mut raw) => next,
                 // The reader went away: stop reading now, not at the app's next line.
                 () = self.tx.closed() => return,
             };
-            let (stream, bytes) = match next {
-                Ok(Some(LogOutput::StdOut { message } | LogOutput::Console { message })) => {
-                    (LogStream::Stdout, message)
-                }
-                Ok(Some(LogOutput::StdErr { message })) => (LogStream::Stderr, message),
-                Ok(Some(LogOutput::StdIn { .. })) => continue,
+            let mut frame = match next {
+                Ok(Some(frame)) => frame,
                 Ok(None) => break,
-                Err(e) => {
-                    let _ = self.tx.send(Err(e)).await;
-                    return;
-                }
+                Err(e) => return self.fail(e, batch).await,
             };
-            for line in lines.push(stream, &bytes) {
-                if self.tx.send(Ok(line)).await.is_err() {
-                    return;
+            loop {
+                if let Err(e) = self.take(frame, &mut lines, &mut batch) {
+                    return self.fail(e, batch).await;
                 }
+                if batch.len() >= BATCH {
+                    break;
+                }
+                // The engine's client hands the frames of one read over one at a time,
+                // from a task of its own: let that task run, then take what it has, until
+                // the batch is full or nothing more is there. Nothing waits for the app.
+                tokio::task::yield_now().await;
+                frame = match futures_util::poll!(raw.next()) {
+                    Poll::Ready(Some(frame)) => frame,
+                    Poll::Ready(None) => {
+                        ended = true;
+                        break;
+                    }
+                    Poll::Pending => break,
+                };
             }
-        }
-        for line in lines.finish() {
-            if self.tx.send(Ok(line)).await.is_err() {
+            if !batch.is_empty() && !self.send(&mut batch).await {
                 return;
             }
+        }
+        lines.finish(&mut batch);
+        if !batch.is_empty() {
+            self.send(&mut batch).await;
+        }
+    }
+
+    /// Adds the lines `frame` ends to `batch`.
+    fn take(&self, frame: Frame, lines: &mut Lines, batch: &mut Vec<LogLine>) -> Result<()> {
+        let (stream, bytes) = match frame {
+            Ok(LogOutput::StdOut { message } | LogOutput::Console { message }) => {
+                (LogStream::Stdout, message)
+            }
+            Ok(LogOutput::StdErr { message }) => (LogStream::Stderr, message),
+            Ok(LogOutput::StdIn { .. }) => return Ok(()),
+            Err(e) => return Err(self.classify(e)),
+        };
+        lines.push(stream, &bytes, batch);
+        Ok(())
+    }
+
+    /// Sends the batch, leaving an empty one; whether the reader is still there.
+    async fn send(&self, batch: &mut Vec<LogLine>) -> bool {
+        let full = std::mem::replace(batch, Vec::with_capacity(BATCH));
+        self.tx.send(Ok(full)).await.is_ok()
+    }
+
+    /// Sends what was read before the error, then the error.
+    async fn fail(&self, e: EngineError, mut batch: Vec<LogLine>) {
+        if batch.is_empty() || self.send(&mut batch).await {
+            let _ = self.tx.send(Err(e)).await;
         }
     }
 
     /// The engine's next frame, within the deadline if there is one.
-    async fn next(&self, raw: &mut Raw) -> Result<Option<LogOutput>> {
-        let next = match self.deadline {
-            None => raw.next().await,
-            Some(after) => tokio::time::timeout(after, raw.next()).await.map_err(|_| {
-                EngineError::TimedOut {
-                    engine: self.engine.clone(),
-                    action: self.action.clone(),
-                    after,
-                }
-            })?,
-        };
-        match next {
-            None => Ok(None),
-            Some(Ok(frame)) => Ok(Some(frame)),
-            Some(Err(e)) if status_of(&e) == Some(404) => Err(EngineError::Refused {
+    async fn next(&self, raw: &mut Raw) -> Result<Option<Frame>> {
+        match self.deadline {
+            None => Ok(raw.next().await),
+            Some(after) => {
+                tokio::time::timeout(after, raw.next())
+                    .await
+                    .map_err(|_| EngineError::TimedOut {
+                        engine: self.engine.clone(),
+                        action: self.action.clone(),
+                        after,
+                    })
+            }
+        }
+    }
+
+    /// A failed read of the log, "gone" when the engine says it is.
+    fn classify(&self, e: bollard::errors::Error) -> EngineError {
+        match status_of(&e) {
+            Some(404) => EngineError::Refused {
                 action: self.action.clone(),
                 message: "it is gone (removed), and its log with it".into(),
-            }),
-            Some(Err(e)) => Err(err(&self.action, e)),
+            },
+            _ => err(&self.action, e),
         }
     }
 }
@@ -224,9 +278,9 @@ struct Lines {
 const HELD: usize = 40 + MAX_LINE + SLACK;
 
 impl Lines {
-    fn push(&mut self, stream: LogStream, bytes: &[u8]) -> Vec<LogLine> {
+    /// The lines `bytes` end, onto `out`.
+    fn push(&mut self, stream: LogStream, bytes: &[u8], out: &mut Vec<LogLine>) {
         let i = stream as usize;
-        let mut out = Vec::new();
         for piece in bytes.split_inclusive(|b| *b == b'\n') {
             let ends = piece.ends_with(b"\n");
             let body = piece.strip_suffix(b"\n").unwrap_or(piece);
@@ -238,11 +292,10 @@ impl Lines {
                 out.push(line(stream, &bytes, std::mem::take(&mut self.cut[i])));
             }
         }
-        out
     }
 
-    fn finish(&mut self) -> Vec<LogLine> {
-        let mut out = Vec::new();
+    /// The lines the log ended in the middle of, onto `out`.
+    fn finish(&mut self, out: &mut Vec<LogLine>) {
         for stream in [LogStream::Stdout, LogStream::Stderr] {
             let i = stream as usize;
             if !self.partial[i].is_empty() {
@@ -250,7 +303,6 @@ impl Lines {
                 out.push(line(stream, &bytes, self.cut[i]));
             }
         }
-        out
     }
 }
 
@@ -277,10 +329,18 @@ fn line(stream: LogStream, bytes: &[u8], cut: bool) -> LogLine {
 mod tests {
     use super::*;
 
+    /// The lines `bytes` end.
+    fn push(l: &mut Lines, stream: LogStream, bytes: &[u8]) -> Vec<LogLine> {
+        let mut out = Vec::new();
+        l.push(stream, bytes, &mut out);
+        out
+    }
+
     #[test]
     fn frames_become_lines_per_stream_with_their_time() {
         let mut l = Lines::default();
-        let got = l.push(
+        let got = push(
+            &mut l,
             LogStream::Stdout,
             b"2026-12-05T01:02:03.5Z hello\n2026-12-05T01:02:04Z wor",
         );
@@ -290,12 +350,42 @@ mod tests {
             serde_json::to_value(&got[0]).unwrap()["at"],
             "2026-12-05T01:02:03.500000000Z"
         );
-        let err = l.push(LogStream::Stderr, b"2026-12-05T01:02:05Z oops\n");
+        let err = push(&mut l, LogStream::Stderr, b"2026-12-05T01:02:05Z oops\n");
         assert_eq!(err[0].stream, LogStream::Stderr);
-        let got = l.push(LogStream::Stdout, b"ld\n");
+        let got = push(&mut l, LogStream::Stdout, b"ld\n");
         assert_eq!(got[0].text, "world");
         assert!(!got[0].cut);
-        assert!(l.finish().is_empty());
+        let mut rest = Vec::new();
+        l.finish(&mut rest);
+        assert!(rest.is_empty());
+    }
+
+    #[tokio::test]
+    async fn frames_there_at_once_reach_the_reader_in_batches_in_order() {
+        let frames: Vec<Frame> = (0..40)
+            .map(|i| {
+                Ok(LogOutput::StdOut {
+                    message: format!("2026-12-05T01:02:03Z {i}\n").into(),
+                })
+            })
+            .collect();
+        let (tx, mut rx) = mpsc::channel(QUEUED);
+        let pump = Pump {
+            action: "logs of container c".into(),
+            engine: "local".into(),
+            deadline: None,
+            tx,
+        };
+        tokio::spawn(pump.run(futures_util::stream::iter(frames).boxed()));
+        let (mut sizes, mut texts) = (Vec::new(), Vec::new());
+        while let Some(batch) = rx.recv().await {
+            let batch = batch.expect("lines");
+            sizes.push(batch.len());
+            texts.extend(batch.into_iter().map(|l| l.text));
+        }
+        assert_eq!(sizes, [BATCH, BATCH, 40 - 2 * BATCH]);
+        let expected: Vec<String> = (0..40).map(|i| i.to_string()).collect();
+        assert_eq!(texts, expected);
     }
 
     #[test]
@@ -303,10 +393,10 @@ mod tests {
         let mut l = Lines::default();
         let chunk = vec![b'x'; 1024 * 1024];
         for _ in 0..50 {
-            assert!(l.push(LogStream::Stdout, &chunk).is_empty());
+            assert!(push(&mut l, LogStream::Stdout, &chunk).is_empty());
             assert!(l.partial[0].len() <= HELD);
         }
-        let mut got = l.push(LogStream::Stdout, b"\nnext\n");
+        let mut got = push(&mut l, LogStream::Stdout, b"\nnext\n");
         assert_eq!(got.len(), 2);
         assert!(got[0].cut);
         got[0].cut_to_max();

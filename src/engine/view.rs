@@ -30,7 +30,7 @@ impl EngineView {
         &self,
         source: &super::LogSource,
         q: &super::LogQuery,
-    ) -> Result<impl futures_util::Stream<Item = Result<super::LogLine>> + Send + use<>> {
+    ) -> Result<impl futures_util::Stream<Item = Result<Vec<super::LogLine>>> + Send + use<>> {
         self.0.logs(source, q).await
     }
 

@@ -46,12 +46,18 @@ impl Mask {
     /// `text` with every needle replaced by `***`.
     pub(crate) fn apply(&self, text: &str) -> String {
         let mut out = text.to_owned();
+        self.apply_to(&mut out);
+        out
+    }
+
+    /// Replaces every needle in `text` by `***`, copying it only when one is there (a log
+    /// line with no secret in it is left as it is).
+    pub(crate) fn apply_to(&self, text: &mut String) {
         for needle in &self.needles {
-            if out.contains(needle.as_str()) {
-                out = out.replace(needle.as_str(), "***");
+            if text.contains(needle.as_str()) {
+                *text = text.replace(needle.as_str(), "***");
             }
         }
-        out
     }
 }
 

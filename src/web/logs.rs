@@ -10,8 +10,10 @@
 //! slow reader slows the read from the engine instead of making Pier buffer (see
 //! `engine/logs.rs`). A followed log sends a keep-alive after [`KEEP_ALIVE`] without a
 //! line, so that a reader (and any proxy between) can tell a quiet app from a dead link,
-//! and ends when Pier shuts down.
+//! and ends when Pier shuts down. The lines the engine sent at once go out in one write
+//! (one chunk of the answer), so that a busy log costs Pier per read, not per line.
 
+use std::pin::Pin;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
@@ -81,7 +83,8 @@ pub(super) struct Chosen {
 /// A log as Pier sends it.
 #[derive(Debug)]
 pub(super) enum Item {
-    Line(LogLine),
+    /// Lines the engine sent at once, in order, masked and cut; never empty.
+    Lines(Vec<LogLine>),
     /// No line for [`KEEP_ALIVE`]: a blank line of the API, a comment of an event stream.
     Idle,
     /// The log ended before its end (the container went away, the engine failed, Pier
@@ -316,7 +319,9 @@ fn since(text: &str) -> Result<DateTime<Utc>, WebError> {
 /// What a log stream holds while it is read: the engine's lines, and what ends it early.
 struct Reading<S> {
     lines: S,
-    follows: bool,
+    /// Rings [`KEEP_ALIVE`] after the last item of a followed log; moved on at each item
+    /// (one timer per log, not one per item).
+    idle: Option<Pin<Box<tokio::time::Sleep>>>,
     shutdown: CancellationToken,
     _follower: Option<OwnedSemaphorePermit>,
     ended: bool,
@@ -327,20 +332,22 @@ impl Chosen {
     /// (it reads whole seconds) are left out.
     pub(super) async fn read(self) -> Result<BoxStream<'static, Item>, WebError> {
         let since = self.query.since;
-        let lines = self
+        let batches = self
             .view
             .logs(&self.source, &self.query)
             .await
             .map_err(|e| engine_busy(&self.target, &e))?;
         let mask = self.mask;
-        let lines = lines
-            .filter_map(move |line| {
-                futures_util::future::ready(match line {
-                    Ok(l) if since.is_some_and(|s| l.at.is_some_and(|at| at < s)) => None,
-                    Ok(mut l) => {
-                        l.text = mask.apply(&l.text);
-                        l.cut_to_max();
-                        Some(Item::Line(l))
+        let lines = batches
+            .filter_map(move |batch| {
+                futures_util::future::ready(match batch {
+                    Ok(mut lines) => {
+                        lines.retain(|l| !since.is_some_and(|s| l.at.is_some_and(|at| at < s)));
+                        for l in &mut lines {
+                            mask.apply_to(&mut l.text);
+                            l.cut_to_max();
+                        }
+                        (!lines.is_empty()).then_some(Item::Lines(lines))
                     }
                     Err(e) => Some(Item::Ended(super::engines::public_reason(
                         &crate::error::error_chain(&e),
@@ -350,7 +357,10 @@ impl Chosen {
             .boxed();
         let reading = Reading {
             lines,
-            follows: self.query.follow,
+            idle: self
+                .query
+                .follow
+                .then(|| Box::pin(tokio::time::sleep(KEEP_ALIVE))),
             shutdown: self.shutdown,
             _follower: self.follower,
             ended: false,
@@ -361,13 +371,25 @@ impl Chosen {
             }
             let item = tokio::select! {
                 item = r.lines.next() => item?,
-                () = tokio::time::sleep(KEEP_ALIVE), if r.follows => Item::Idle,
+                () = rings(&mut r.idle) => Item::Idle,
                 () = r.shutdown.cancelled() => Item::Ended("Pier is shutting down".into()),
             };
+            if let Some(idle) = r.idle.as_mut() {
+                idle.as_mut()
+                    .reset(tokio::time::Instant::now() + KEEP_ALIVE);
+            }
             r.ended = matches!(item, Item::Ended(_));
             Some((item, r))
         })
         .boxed())
+    }
+}
+
+/// When the keep-alive timer rings; never, for a log read once.
+async fn rings(idle: &mut Option<Pin<Box<tokio::time::Sleep>>>) {
+    match idle {
+        Some(idle) => idle.as_mut().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -385,17 +407,7 @@ pub(super) async fn api(
     super::bearer_admin(&s.current(), &headers)?;
     let q: LogsQuery = super::api_actions::query(raw)?;
     let items = q.choose(&s, &app).await?.read().await?;
-    let body = items.map(|item| {
-        let mut b = match item {
-            Item::Line(l) => serde_json::to_vec(&l).unwrap_or_default(),
-            Item::Idle => Vec::new(),
-            Item::Ended(why) => {
-                serde_json::to_vec(&serde_json::json!({ "error": why })).unwrap_or_default()
-            }
-        };
-        b.push(b'\n');
-        Ok::<_, std::convert::Infallible>(Bytes::from(b))
-    });
+    let body = items.map(|item| Ok::<_, std::convert::Infallible>(ndjson(item)));
     Ok((
         [
             (header::CONTENT_TYPE, "application/x-ndjson"),
@@ -404,6 +416,27 @@ pub(super) async fn api(
         Body::from_stream(body),
     )
         .into_response())
+}
+
+/// One chunk of the API's answer: a JSON object and a newline per line (a blank line for
+/// [`Item::Idle`]), every line of a batch in the one chunk.
+fn ndjson(item: Item) -> Bytes {
+    let mut b = Vec::new();
+    match item {
+        Item::Lines(lines) => {
+            for l in &lines {
+                // Writing to a Vec fails only for a value that cannot be JSON; a line can.
+                let _ = serde_json::to_writer(&mut b, l);
+                b.push(b'\n');
+            }
+        }
+        Item::Idle => b.push(b'\n'),
+        Item::Ended(why) => {
+            let _ = serde_json::to_writer(&mut b, &serde_json::json!({ "error": why }));
+            b.push(b'\n');
+        }
+    }
+    Bytes::from(b)
 }
 
 #[cfg(test)]
@@ -446,6 +479,27 @@ mod tests {
         assert!((ago - expected).num_seconds().abs() < 5);
         let at = since("2026-12-05T01:02:03.5Z").unwrap();
         assert_eq!(at.timestamp_subsec_millis(), 500);
+    }
+
+    #[test]
+    fn a_batch_of_lines_is_one_chunk_of_json_lines() {
+        let line = |text: &str| LogLine {
+            stream: crate::engine::LogStream::Stderr,
+            at: None,
+            text: text.into(),
+            cut: false,
+        };
+        let chunk = ndjson(Item::Lines(vec![line("a"), line("b")]));
+        assert_eq!(
+            std::str::from_utf8(&chunk).unwrap(),
+            "{\"stream\":\"stderr\",\"at\":null,\"text\":\"a\"}\n\
+             {\"stream\":\"stderr\",\"at\":null,\"text\":\"b\"}\n"
+        );
+        assert_eq!(&ndjson(Item::Idle)[..], b"\n");
+        assert_eq!(
+            &ndjson(Item::Ended("gone".into()))[..],
+            b"{\"error\":\"gone\"}\n"
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The app's log page (`GET /apps/{app}/logs`) and the live stream of every log view
 //! (`GET /apps/{app}/logs/events`, server-sent events: a `line` event per log line, `end`
-//! with the reason when the log ends early). Both need a signed-in session, whatever
+//! with the reason when the log ends early; the events of the lines the engine sent at
+//! once go out in one write). Both need a signed-in session, whatever
 //! `pages_need_sign_in` says: an app's output is not for everyone who may see its status.
 //!
 //! The page shows the last lines without any script, at most [`PAGE_BYTES`] of them; the
@@ -13,8 +14,9 @@ use std::convert::Infallible;
 use askama::Template;
 use askama_web::WebTemplate;
 use axum::Extension;
+use axum::body::{Body, Bytes};
 use axum::extract::{OriginalUri, Path, RawQuery, State};
-use axum::response::sse::{Event, Sse};
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 
@@ -156,17 +158,19 @@ async fn last_lines(
     let mut items = form.choose(s, app).await?.read().await?;
     let (mut kept, mut bytes, mut left_out) = (VecDeque::new(), 0, false);
     while let Some(item) = items.next().await {
-        let line = match item {
-            Item::Line(l) => LineView::from(l),
+        let lines = match item {
+            Item::Lines(lines) => lines,
             Item::Idle => continue,
             Item::Ended(why) => return Err(WebError::Busy(why)),
         };
-        bytes += line.text.len();
-        kept.push_back(line);
-        while bytes > PAGE_BYTES {
-            let Some(old) = kept.pop_front() else { break };
-            bytes -= old.text.len();
-            left_out = true;
+        for line in lines.into_iter().map(LineView::from) {
+            bytes += line.text.len();
+            kept.push_back(line);
+            while bytes > PAGE_BYTES {
+                let Some(old) = kept.pop_front() else { break };
+                bytes -= old.text.len();
+                left_out = true;
+            }
         }
     }
     Ok((kept.into(), left_out))
@@ -185,14 +189,68 @@ pub(super) async fn events(
     }
     let q: LogsQuery = super::api_actions::query(raw)?;
     let items = q.follows().choose(&s, &app).await?.read().await?;
-    let events = items.map(|item| {
-        Ok::<_, Infallible>(match item {
-            Item::Line(l) => Event::default()
-                .event("line")
-                .data(serde_json::to_string(&l).unwrap_or_default()),
-            Item::Idle => Event::default().comment(""),
-            Item::Ended(why) => Event::default().event("end").data(why),
-        })
-    });
-    Ok(Sse::new(events).into_response())
+    let events = items.map(|item| Ok::<_, Infallible>(events_of(item)));
+    Ok((
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        Body::from_stream(events),
+    )
+        .into_response())
+}
+
+/// The server-sent events of `item`, in one chunk of the stream: a `line` event per line
+/// (its JSON, which holds no raw newline), a comment for [`Item::Idle`], `end` with the
+/// reason (a `data:` field per line of it).
+fn events_of(item: Item) -> Bytes {
+    let mut b = Vec::new();
+    match item {
+        Item::Lines(lines) => {
+            for l in &lines {
+                b.extend_from_slice(b"event: line\ndata: ");
+                // Writing to a Vec fails only for a value that cannot be JSON; a line can.
+                let _ = serde_json::to_writer(&mut b, l);
+                b.extend_from_slice(b"\n\n");
+            }
+        }
+        Item::Idle => b.extend_from_slice(b": \n\n"),
+        Item::Ended(why) => {
+            b.extend_from_slice(b"event: end\n");
+            for part in why.split(['\r', '\n']) {
+                b.extend_from_slice(b"data: ");
+                b.extend_from_slice(part.as_bytes());
+                b.push(b'\n');
+            }
+            b.push(b'\n');
+        }
+    }
+    Bytes::from(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(text: &str) -> LogLine {
+        LogLine {
+            stream: LogStream::Stdout,
+            at: None,
+            text: text.into(),
+            cut: false,
+        }
+    }
+
+    #[test]
+    fn a_batch_of_lines_is_one_chunk_of_line_events_and_a_reason_keeps_its_lines() {
+        let chunk = events_of(Item::Lines(vec![line("one"), line("two\nlines")]));
+        assert_eq!(
+            std::str::from_utf8(&chunk).unwrap(),
+            "event: line\ndata: {\"stream\":\"stdout\",\"at\":null,\"text\":\"one\"}\n\n\
+             event: line\ndata: {\"stream\":\"stdout\",\"at\":null,\"text\":\"two\\nlines\"}\n\n"
+        );
+        let end = events_of(Item::Ended("gone\nfor good".into()));
+        assert_eq!(&end[..], b"event: end\ndata: gone\ndata: for good\n\n");
+        assert_eq!(&events_of(Item::Idle)[..], b": \n\n");
+    }
 }

@@ -251,12 +251,7 @@ const RSS_CAP: u64 = 30 << 20;
 #[tokio::test]
 async fn a_flood_of_output_read_slowly_or_not_at_all_never_grows_piers_memory_past_a_cap() {
     let env = TestEnv::builder()
-        .app(|a| {
-            a.extra_toml = format!(
-                "command = [\"/bin/busybox\", \"sh\", \"-c\", {}]",
-                toml::Value::String(FLOODING.into())
-            )
-        })
+        .app(|a| a.extra_toml = command_toml(FLOODING))
         .start()
         .await;
     deployed(&env).await;

@@ -20,19 +20,32 @@ const TALKING: &str = "trap 'exit 0' TERM; /bin/busybox echo \"token=$API_TOKEN\
 /// The app's `command` and `env` lines that make it the talking app; Pier must run with
 /// `PIER_TEST_LOG_TOKEN` = [`LOG_SECRET`] (see [`talking_app`]).
 pub fn talking_toml() -> String {
+    command_toml(TALKING)
+}
+
+/// An app's `command` line that runs `script` with busybox sh.
+pub fn command_toml(script: &str) -> String {
     format!(
         "command = [\"/bin/busybox\", \"sh\", \"-c\", {}]",
-        toml::Value::String(TALKING.into())
+        toml::Value::String(script.into())
     )
 }
 
 /// Makes `a` the talking app, its secret from Pier's environment; the builder gets that
 /// environment.
 pub fn talking_app(b: TestEnvBuilder) -> TestEnvBuilder {
+    app_running(b, TALKING)
+}
+
+/// Makes `a` run `script` (busybox sh) instead of its image's command, with the talking
+/// app's secret as `API_TOKEN` (from Pier's environment, which the builder gets), so that
+/// its lines pass through the mask as an app's with a secret do.
+pub fn app_running(b: TestEnvBuilder, script: &str) -> TestEnvBuilder {
+    let command = command_toml(script);
     b.app(|a| {
         a.env
             .insert("API_TOKEN".into(), "env:PIER_TEST_LOG_TOKEN".into());
-        a.extra_toml = format!("{}\n{}", a.extra_toml.trim_end(), talking_toml());
+        a.extra_toml = format!("{}\n{command}", a.extra_toml.trim_end());
     })
     .pier_env("PIER_TEST_LOG_TOKEN", LOG_SECRET)
 }
@@ -96,6 +109,11 @@ impl PierLogs {
             .unwrap_or_else(|_| panic!("no tick above {above} from pier logs within {deadline:?}"))
     }
 
+    /// The next line of its stdout; `None` once it ends.
+    pub async fn next_line(&mut self) -> Option<String> {
+        self.out.next_line().await.ok().flatten()
+    }
+
     /// Whether it still runs (a followed log goes on until it is stopped).
     pub fn is_running(&mut self) -> bool {
         self.child.try_wait().expect("pier logs' status").is_none()
@@ -107,15 +125,4 @@ impl PierLogs {
         let out = self.child.wait_with_output().await.expect("pier logs ends");
         String::from_utf8_lossy(&out.stderr).into_owned()
     }
-}
-
-/// The resident memory of process `pid` (`VmRSS` of `/proc/PID/status`), in bytes.
-pub fn vm_rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .expect("VmRSS in /proc/PID/status")
-        * 1024
 }

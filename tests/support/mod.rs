@@ -56,6 +56,7 @@ mod logs;
 mod pg_pair;
 mod pgproxy;
 mod pier_process;
+mod procfs;
 mod proxies;
 mod recording_app;
 mod registry;
@@ -90,6 +91,8 @@ pub use pg_pair::*;
 #[allow(unused_imports)] // only some test binaries relay Postgres
 pub use pgproxy::*;
 pub use pier_process::*;
+#[allow(unused_imports)] // only the memory tests and the benches read /proc
+pub use procfs::*;
 #[allow(unused_imports)] // only the proxy tests put a proxy in front of an app
 pub use proxies::*;
 #[allow(unused_imports)]

@@ -56,14 +56,21 @@ pub struct EventStream {
 impl EventStream {
     /// Opens `url`; panics unless it answers 200 with `text/event-stream`.
     pub async fn open(url: &str) -> EventStream {
-        let resp = reqwest::Client::builder()
+        Self::open_as(url, None).await
+    }
+
+    /// Opens `url` with a session's `Cookie` header (`name=value`), as a signed-in
+    /// browser does; panics unless it answers 200 with `text/event-stream`.
+    pub async fn open_as(url: &str, cookie: Option<&str>) -> EventStream {
+        let mut req = reqwest::Client::builder()
             .no_proxy()
             .build()
             .unwrap()
-            .get(url)
-            .send()
-            .await
-            .expect("the stream answers");
+            .get(url);
+        if let Some(c) = cookie {
+            req = req.header(reqwest::header::COOKIE, c);
+        }
+        let resp = req.send().await.expect("the stream answers");
         assert_eq!(resp.status(), 200);
         assert_eq!(
             resp.headers()["content-type"].to_str().unwrap(),
