@@ -342,7 +342,8 @@ impl Chosen {
             .filter_map(move |batch| {
                 futures_util::future::ready(match batch {
                     Ok(mut lines) => {
-                        lines.retain(|l| !since.is_some_and(|s| l.at.is_some_and(|at| at < s)));
+                        // Kept unless the engine's time of it is before `since`.
+                        lines.retain(|l| since.is_none_or(|s| l.at.is_none_or(|at| at >= s)));
                         for l in &mut lines {
                             mask.apply_to(&mut l.text);
                             l.cut_to_max();
