@@ -289,24 +289,11 @@ async fn send_one(env: &TestEnv) -> Sent {
 /// Containers the engine created for `deployment` since `since` (unix seconds): counted
 /// from the engine's own event log, so a container created and removed again still counts.
 fn creates_of(deployment: &str, since: i64) -> Vec<String> {
-    let until = chrono::Utc::now().timestamp() + 1;
-    let (ok, out) = docker_cli(&[
-        "events",
-        "--since",
-        &since.to_string(),
-        "--until",
-        &until.to_string(),
-        "--filter",
-        "type=container",
-        "--filter",
-        "event=create",
-        "--filter",
-        &format!("label=pier.deployment={deployment}"),
-        "--format",
+    container_creates(
+        &format!("pier.deployment={deployment}"),
+        since,
         "{{.Actor.ID}}",
-    ]);
-    assert!(ok, "docker events: {out}");
-    out.lines().map(str::to_owned).collect()
+    )
 }
 
 #[tokio::test]

@@ -143,29 +143,16 @@ async fn restarting_two_piers_one_at_a_time_under_pushes_loses_no_delivery_and_r
     }
     // A deployment that one Pier released at its stop is resumed by the other from the
     // journal: the engine saw one container created per deployment, never a second.
-    let until = chrono::Utc::now().timestamp() + 1;
-    let filter = format!("label=pier.app={app}");
-    let (ok, created) = docker_cli(&[
-        "events",
-        "--since",
-        &since.to_string(),
-        "--until",
-        &until.to_string(),
-        "--filter",
-        "type=container",
-        "--filter",
-        "event=create",
-        "--filter",
-        &filter,
-        "--format",
+    let created = container_creates(
+        &format!("pier.app={app}"),
+        since,
         "{{index .Actor.Attributes \"pier.deployment\"}}",
-    ]);
-    assert!(ok, "docker events: {created}");
+    );
     let mut per_deployment: std::collections::BTreeMap<&str, usize> = Default::default();
-    for id in created.lines().filter(|l| !l.is_empty()) {
-        *per_deployment.entry(id).or_default() += 1;
+    for id in &created {
+        *per_deployment.entry(id.as_str()).or_default() += 1;
     }
-    assert!(per_deployment.len() >= 2, "containers created: {created}");
+    assert!(per_deployment.len() >= 2, "containers created: {created:?}");
     assert!(
         per_deployment.values().all(|n| *n == 1),
         "a deployment created two containers: {per_deployment:?}"

@@ -277,6 +277,33 @@ fn remove_app_resources(app: &str) {
 }
 
 /// `docker <args>` to completion: (success, stdout and stderr).
+/// What `format` prints for each container the engine created since `since` (unix seconds)
+/// with the label `label` (`key=value`): read from the engine's own event log, so a
+/// container created and removed again still counts.
+pub fn container_creates(label: &str, since: i64, format: &str) -> Vec<String> {
+    let until = chrono::Utc::now().timestamp() + 1;
+    let (ok, out) = docker_cli(&[
+        "events",
+        "--since",
+        &since.to_string(),
+        "--until",
+        &until.to_string(),
+        "--filter",
+        "type=container",
+        "--filter",
+        "event=create",
+        "--filter",
+        &format!("label={label}"),
+        "--format",
+        format,
+    ]);
+    assert!(ok, "docker events: {out}");
+    out.lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
 pub fn docker_cli(args: &[&str]) -> (bool, String) {
     match std::process::Command::new("docker").args(args).output() {
         Ok(o) => (
