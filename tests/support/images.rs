@@ -228,29 +228,15 @@ impl TestImage {
             cfg["Labels"]["pier.app"] = "someone-else".into();
         }
         if let TestImage::WithHealthcheck { .. } = self {
-            cfg["Healthcheck"] = serde_json::json!({
-                "Test": ["CMD", "/bin/busybox", "wget", "-q", "-O", "/dev/null",
-                         "http://127.0.0.1:8080/health"],
-                "Interval": 1_000_000_000u64,
-                "Timeout": 1_000_000_000u64,
-                "StartPeriod": 0u64,
-                "Retries": 2,
-            });
+            cfg["Healthcheck"] = healthcheck(HEALTH_PROBE.to_string());
         }
         if let TestImage::UnhealthyAtNofile { nofile, .. } = self {
             // The app's own limit (its PID 1's), which the engine's default sets; a
             // HEALTHCHECK's exec may be given other limits than the container's.
             let check = format!(
-                "! /bin/busybox grep -qE 'open files +{nofile} ' /proc/1/limits && \
-                 /bin/busybox wget -q -O /dev/null http://127.0.0.1:8080/health"
+                "! /bin/busybox grep -qE 'open files +{nofile} ' /proc/1/limits && {HEALTH_PROBE}"
             );
-            cfg["Healthcheck"] = serde_json::json!({
-                "Test": ["CMD", "/bin/busybox", "sh", "-c", check],
-                "Interval": 1_000_000_000u64,
-                "Timeout": 1_000_000_000u64,
-                "StartPeriod": 0u64,
-                "Retries": 2,
-            });
+            cfg["Healthcheck"] = healthcheck(check);
         }
         let config = serde_json::json!({
             "created": "2024-01-01T00:00:00Z",
@@ -285,6 +271,26 @@ impl TestImage {
             diff_id,
         }
     }
+}
+
+/// The probe of the images' HEALTHCHECKs: `/health` asked up to three times, a second
+/// apart, so that an httpd still starting on a loaded machine is not a failure. Only a
+/// check that cannot pass (the nofile one) fails, within a few seconds.
+const HEALTH_PROBE: &str = "for i in 1 2 3; do \
+     /bin/busybox wget -q -T 5 -O /dev/null http://127.0.0.1:8080/health && exit 0; \
+     /bin/busybox sleep 1; done; exit 1";
+
+/// A HEALTHCHECK running `check` every second. The engine's timeout is generous (a
+/// check's exec is slow on a busy machine, and a timeout counts as a failure; at 1 s it
+/// made healthy versions unhealthy in CI); three failures in a row are unhealthy.
+fn healthcheck(check: String) -> serde_json::Value {
+    serde_json::json!({
+        "Test": ["CMD", "/bin/busybox", "sh", "-c", check],
+        "Interval": 1_000_000_000u64,
+        "Timeout": 20_000_000_000u64,
+        "StartPeriod": 0u64,
+        "Retries": 3,
+    })
 }
 
 /// The bytes of one built image.
