@@ -287,8 +287,11 @@ impl Registry {
 
 impl Drop for Registry {
     fn drop(&mut self) {
-        self.stop();
+        // While this registry still holds its port: once it is released, another test's
+        // registry (or the demo's) may take it, and removing `127.0.0.1:<port>/…` would
+        // then take that one's images away mid-deployment ("No such image" at create).
         self.remove_pulled_images();
+        self.stop();
         if std::thread::panicking()
             && let Some(dir) = self.dir.take()
         {
