@@ -11,10 +11,10 @@ ALTER TABLE app_incarnations ADD PRIMARY KEY (incarnation);
 CREATE UNIQUE INDEX app_incarnations_live ON app_incarnations (app) WHERE ended_at IS NULL;
 
 -- `incarnation` is the owner now; `made_in` is the provenance the volume's engine labels
--- carry (labels cannot change), which an adoption leaves as it was.
+-- carry (labels cannot change), which an adoption leaves as it was. NULL (every row of an
+-- earlier release, and one a previous release still writes during a rolling upgrade)
+-- means the owning incarnation made it.
 ALTER TABLE volumes ADD COLUMN made_in uuid;
-UPDATE volumes SET made_in = incarnation;
-ALTER TABLE volumes ALTER COLUMN made_in SET NOT NULL;
 ALTER TABLE volumes ADD COLUMN adopted_at timestamptz;
 
 ALTER TABLE reconcile_actions DROP CONSTRAINT reconcile_actions_action_check;

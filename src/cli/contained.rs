@@ -191,16 +191,25 @@ async fn adopt_volume(
         .chain(configured.services.iter().map(|s| &s.contained))
         .flat_map(|c| c.volumes.iter().map(|v| v.engine_name(app)))
         .collect();
-    if !mounts.iter().any(|m| name.split('.').next() == Some(m.as_str())) {
+    if !mounts
+        .iter()
+        .any(|m| name.split('.').next() == Some(m.as_str()))
+    {
         bail!(
             "app {app} mounts no volume that {name} can serve (it mounts: {}); nothing was adopted",
-            if mounts.is_empty() { "none".to_owned() } else { mounts.join(", ") }
+            if mounts.is_empty() {
+                "none".to_owned()
+            } else {
+                mounts.join(", ")
+            }
         );
     }
     if let Some(found) = engine.volume(name).await?
         && !found.carries(app, owner.made_in)
     {
-        bail!("volume {name} on the engine was not made by Pier for app {app}; nothing was adopted");
+        bail!(
+            "volume {name} on the engine was not made by Pier for app {app}; nothing was adopted"
+        );
     }
     match store.adopt_volume(target, name, app).await? {
         crate::store::Adopted::AlreadyLive => {

@@ -161,11 +161,13 @@ impl EngineRun<'_> {
         let mut names = Vec::new();
         for v in &self.contained().volumes {
             let plain = v.engine_name(&self.app.name);
-            let recorded = self
+            // Another app's record of the plain name is refused by `own_volume`, as any
+            // name collision between apps is; only this app's earlier lives step aside.
+            let earlier = self
                 .store_retry(|| store.volume_owner(target, &plain))
                 .await?
-                .is_some();
-            names.push(volume_for(&plain, live, &owned, recorded));
+                .is_some_and(|o| o.app == *self.app.name);
+            names.push(volume_for(&plain, live, &owned, earlier));
         }
         Ok(names)
     }
@@ -297,15 +299,16 @@ impl EngineRun<'_> {
 /// (`pier-<app>-<name>`) for the live incarnation `live`:
 /// - one `live` owns (`owned`, adopted ones first) that is this mount's: the plain name,
 ///   or the plain name with an incarnation's suffix;
-/// - otherwise the plain name, if no incarnation ever recorded it;
+/// - otherwise the plain name, unless an earlier incarnation of the app recorded it
+///   (`earlier`);
 /// - otherwise the plain name and `.` and the live incarnation's first 8 hex digits: a
 ///   new, empty volume, while the old one keeps its data and its owner. Neither app nor
 ///   volume names contain `.`, so no configured name can collide with it.
-fn volume_for(plain: &str, live: uuid::Uuid, owned: &[String], recorded: bool) -> String {
+fn volume_for(plain: &str, live: uuid::Uuid, owned: &[String], earlier: bool) -> String {
     if let Some(name) = owned.iter().find(|n| serves(plain, n)) {
         return name.clone();
     }
-    if !recorded {
+    if !earlier {
         return plain.to_owned();
     }
     format!("{plain}.{}", &live.simple().to_string()[..8])
@@ -315,9 +318,9 @@ fn volume_for(plain: &str, live: uuid::Uuid, owned: &[String], recorded: bool) -
 fn serves(plain: &str, name: &str) -> bool {
     match name.strip_prefix(plain) {
         Some("") => true,
-        Some(rest) => rest.strip_prefix('.').is_some_and(|h| {
-            h.len() == 8 && h.bytes().all(|b| b.is_ascii_hexdigit())
-        }),
+        Some(rest) => rest
+            .strip_prefix('.')
+            .is_some_and(|h| h.len() == 8 && h.bytes().all(|b| b.is_ascii_hexdigit())),
         None => false,
     }
 }

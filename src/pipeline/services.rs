@@ -65,7 +65,9 @@ impl<'a> EngineRun<'a> {
             let volumes = run.volumes().await?;
             // Only the primary's port is the strategy's to publish; a further service
             // publishes what its own config says (nothing: the config gives it no port).
-            let candidate = run.create(&image.resolved, run.app.publish, &volumes).await?;
+            let candidate = run
+                .create(&image.resolved, run.app.publish, &volumes)
+                .await?;
             run.connect(&candidate).await?;
             out.push(candidate);
         }

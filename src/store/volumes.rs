@@ -47,7 +47,8 @@ pub enum Adopted {
 macro_rules! owners_where {
     ($rest:literal) => {
         concat!(
-            "SELECT v.target, v.name, v.app, v.incarnation, v.made_in,
+            "SELECT v.target, v.name, v.app, v.incarnation,
+                    COALESCE(v.made_in, v.incarnation) AS made_in,
                     EXISTS (SELECT 1 FROM app_incarnations i
                             WHERE i.incarnation = v.incarnation AND i.ended_at IS NULL) AS live,
                     v.service, v.deployment_id, v.created_at, v.adopted_at
@@ -141,11 +142,13 @@ impl Store {
         target: &str,
         name: &str,
     ) -> Result<Option<VolumeOwner>> {
-        Ok(sqlx::query_as(owners_where!("WHERE v.target = $1 AND v.name = $2"))
-        .bind(target)
-        .bind(name)
-        .fetch_optional(&self.pool)
-        .await?)
+        Ok(
+            sqlx::query_as(owners_where!("WHERE v.target = $1 AND v.name = $2"))
+                .bind(target)
+                .bind(name)
+                .fetch_optional(&self.pool)
+                .await?,
+        )
     }
 
     /// The volumes `incarnation` owns on `target`: adopted ones first (the latest
@@ -176,10 +179,17 @@ impl Store {
     /// `pier volumes adopt`: hands volume `name`, recorded for `app` in an earlier
     /// incarnation, to `app`'s live one. Only the owner changes; `made_in` (what the
     /// engine's labels say) stays, so the provenance check still holds.
-    pub(crate) async fn adopt_volume(&self, target: &str, name: &str, app: &str) -> Result<Adopted> {
+    pub(crate) async fn adopt_volume(
+        &self,
+        target: &str,
+        name: &str,
+        app: &str,
+    ) -> Result<Adopted> {
         let live = self.incarnation(app).await?;
         let from: Option<Uuid> = sqlx::query_scalar(
-            "UPDATE volumes v SET incarnation = $4, adopted_at = now()
+            "UPDATE volumes v
+             SET made_in = COALESCE(v.made_in, v.incarnation), incarnation = $4,
+                 adopted_at = now()
              FROM (SELECT incarnation FROM volumes
                    WHERE target = $1 AND name = $2 AND app = $3 FOR UPDATE) old
              WHERE v.target = $1 AND v.name = $2 AND v.app = $3 AND v.incarnation <> $4

@@ -119,7 +119,9 @@ async fn an_app_added_again_under_its_name_gets_new_volumes_until_it_adopts_the_
     assert!(ok, "the old volume and its data are kept: {out}");
     let (_, listed) = volumes_cli(&env, &["volumes"]).await;
     assert!(
-        listed.lines().any(|l| l.starts_with(&plain) && l.contains("ended")),
+        listed
+            .lines()
+            .any(|l| l.starts_with(&plain) && l.contains("ended")),
         "{listed}"
     );
 
