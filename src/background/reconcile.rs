@@ -11,7 +11,10 @@
 //!   gets a `reconcile` deployment of the digest it served, unless something is already queued or running for it.
 //! - The private network of an app that left the config is removed once nothing is
 //!   attached (`networks.rs`).
+//! - The incarnation of an app that left the config ends once none of its containers is
+//!   left on any engine (`incarnations.rs`).
 
+mod incarnations;
 mod networks;
 
 use std::collections::{HashMap, HashSet};
@@ -41,7 +44,15 @@ pub struct Reconciled {
     pub routes_removed: Vec<String>,
     /// Names of networks of apps no longer configured that were removed.
     pub networks_removed: Vec<String>,
+    /// Apps whose incarnation ended.
+    pub incarnations_ended: Vec<String>,
     pub warnings: Vec<String>,
+    /// Apps with a container (in any state) on an engine listed in this pass.
+    #[serde(skip)]
+    apps_seen: HashSet<String>,
+    /// Engines that could not be listed in this pass.
+    #[serde(skip)]
+    unreached: usize,
 }
 
 /// Reconciles every target's engine, each against its own journal rows. An engine that
@@ -52,6 +63,7 @@ pub async fn reconcile_all(
     targets: &crate::target::Targets,
 ) -> Result<Reconciled, ReconcileError> {
     let mut all = Reconciled::default();
+    let seen_at = store.clock().await?;
     // A swarm keeps its own tasks to the spec (it restarts and replaces them): there is
     // no container of Pier's there to adopt, restore or remove.
     let engines = targets
@@ -60,11 +72,18 @@ pub async fn reconcile_all(
     for target in engines {
         match reconcile(config, store, target).await {
             Ok(r) => all.absorb(r),
-            Err(ReconcileError::Engine(e)) if !target.is_local() => all
-                .warnings
-                .push(format!("target {}: not reconciled: {e}", target.name)),
+            Err(ReconcileError::Engine(e)) if !target.is_local() => {
+                all.unreached += 1;
+                all.warnings
+                    .push(format!("target {}: not reconciled: {e}", target.name));
+            }
             Err(e) => return Err(e),
         }
+    }
+    if all.unreached == 0 {
+        let seen = std::mem::take(&mut all.apps_seen);
+        incarnations::end_incarnations_of_gone_apps(config, store, &seen, seen_at, &mut all)
+            .await?;
     }
     Ok(all)
 }
@@ -76,7 +95,10 @@ impl Reconciled {
         self.requeued.extend(o.requeued);
         self.routes_removed.extend(o.routes_removed);
         self.networks_removed.extend(o.networks_removed);
+        self.incarnations_ended.extend(o.incarnations_ended);
         self.warnings.extend(o.warnings);
+        self.apps_seen.extend(o.apps_seen);
+        self.unreached += o.unreached;
     }
 }
 
@@ -88,7 +110,14 @@ pub(crate) async fn reconcile(
     target: &crate::target::Target,
 ) -> Result<Reconciled, ReconcileError> {
     let seen = Seen::take(store, target).await?;
-    let mut out = Reconciled::default();
+    let mut out = Reconciled {
+        apps_seen: seen
+            .containers
+            .iter()
+            .filter_map(|c| c.label(LABEL_APP).map(str::to_owned))
+            .collect(),
+        ..Reconciled::default()
+    };
     for c in &seen.containers {
         remove_if_orphan(config, store, target, &seen, c, &mut out).await?;
     }

@@ -20,6 +20,16 @@ pub enum VolumesCommand {
         #[arg(long, default_value = crate::config::LOCAL)]
         target: String,
     },
+    /// Hand a volume of an earlier incarnation of an app (one removed from the config,
+    /// then added again) to the app as configured now: its next deployment mounts the old
+    /// data instead of the empty volume a new incarnation gets. The app must be in the
+    /// config and mount a volume of that name.
+    Adopt {
+        name: String,
+        /// The engine the volume is on.
+        #[arg(long, default_value = crate::config::LOCAL)]
+        target: String,
+    },
 }
 
 /// The pid of a running `pier serve`, removed when it stops.
@@ -67,70 +77,150 @@ pub(crate) async fn volumes(config: &Config, action: Option<VolumesCommand>) -> 
     let targets = crate::target::Targets::build(&config.targets, None)
         .context("make the targets' engine clients")?;
     match action {
-        None => {
-            let owners = store.volume_owners().await.context("read volume owners")?;
-            if owners.is_empty() {
-                println!("no volumes");
-            }
-            for o in owners {
-                let Some(target) = targets.get(&o.target) else {
-                    println!(
-                        "{:<40} app {}  on target {} (not in the config)",
-                        o.name, o.app, o.target
-                    );
-                    continue;
-                };
-                let on_engine = match target.engine.volume(&o.name).await {
-                    Ok(Some(v)) if v.carries(&o.app, o.incarnation) => "exists",
-                    Ok(Some(_)) => "exists but NOT made by Pier for this app (labels differ)",
-                    Ok(None) => "not created",
-                    Err(_) => "unknown",
-                };
-                let configured = if config.app(&o.app).is_some() {
-                    ""
-                } else {
-                    " (app not in config)"
-                };
-                println!(
-                    "{:<40} app {}{configured}  service {}  incarnation {}  on {}: {on_engine}",
-                    o.name, o.app, o.service, o.incarnation, o.target
-                );
-            }
-            Ok(())
-        }
+        None => list_volumes(config, &store, &targets).await,
         Some(VolumesCommand::Rm { name, target }) => {
-            let engine = &targets
-                .get(&target)
-                .with_context(|| format!("no target `{target}` in the config"))?
-                .engine;
-            let Some(owner) = store.volume_owner(&target, &name).await? else {
-                bail!("volume {name} is not recorded as Pier's; remove it with docker if you must");
-            };
-            // The record alone never deletes data: the volume must carry the record's
-            // provenance (made by Pier for that app and incarnation). A hand-made volume
-            // under a recorded name is someone's data that Pier never had.
-            if let Some(found) = engine.volume(&name).await?
-                && !found.carries(&owner.app, owner.incarnation)
-            {
-                bail!(
-                    "volume {name} on the engine was not made by Pier for app {} (its labels \
-                     do not carry the record's app and incarnation {}); nothing was removed. \
-                     Remove it with docker if you must",
-                    owner.app,
-                    owner.incarnation
-                );
-            }
-            match engine.remove_volume(&name).await? {
-                VolumeRemoved::InUse => {
-                    bail!("volume {name} is in use by a container; nothing was removed")
-                }
-                VolumeRemoved::Removed | VolumeRemoved::AlreadyGone => {}
-            }
-            store.forget_volume(&target, &name).await?;
-            println!("removed volume {name} (owned by app {})", owner.app);
-            Ok(())
+            remove_volume(&store, &targets, &name, &target).await
+        }
+        Some(VolumesCommand::Adopt { name, target }) => {
+            adopt_volume(config, &store, &targets, &name, &target).await
         }
     }
+}
+
+async fn list_volumes(
+    config: &Config,
+    store: &Store,
+    targets: &crate::target::Targets,
+) -> anyhow::Result<()> {
+    let owners = store.volume_owners().await.context("read volume owners")?;
+    if owners.is_empty() {
+        println!("no volumes");
+    }
+    for o in owners {
+        let Some(target) = targets.get(&o.target) else {
+            println!(
+                "{:<40} app {}  on target {} (not in the config)",
+                o.name, o.app, o.target
+            );
+            continue;
+        };
+        let on_engine = match target.engine.volume(&o.name).await {
+            Ok(Some(v)) if v.carries(&o.app, o.made_in) => "exists",
+            Ok(Some(_)) => "exists but NOT made by Pier for this app (labels differ)",
+            Ok(None) => "not created",
+            Err(_) => "unknown",
+        };
+        let configured = if config.app(&o.app).is_some() {
+            ""
+        } else {
+            " (app not in config)"
+        };
+        let ended = if o.live {
+            ""
+        } else {
+            " (ended: not mounted; `pier volumes adopt` hands it to the app)"
+        };
+        println!(
+            "{:<40} app {}{configured}  service {}  incarnation {}{ended}  on {}: {on_engine}",
+            o.name, o.app, o.service, o.incarnation, o.target
+        );
+    }
+    Ok(())
+}
+
+async fn remove_volume(
+    store: &Store,
+    targets: &crate::target::Targets,
+    name: &str,
+    target: &str,
+) -> anyhow::Result<()> {
+    let engine = &targets
+        .get(target)
+        .with_context(|| format!("no target `{target}` in the config"))?
+        .engine;
+    let Some(owner) = store.volume_owner(target, name).await? else {
+        bail!("volume {name} is not recorded as Pier's; remove it with docker if you must");
+    };
+    // The record alone never deletes data: the volume must carry the record's
+    // provenance (made by Pier for that app and incarnation). A hand-made volume
+    // under a recorded name is someone's data that Pier never had.
+    if let Some(found) = engine.volume(name).await?
+        && !found.carries(&owner.app, owner.made_in)
+    {
+        bail!(
+            "volume {name} on the engine was not made by Pier for app {} (its labels \
+             do not carry the record's app and incarnation {}); nothing was removed. \
+             Remove it with docker if you must",
+            owner.app,
+            owner.made_in
+        );
+    }
+    match engine.remove_volume(name).await? {
+        VolumeRemoved::InUse => {
+            bail!("volume {name} is in use by a container; nothing was removed")
+        }
+        VolumeRemoved::Removed | VolumeRemoved::AlreadyGone => {}
+    }
+    store.forget_volume(target, name).await?;
+    println!("removed volume {name} (owned by app {})", owner.app);
+    Ok(())
+}
+
+/// Only a volume Pier recorded for an app that is configured again, that the app's
+/// config still mounts, and whose engine labels carry the record's provenance: adoption
+/// moves ownership, never data, and never across apps.
+async fn adopt_volume(
+    config: &Config,
+    store: &Store,
+    targets: &crate::target::Targets,
+    name: &str,
+    target: &str,
+) -> anyhow::Result<()> {
+    let engine = &targets
+        .get(target)
+        .with_context(|| format!("no target `{target}` in the config"))?
+        .engine;
+    let Some(owner) = store.volume_owner(target, name).await? else {
+        bail!("volume {name} on {target} is not recorded as Pier's; nothing was adopted");
+    };
+    let app = &owner.app;
+    let Some(configured) = config.app(app) else {
+        bail!("app {app} is not in the config: add it, then adopt its old volume");
+    };
+    let mounts: Vec<String> = std::iter::once(&configured.contained)
+        .chain(configured.services.iter().map(|s| &s.contained))
+        .flat_map(|c| c.volumes.iter().map(|v| v.engine_name(app)))
+        .collect();
+    if !mounts
+        .iter()
+        .any(|m| name.split('.').next() == Some(m.as_str()))
+    {
+        bail!(
+            "app {app} mounts no volume that {name} can serve (it mounts: {}); nothing was adopted",
+            if mounts.is_empty() {
+                "none".to_owned()
+            } else {
+                mounts.join(", ")
+            }
+        );
+    }
+    if let Some(found) = engine.volume(name).await?
+        && !found.carries(app, owner.made_in)
+    {
+        bail!(
+            "volume {name} on the engine was not made by Pier for app {app}; nothing was adopted"
+        );
+    }
+    match store.adopt_volume(target, name, app).await? {
+        crate::store::Adopted::AlreadyLive => {
+            println!("volume {name} already belongs to app {app} as configured now");
+        }
+        crate::store::Adopted::Adopted { from, to } => println!(
+            "volume {name} now belongs to app {app} (incarnation {to}, was {from}); \
+             the app's next deployment mounts it"
+        ),
+    }
+    Ok(())
 }
 
 /// `pier import`: queues a deployment that loads `archive` instead of pulling. The path is

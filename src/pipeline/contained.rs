@@ -44,7 +44,8 @@ impl EngineRun<'_> {
         env
     }
 
-    pub(super) fn contained_spec(&self) -> ContainedSpec {
+    /// `volumes`: the engine names the `volumes` step chose, in the config's order.
+    pub(super) fn contained_spec(&self, volumes: &[String]) -> ContainedSpec {
         let c = &self.app.contained;
         let app = &self.app.name;
         ContainedSpec {
@@ -52,7 +53,8 @@ impl EngineRun<'_> {
             volumes: c
                 .volumes
                 .iter()
-                .map(|v| (v.engine_name(app), v.target.clone(), v.read_only))
+                .zip(volumes)
+                .map(|(v, name)| (name.clone(), v.target.clone(), v.read_only))
                 .collect(),
             host_mounts: c
                 .files
@@ -105,38 +107,69 @@ impl EngineRun<'_> {
     /// before it is created, labelled with app, incarnation and service. A name recorded
     /// for another app is refused before anything is made; a volume on the engine that no
     /// record gives to this app is never adopted, whatever its name says, and never gets a
-    /// record either (a record is what `pier volumes rm` deletes by).
-    pub(super) async fn volumes(&self) -> Result<Option<Volumes>, PipelineError> {
+    /// record either (a record is what `pier volumes rm` deletes by). Returns the engine
+    /// names, in the config's order: what `create` mounts.
+    pub(super) async fn volumes(&self) -> Result<Vec<String>, PipelineError> {
         let c = self.contained();
         if c.volumes.is_empty() {
-            return Ok(None);
+            return Ok(vec![]);
         }
+        let names = self.volume_names().await?;
         let intent: Vec<VolumeIntent> = c
             .volumes
             .iter()
-            .map(|v| VolumeIntent {
-                name: v.engine_name(&self.app.name),
+            .zip(&names)
+            .map(|(v, name)| VolumeIntent {
+                name: name.clone(),
                 target: v.target.clone(),
             })
             .collect();
-        let done = self
-            .step(Step::Volumes, &intent, || async {
-                self.policy_check()?;
-                let mut out = Volumes {
-                    created: vec![],
-                    reused: vec![],
-                };
-                for v in &intent {
-                    if self.own_volume(&v.name).await? {
-                        out.created.push(v.name.clone());
-                    } else {
-                        out.reused.push(v.name.clone());
-                    }
+        self.step(Step::Volumes, &intent, || async {
+            self.policy_check()?;
+            let mut out = Volumes {
+                created: vec![],
+                reused: vec![],
+            };
+            for v in &intent {
+                if self.own_volume(&v.name).await? {
+                    out.created.push(v.name.clone());
+                } else {
+                    out.reused.push(v.name.clone());
                 }
-                Ok(out)
-            })
+            }
+            Ok(out)
+        })
+        .await?;
+        Ok(names)
+    }
+
+    /// Each volume's engine name for the app's live incarnation on this engine (see
+    /// [`volume_for`]). A replay computes the same names: what the interrupted run
+    /// recorded is the live incarnation's now, and what it did not record is still free.
+    async fn volume_names(&self) -> Result<Vec<String>, PipelineError> {
+        let store = &self.ctx.store;
+        let target = self.target.name();
+        let live = self
+            .store_retry(|| store.incarnation(&self.app.name))
             .await?;
-        Ok(Some(done))
+        let owned: Vec<String> = self
+            .store_retry(|| store.volumes_owned(target, live))
+            .await?
+            .into_iter()
+            .map(|o| o.name)
+            .collect();
+        let mut names = Vec::new();
+        for v in &self.contained().volumes {
+            let plain = v.engine_name(&self.app.name);
+            // Another app's record of the plain name is refused by `own_volume`, as any
+            // name collision between apps is; only this app's earlier lives step aside.
+            let earlier = self
+                .store_retry(|| store.volume_owner(target, &plain))
+                .await?
+                .is_some_and(|o| o.app == *self.app.name);
+            names.push(volume_for(&plain, live, &owned, earlier));
+        }
+        Ok(names)
     }
 
     /// One volume made or found as this app's; `true` if this call created it. Replay-safe:
@@ -158,10 +191,20 @@ impl EngineRun<'_> {
             }
             .into());
         }
+        // Chosen by name for the live incarnation, a volume an ended one owns is reached
+        // only if an incarnation ended meanwhile; its data is never handed over silently.
+        if let Some(o) = &recorded
+            && !o.live
+        {
+            return Err(Refusal::VolumeOfEndedIncarnation {
+                name: name.to_owned(),
+            }
+            .into());
+        }
         // The engine is looked at before anything is recorded: a volume that exists
         // without a record of this app is someone else's data, and gets no record.
         match (self.engine().volume(name).await?, &recorded) {
-            (Some(found), Some(o)) if found.carries(app, o.incarnation) => return Ok(false),
+            (Some(found), Some(o)) if found.carries(app, o.made_in) => return Ok(false),
             (Some(_), _) => return Err(self.not_pier_made(name).await),
             (None, _) => {}
         }
@@ -187,14 +230,14 @@ impl EngineRun<'_> {
         let labels = HashMap::from([
             (LABEL_MANAGED.to_owned(), "true".to_owned()),
             (LABEL_APP.to_owned(), app.to_string()),
-            (LABEL_INCARNATION.to_owned(), owner.incarnation.to_string()),
+            (LABEL_INCARNATION.to_owned(), owner.made_in.to_string()),
             (LABEL_SERVICE.to_owned(), owner.service.clone()),
         ]);
         self.engine().create_volume(name, labels).await?;
         // Creating a volume that was made meanwhile by hand returns that one unchanged:
         // only one that carries the record's labels is the app's.
         match self.engine().volume(name).await? {
-            Some(found) if found.carries(app, owner.incarnation) => Ok(true),
+            Some(found) if found.carries(app, owner.made_in) => Ok(true),
             _ => Err(self.not_pier_made(name).await),
         }
     }
@@ -249,5 +292,71 @@ impl EngineRun<'_> {
         })
         .await
         .map(|_: Connected| ())
+    }
+}
+
+/// The engine volume that serves the mount whose plain name is `plain`
+/// (`pier-<app>-<name>`) for the live incarnation `live`:
+/// - one `live` owns (`owned`, adopted ones first) that is this mount's: the plain name,
+///   or the plain name with an incarnation's suffix;
+/// - otherwise the plain name, unless an earlier incarnation of the app recorded it
+///   (`earlier`);
+/// - otherwise the plain name and `.` and the live incarnation's first 8 hex digits: a
+///   new, empty volume, while the old one keeps its data and its owner. Neither app nor
+///   volume names contain `.`, so no configured name can collide with it.
+fn volume_for(plain: &str, live: uuid::Uuid, owned: &[String], earlier: bool) -> String {
+    if let Some(name) = owned.iter().find(|n| serves(plain, n)) {
+        return name.clone();
+    }
+    if !earlier {
+        return plain.to_owned();
+    }
+    format!("{plain}.{}", &live.simple().to_string()[..8])
+}
+
+/// `name` is the plain volume name or it with an incarnation's suffix.
+fn serves(plain: &str, name: &str) -> bool {
+    match name.strip_prefix(plain) {
+        Some("") => true,
+        Some(rest) => rest
+            .strip_prefix('.')
+            .is_some_and(|h| h.len() == 8 && h.bytes().all(|b| b.is_ascii_hexdigit())),
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::volume_for;
+    use uuid::Uuid;
+
+    const LIVE: Uuid = Uuid::from_u128(0x1a2b3c4d_0000_4000_8000_000000000000);
+
+    #[test]
+    fn a_first_incarnation_uses_the_plain_name() {
+        assert_eq!(volume_for("pier-x-data", LIVE, &[], false), "pier-x-data");
+    }
+
+    #[test]
+    fn a_later_incarnation_gets_its_own_volume_while_the_old_one_keeps_its_data() {
+        assert_eq!(
+            volume_for("pier-x-data", LIVE, &[], true),
+            "pier-x-data.1a2b3c4d"
+        );
+    }
+
+    #[test]
+    fn an_owned_volume_of_the_mount_wins_adopted_first() {
+        let owned = vec![
+            "pier-x-cache".to_owned(),
+            "pier-x-data".to_owned(),
+            "pier-x-data.1a2b3c4d".to_owned(),
+        ];
+        assert_eq!(volume_for("pier-x-data", LIVE, &owned, true), "pier-x-data");
+        let other_mounts = vec!["pier-x-data-old".to_owned(), "pier-x-data.xyz".to_owned()];
+        assert_eq!(
+            volume_for("pier-x-data", LIVE, &other_mounts, true),
+            "pier-x-data.1a2b3c4d"
+        );
     }
 }

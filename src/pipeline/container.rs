@@ -14,7 +14,7 @@ use crate::engine::{
 use crate::registry::Resolved;
 
 impl EngineRun<'_> {
-    fn spec(&self, r: &Resolved, publish: Option<SocketAddr>) -> ContainerSpec {
+    fn spec(&self, r: &Resolved, publish: Option<SocketAddr>, volumes: &[String]) -> ContainerSpec {
         let labels = HashMap::from([
             (LABEL_MANAGED.to_owned(), "true".to_owned()),
             (LABEL_APP.to_owned(), self.app.name.to_string()),
@@ -41,7 +41,7 @@ impl EngineRun<'_> {
             no_new_privileges: self.app.no_new_privileges,
             pids_limit: self.app.pids_limit,
             restart: self.app.restart,
-            contained: self.contained_spec(),
+            contained: self.contained_spec(volumes),
         }
     }
 
@@ -62,13 +62,15 @@ impl EngineRun<'_> {
 
     /// Journaled in its own committed write before anything starts it, so a crash cannot
     /// leave an untracked container; a replay adopts the container its label names.
-    /// `publish`: where the container's port is published, as the strategy says.
+    /// `publish`: where the container's port is published, as the strategy says;
+    /// `volumes`: the engine names the `volumes` step chose.
     pub(super) async fn create(
         &self,
         r: &Resolved,
         publish: Option<SocketAddr>,
+        volumes: &[String],
     ) -> Result<Candidate, PipelineError> {
-        let spec = self.spec(r, publish);
+        let spec = self.spec(r, publish, volumes);
         let intent = self.create_intent(&spec);
         self.step(Step::Create, &intent, || self.adopt_or_create(&spec))
             .await

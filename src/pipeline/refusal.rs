@@ -155,6 +155,11 @@ pub(crate) enum Refusal {
          do not carry an ownership record of the app); it is not mounted: remove or rename it"
     )]
     VolumeNotOurs { name: String },
+    #[error(
+        "volume {name} belongs to an earlier incarnation of this app (one that left the \
+         config); it is not mounted: `pier volumes adopt {name}` hands it to this one"
+    )]
+    VolumeOfEndedIncarnation { name: String },
 
     // Swarm services.
     #[error("app `{app}` has no swarm settings for target {target}")]

@@ -81,8 +81,8 @@ impl EngineRun<'_> {
             services,
         } = images;
         self.network().await?;
-        self.volumes().await?;
-        let candidate = self.create(&resolved, publish).await?;
+        let volumes = self.volumes().await?;
+        let candidate = self.create(&resolved, publish, &volumes).await?;
         self.connect(&candidate).await?;
         Ok(Made {
             resolved,

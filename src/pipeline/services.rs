@@ -62,10 +62,12 @@ impl<'a> EngineRun<'a> {
     ) -> Result<Vec<Candidate>, PipelineError> {
         let mut out = Vec::new();
         for (run, image) in self.service_runs().zip(images) {
-            run.volumes().await?;
+            let volumes = run.volumes().await?;
             // Only the primary's port is the strategy's to publish; a further service
             // publishes what its own config says (nothing: the config gives it no port).
-            let candidate = run.create(&image.resolved, run.app.publish).await?;
+            let candidate = run
+                .create(&image.resolved, run.app.publish, &volumes)
+                .await?;
             run.connect(&candidate).await?;
             out.push(candidate);
         }

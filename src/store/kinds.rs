@@ -329,6 +329,8 @@ pub enum ReconcileKind {
     RemovedRoute,
     /// The private network of an app that left the config, with nothing attached.
     RemovedNetwork,
+    /// The incarnation of an app that left the config, with no container left.
+    EndedIncarnation,
 }
 
 fn unknown_reconcile_kind(value: &str) -> UnknownValue {

@@ -66,7 +66,7 @@ pub use routes::{Quarantined, Route};
 pub use schema::{MigrationRow, MigrationState, SchemaError, SchemaStatus};
 pub use sessions::{Session, SignInMethod};
 pub use steps::{GenerationSwitch, Lane, RouteWrite, StepRecord};
-pub use volumes::VolumeOwner;
+pub use volumes::{Adopted, VolumeOwner};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

@@ -8,6 +8,7 @@ mod support;
 mod apps;
 mod crash;
 mod import;
+mod incarnations;
 mod networks;
 mod policy;
 mod services;
