@@ -210,9 +210,21 @@ fn every_step_says_what_its_own_record_holds() {
             serde_json::to_value(StartIntent {
                 container: c(),
                 publish: Some("127.0.0.1:0".into()),
+                more_ports: vec![],
             })
             .unwrap(),
             "Start container 0123456789ab published on 127.0.0.1:0",
+        ),
+        (
+            Step::Start,
+            serde_json::to_value(StartIntent {
+                container: c(),
+                publish: Some("127.0.0.1:0".into()),
+                more_ports: vec!["9090/tcp".into(), "5353/udp".into()],
+            })
+            .unwrap(),
+            "Start container 0123456789ab with its HTTP port and 9090/tcp, 5353/udp published \
+             on 127.0.0.1:0",
         ),
         (
             Step::Retire,
