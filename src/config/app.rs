@@ -116,13 +116,12 @@ pub(super) struct App {
     /// The port the app listens on inside its container: its one TCP port, which is its
     /// HTTP port. `port = 8080` is `ports = [{ container = 8080 }]`; give one of the two.
     port: Option<u16>,
-    /// Instead of `port`: several ports, TCP and UDP, each `{ container = 9090, protocol =
-    /// "udp", name = "metrics", http = true, publish = "127.0.0.1:9091" }` (see the
-    /// Configuration page): `[{ container = 8080 }, { container = 9090, name = "metrics" },
-    /// { container = 5353, protocol = "udp" }]`. The one marked `http = true` (default: the
-    /// first TCP port) is the HTTP port that `pier proxy` routes to and the health check
-    /// asks. A blue-green app publishes each on an ephemeral loopback port; a recreate app
-    /// publishes those that name a `publish` address.
+    /// Instead of `port`: several ports, TCP and UDP, each a `[[apps.ports]]` entry:
+    /// `[{ container = 8080 }, { container = 9090, name = "metrics" }, { container = 5353,
+    /// protocol = "udp" }]`. The one marked `http = true` (else the first TCP port) is the
+    /// HTTP port that `pier proxy` routes to and the health check asks. A blue-green app
+    /// publishes each on an ephemeral loopback port and journals every binding; a recreate
+    /// app publishes those that name a `publish` address.
     ports: Option<Vec<super::ports::RawPort>>,
     /// With `port`: the host address the app is published on, e.g. `127.0.0.1:8081`; an
     /// HTTP health check probes it. Every interface (`0.0.0.0:…`, `[::]:…`) is refused

@@ -49,7 +49,7 @@ impl fmt::Display for Protocol {
 pub(super) struct RawPort {
     /// The port the app listens on inside its container (1-65535).
     container: u16,
-    /// `"tcp"` or `"udp"`.
+    /// The port's transport.
     #[serde(default)]
     protocol: Protocol,
     /// The port's name on the app's page, in the API and in the journal: lower-case
@@ -58,9 +58,8 @@ pub(super) struct RawPort {
     /// Default: `"http"` for the HTTP port, else `"<container>-<protocol>"` (`"5353-udp"`).
     name: Option<String>,
     /// Marks the HTTP port: the one `pier proxy` routes a blue-green app's requests to,
-    /// the HTTP health check asks and `port_env` names. A TCP port; at most one says so.
-    ///
-    /// Default: the first TCP port.
+    /// the HTTP health check asks and `port_env` names. A TCP port; at most one says so;
+    /// when none does, the first TCP port is the HTTP port.
     #[serde(default)]
     http: bool,
     /// Recreate apps: the host address this port is published on (`127.0.0.1:9091`), by
