@@ -299,3 +299,58 @@ async fn check_refuses_a_udp_http_port_and_two_apps_on_one_host_port_naming_the_
         "{e}"
     );
 }
+
+#[tokio::test]
+async fn a_recreate_app_keeps_each_fixed_publish_tcp_and_udp_across_a_deploy() {
+    let udp_port = free_port();
+    let env = TestEnv::builder()
+        .health_timeout(Duration::from_secs(20))
+        .app(|a| {
+            a.no_publish = true;
+            a.ports_toml = Some(format!(
+                "[{{ container = 8080, publish = \"127.0.0.1:{http}\" }}, \
+                 {{ container = 9090, name = \"metrics\" }}, \
+                 {{ container = 5353, protocol = \"udp\", name = \"echo\", \
+                 publish = \"127.0.0.1:{udp_port}\" }}]",
+                http = a.publish_port
+            ));
+        })
+        .start()
+        .await;
+    let app = env.app().to_owned();
+    let udp = SocketAddr::from(([127, 0, 0, 1], udp_port));
+    let mut seen: Vec<String> = Vec::new();
+    for version in ["v1", "v2"] {
+        env.push(&TestImage::several_ports(version), "main").await;
+        env.wait_app_version(version, DEPLOY).await;
+        let not: Vec<&str> = seen.iter().map(String::as_str).collect();
+        let done = env.latest_final_of(&app, &not, DEPLOY).await;
+        assert_eq!(done["state"], "succeeded", "{version}: {done:#}");
+        seen.push(done["id"].as_str().unwrap().to_owned());
+        let (_, d) = env
+            .api_get(&format!("/deployments/{}", seen.last().unwrap()))
+            .await;
+        // The HTTP and UDP ports on their fixed addresses, the metrics port on none.
+        let engine = engine_bindings(&env, &created_container(&d)).await;
+        assert_eq!(
+            engine.get("8080/tcp"),
+            Some(&vec![env.publish()]),
+            "{engine:?}"
+        );
+        assert_eq!(engine.get("5353/udp"), Some(&vec![udp]), "{engine:?}");
+        assert_eq!(
+            engine.get("9090/tcp"),
+            Some(&vec![]),
+            "exposed only: {engine:?}"
+        );
+        let payload = format!("echo {version}");
+        let echoed = tokio::task::spawn_blocking(move || {
+            udp_echo_answers(udp, payload.as_bytes(), Duration::from_secs(30))
+        })
+        .await
+        .unwrap();
+        assert!(echoed, "{version} echoes on the fixed UDP address {udp}");
+    }
+    assert_eq!(env.engine.running_containers_of_app(&app).await.len(), 1);
+    env.cleanup().await;
+}
