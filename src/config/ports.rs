@@ -173,8 +173,8 @@ fn invalid(app: &str, msg: impl fmt::Display) -> ConfigError {
 
 impl Written {
     /// `port` or `ports`, never both; each publish checked by the app's rules.
-    pub(super) fn resolve(self, app: &str) -> Result<Ports, ConfigError> {
-        let ports = match (self.port, self.ports) {
+    pub(super) fn resolve(mut self, app: &str) -> Result<Ports, ConfigError> {
+        let ports = match (self.port, self.ports.take()) {
             (Some(_), Some(_)) => {
                 return Err(invalid(
                     app,
@@ -197,25 +197,47 @@ impl Written {
             }
             (None, Some(raw)) => several(app, raw)?,
         };
-        let mut published = ports.published().peekable();
-        if self.strategy == Strategy::BlueGreen
-            && let Some((key, _, _)) = published.peek()
-            && key != "publish"
-        {
-            return Err(invalid(
-                app,
-                format!(
-                    "{key}: a blue-green app publishes each port on an ephemeral loopback \
-                     port; clients come through the proxy's `route.listen`"
-                ),
-            ));
-        }
-        let first = published.peek().map(|(_, a, _)| *a);
-        super::contained::check_publish(app, first, self.public)?;
-        for (_, addr, _) in published {
-            super::contained::check_publish(app, Some(addr), self.public)?;
+        if ports.single {
+            // As it always was: the app's `publish`, by the app's rule.
+            super::contained::check_publish(app, self.publish, self.public)?;
+        } else {
+            self.check_port_publishes(app, &ports)?;
         }
         Ok(ports)
+    }
+
+    /// A port's `publish`: none on a blue-green app; every interface only with
+    /// `publish_public = true`, which acknowledges nothing without some `publish`.
+    fn check_port_publishes(&self, app: &str, ports: &Ports) -> Result<(), ConfigError> {
+        let mut any = false;
+        for (key, addr, _) in ports.published() {
+            any = true;
+            if self.strategy == Strategy::BlueGreen {
+                return Err(invalid(
+                    app,
+                    format!(
+                        "{key}: a blue-green app publishes each port on an ephemeral \
+                         loopback port; clients come through the proxy's `route.listen`"
+                    ),
+                ));
+            }
+            if addr.ip().is_unspecified() && !self.public {
+                return Err(invalid(
+                    app,
+                    format!(
+                        "{key} = \"{addr}\" listens on every interface of the host, so \
+                         anyone who reaches the host reaches the app, past any proxy in front \
+                         of it; publish on 127.0.0.1:{port} or on one address of the host, \
+                         or set publish_public = true if every interface is meant",
+                        port = addr.port()
+                    ),
+                ));
+            }
+        }
+        if !any {
+            super::contained::check_publish(app, None, self.public)?;
+        }
+        Ok(())
     }
 }
 

@@ -214,7 +214,11 @@ fn blue_green_ports_have_no_fixed_publish_and_every_interface_needs_publish_publ
     );
     let e = app("ports = [{ container = 8080 }, { container = 53, protocol = \"udp\", publish = \"0.0.0.0:53\" }]")
         .unwrap_err();
-    assert!(e.contains("every interface"), "{e}");
+    assert!(
+        e.contains("app `web`: ports[1].publish = \"0.0.0.0:53\" listens on every interface"),
+        "{e}"
+    );
+    assert!(e.contains("publish_public = true"), "{e}");
     let c = app(
         "ports = [{ container = 8080 }, { container = 53, protocol = \"udp\", publish = \"0.0.0.0:53\" }]\n\
          publish_public = true",
