@@ -176,6 +176,16 @@ async fn http_metrics_and_udp_ports_are_bound_on_loopback_journaled_and_serve_ac
             ("5353/udp 5353-udp".to_owned(), false)
         ]
     );
+    let page = http_get(&env.pier_url(&format!("/apps/{app}")))
+        .await
+        .expect("the app page answers")
+        .1;
+    for port in ["port-http", "port-metrics", "port-5353-udp"] {
+        assert!(
+            page.contains(&format!("id=\"{port}\"")),
+            "the page lists {port}"
+        );
+    }
 
     // v2 under load through the proxy: not one request fails.
     let load = Load::start(&env.app_url("/version"), 200_000, Duration::from_secs(300));
