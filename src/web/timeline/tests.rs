@@ -1,9 +1,11 @@
 use chrono::TimeZone;
 
 use super::*;
+use crate::config::Protocol;
 use crate::pipeline::records::{
-    AppliedIntent, ImageIntent, NetworkIntent, OldGeneration, Probe, ResolveIntent, Resolved,
-    RetireIntent, ServiceHealthIntent, ServiceProbe, SignatureIntent, Signed, StartIntent,
+    AppliedIntent, Bound, ImageIntent, NetworkIntent, OldGeneration, Probe, ResolveIntent,
+    Resolved, RetireIntent, ServiceHealthIntent, ServiceProbe, SignatureIntent, Signed,
+    StartIntent, Started,
 };
 use crate::store::{DeploymentState, Step, StepState, Trigger};
 
@@ -177,6 +179,35 @@ fn a_signature_step_says_which_key_signed_what() {
             "Signed by SHA256:abc= (ECDSA P-256, trust ci), sigstore bundle (OCI referrer) \
              over sha256:0123456789ab"
         )
+    );
+}
+
+#[test]
+fn a_blue_green_start_says_where_each_port_is_bound() {
+    let bound = |name: &str, container, protocol, host: &str| Bound {
+        name: name.into(),
+        container,
+        protocol,
+        host: host.parse().unwrap(),
+    };
+    let started = Started {
+        upstream: "127.0.0.1:40000".into(),
+        bindings: vec![
+            bound("http", 8080, Protocol::Tcp, "127.0.0.1:40000"),
+            bound("dns", 5353, Protocol::Udp, "127.0.0.1:40001"),
+        ],
+    };
+    let mut s = step(Step::Start, 0, Some(1));
+    s.result = Some(serde_json::to_value(&started).unwrap());
+    assert_eq!(
+        result_words(&s).as_deref(),
+        Some("Bound http 8080/tcp on 127.0.0.1:40000, dns 5353/udp on 127.0.0.1:40001")
+    );
+    // A result journaled before ports were read back names the upstream alone.
+    s.result = Some(serde_json::json!({ "upstream": "127.0.0.1:40000" }));
+    assert_eq!(
+        result_words(&s).as_deref(),
+        Some("Bound on 127.0.0.1:40000")
     );
 }
 
