@@ -113,15 +113,25 @@ pub(super) struct App {
     ///
     /// Default: `"off"` if a source covers the app's registry, else `"5m"`.
     poll: Option<String>,
-    /// The port the app listens on inside its container.
-    port: u16,
-    /// Host address the app is published on, e.g. `127.0.0.1:8081`; an HTTP health check
-    /// probes it. Every interface (`0.0.0.0:…`, `[::]:…`) is refused unless `publish_public
-    /// = true`. Not for blue-green apps, which are reached through `pier proxy`.
+    /// The port the app listens on inside its container: its one TCP port, which is its
+    /// HTTP port. `port = 8080` is `ports = [{ container = 8080 }]`; give one of the two.
+    port: Option<u16>,
+    /// Instead of `port`: several ports, TCP and UDP, each a `[[apps.ports]]` entry:
+    /// `[{ container = 8080 }, { container = 9090, name = "metrics" }, { container = 5353,
+    /// protocol = "udp" }]`. The one marked `http = true` (else the first TCP port) is the
+    /// HTTP port that `pier proxy` routes to and the health check asks. A blue-green app
+    /// publishes each on an ephemeral loopback port and journals every binding; a recreate
+    /// app publishes those that name a `publish` address.
+    ports: Option<Vec<super::ports::RawPort>>,
+    /// With `port`: the host address the app is published on, e.g. `127.0.0.1:8081`; an
+    /// HTTP health check probes it. Every interface (`0.0.0.0:…`, `[::]:…`) is refused
+    /// unless `publish_public = true`. Not for blue-green apps, which are reached through
+    /// `pier proxy`. With `ports`, each port has its own `publish`.
     publish: Option<SocketAddr>,
-    /// Accept a `publish` on every interface of the host: anyone who reaches the host
-    /// reaches the app directly, past any TLS proxy in front of it; the app's page and `GET
-    /// /api/apps/{app}` (`warnings`) then say so. Refused without `publish`.
+    /// Accept a `publish` (the app's, or a port's) on every interface of the host: anyone
+    /// who reaches the host reaches the app directly, past any TLS proxy in front of it;
+    /// the app's page and `GET /api/apps/{app}` (`warnings`) then say so. Refused without
+    /// any `publish`.
     #[serde(default)]
     publish_public: bool,
     /// The HTTP health check, see `[apps.health]`.
@@ -248,9 +258,16 @@ impl App {
             .map(|r| r.resolve(&self.name, base))
             .transpose()?;
         check_strategy(&self.name, self.strategy, route.as_ref(), self.publish)?;
-        super::contained::check_publish(&self.name, self.publish, self.publish_public)?;
+        let ports = super::ports::Written {
+            port: self.port,
+            publish: self.publish,
+            ports: self.ports.take(),
+            public: self.publish_public,
+            strategy: self.strategy,
+        }
+        .resolve(&self.name)?;
         let on_swarm = super::swarm::names_swarm(self.targets.as_deref(), known.targets);
-        self.check_health_and_cpus(on_swarm)?;
+        self.check_health_and_cpus(on_swarm, ports.http().publish)?;
         let env = resolve_env(&self.name, self.env, base)?;
         let contained = self.contained.resolve(&self.name, &env, base)?;
         let rule = tag_rule(&self.name, self.tag.as_deref(), self.versions.as_deref())?;
@@ -283,8 +300,7 @@ impl App {
             rule,
             poll: poll.unwrap_or(None),
             poll_explicit: poll.is_some(),
-            port: self.port,
-            publish: self.publish,
+            ports,
             publish_public: self.publish_public,
             health: self.health.map(Health::into_config),
             env,
@@ -316,17 +332,23 @@ impl App {
         Ok(app)
     }
 
-    /// An HTTP health check needs an address to ask (a recreate app's `publish`, unless
-    /// Swarm runs it); its path is a path; `cpus` is a share the engine can give.
-    fn check_health_and_cpus(&self, on_swarm: bool) -> Result<(), ConfigError> {
+    /// An HTTP health check needs an address to ask (a recreate app's HTTP port's
+    /// `publish`, unless Swarm runs it); its path is a path; `cpus` is a share the engine
+    /// can give.
+    fn check_health_and_cpus(
+        &self,
+        on_swarm: bool,
+        http_publish: Option<SocketAddr>,
+    ) -> Result<(), ConfigError> {
         let name = &self.name;
         if self.health.is_some()
-            && self.publish.is_none()
+            && http_publish.is_none()
             && self.strategy == Strategy::Recreate
             && !on_swarm
         {
             return Err(invalid(format!(
-                "app `{name}`: an HTTP health check needs `publish`"
+                "app `{name}`: an HTTP health check needs `publish` (with `ports`, the HTTP \
+                 port's `publish`)"
             )));
         }
         if let Some(h) = &self.health

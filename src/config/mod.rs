@@ -274,9 +274,9 @@ pub struct AppConfig {
     pub poll: Option<Duration>,
     /// `poll` was written in the file (then no default applies).
     pub poll_explicit: bool,
-    pub port: u16,
-    pub publish: Option<SocketAddr>,
-    /// The admin said `publish_public = true`: `publish` may be on every interface.
+    /// Its container's ports, TCP and UDP; one of them the HTTP port (see [`Ports`]).
+    pub ports: Ports,
+    /// The admin said `publish_public = true`: a `publish` may be on every interface.
     pub publish_public: bool,
     pub health: Option<HealthConfig>,
     pub env: BTreeMap<String, Secret>,
@@ -327,10 +327,28 @@ impl AppConfig {
     pub(crate) fn own_image(&self, svc: &AppConfig) -> bool {
         svc.image_name != self.image_name
     }
-    /// Published on every interface of the host (`0.0.0.0`, `[::]`): reachable by anyone
-    /// who reaches the host, past any proxy in front of it. Only with `publish_public`.
+    /// The HTTP port inside the container: what `pier proxy` routes to, `port_env` names
+    /// and the health check asks.
+    pub fn port(&self) -> u16 {
+        self.ports.http().container
+    }
+    /// The HTTP port's fixed host address (recreate), which the health check probes.
+    pub fn publish(&self) -> Option<SocketAddr> {
+        self.ports.http().publish
+    }
+    /// The first fixed host address on every interface of the host (`0.0.0.0`, `[::]`):
+    /// reachable by anyone who reaches the host, past any proxy in front of it. Only with
+    /// `publish_public`.
+    pub(crate) fn public_publish(&self) -> Option<SocketAddr> {
+        self.ports
+            .iter()
+            .filter_map(|p| p.publish)
+            .find(|a| a.ip().is_unspecified())
+    }
+    /// Published on every interface of the host, by any of its ports.
+    #[cfg(test)]
     pub(crate) fn published_publicly(&self) -> bool {
-        self.publish.is_some_and(|a| a.ip().is_unspecified())
+        self.public_publish().is_some()
     }
     /// Every value of this app and its further services that came from a secret reference
     /// (`env:`, `file:`): what is masked wherever the app's output is shown.
@@ -407,6 +425,8 @@ pub use subnets::{APP_SUBNET_PREFIX, SubnetError, SubnetPool};
 pub use tmpfs::{DEFAULT_TMPFS_MODE, TmpfsMode, TmpfsModeError, TmpfsMount, TmpfsOwner};
 mod notify;
 pub use policy::{Policy, Refused};
+mod ports;
+pub use ports::{PortConfig, Ports, Protocol};
 mod proxy;
 mod raw;
 mod reference;

@@ -157,6 +157,7 @@ impl Config {
             check_secret_strength(server.admin_token.as_ref(), &sources)?;
         }
         check_routes(&apps)?;
+        super::ports::check_publishes(&apps)?;
         super::gates::check_promotions(&apps)?;
         let notifications = resolve_notifications(
             self.notifications,

@@ -109,6 +109,8 @@ pub(super) struct RawService {
     #[schemars(skip)]
     port: Option<IgnoredAny>,
     #[schemars(skip)]
+    ports: Option<IgnoredAny>,
+    #[schemars(skip)]
     publish: Option<IgnoredAny>,
     #[schemars(skip)]
     health: Option<IgnoredAny>,
@@ -224,7 +226,9 @@ impl RawService {
             .map_err(|e| bad(app, &name, format!("memory: {e}")))?;
         let pids_limit = self.pids_limit.unwrap_or(DEFAULT_PIDS_LIMIT);
         Ok(AppConfig {
-            publish: None,
+            // The primary's ports, exposed but never published: a further service is
+            // reached on the app's network only.
+            ports: primary.ports.unpublished(),
             publish_public: false,
             health: None,
             route: None,
@@ -250,6 +254,7 @@ impl RawService {
     fn check_primary_only(&self, app: &str, name: &str) -> Result<(), ConfigError> {
         let refused = [
             (self.port.is_some(), "port"),
+            (self.ports.is_some(), "ports"),
             (self.publish.is_some(), "publish"),
             (self.health.is_some(), "health"),
             (self.port_env.is_some(), "port_env"),
@@ -359,7 +364,7 @@ mod tests {
         );
         assert_eq!(w.memory_bytes, Some(64 << 20));
         assert_eq!(w.settle, Duration::from_secs(5));
-        assert!(w.health.is_none() && w.publish.is_none() && w.services.is_empty());
+        assert!(w.health.is_none() && w.publish().is_none() && w.services.is_empty());
         assert!(w.no_new_privileges);
     }
 

@@ -362,8 +362,11 @@ pub(super) fn resolve(
             "Swarm replaces tasks itself: set swarm.update.order, not a strategy or route",
         );
     }
-    if app.publish.is_some() {
+    if app.ports.published().next().is_some() {
         return refuse("ports are published on each node: set swarm.publish_port, not publish");
+    }
+    if app.ports.others().next().is_some() {
+        return refuse("one `port` only: Swarm publishes the app's HTTP port, not several ports");
     }
     if !app.services.is_empty() {
         return refuse("further services are separate apps");

@@ -1,10 +1,9 @@
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use bollard::models::{
     ContainerCreateBody, ContainerInspectResponse, DeviceMapping, EndpointSettings, HostConfig,
-    Mount, MountType, NetworkingConfig, PortBinding, RestartPolicy as EngineRestartPolicy,
+    Mount, MountType, NetworkingConfig, RestartPolicy as EngineRestartPolicy,
     RestartPolicyNameEnum,
 };
 use bollard::query_parameters::{
@@ -15,6 +14,7 @@ use futures_util::StreamExt;
 use serde::Serialize;
 
 use super::deadline::Call;
+use super::ports::PortSpec;
 use super::{Engine, Result, label_filters, not_found_is_none, status_of};
 use crate::config::{RestartPolicy, TmpfsMount, TmpfsOwner};
 
@@ -26,8 +26,8 @@ pub struct ContainerSpec {
     pub image: String,
     pub env: Vec<String>,
     pub labels: HashMap<String, String>,
-    pub port: u16,
-    pub publish: Option<SocketAddr>,
+    /// Every port the container exposes, each published where it says.
+    pub ports: Vec<PortSpec>,
     pub memory_bytes: Option<i64>,
     pub nano_cpus: Option<i64>,
     pub no_new_privileges: bool,
@@ -120,7 +120,6 @@ fn tmpfs_options(t: &TmpfsMount, owner: Option<TmpfsOwner>) -> String {
 
 /// The engine's request for `spec`: ports, restart policy, limits, hardening, mounts.
 fn create_body(spec: &ContainerSpec) -> ContainerCreateBody {
-    let port_key = format!("{}/tcp", spec.port);
     let c = &spec.contained;
     ContainerCreateBody {
         image: Some(spec.image.clone()),
@@ -129,22 +128,14 @@ fn create_body(spec: &ContainerSpec) -> ContainerCreateBody {
         networking_config: networking(c),
         env: Some(spec.env.clone()),
         labels: Some(spec.labels.clone()),
-        exposed_ports: Some(vec![port_key.clone()]),
-        host_config: Some(host_config(spec, port_key)),
+        exposed_ports: Some(spec.ports.iter().map(PortSpec::key).collect()),
+        host_config: Some(host_config(spec)),
         ..Default::default()
     }
 }
 
-fn host_config(spec: &ContainerSpec, port_key: String) -> HostConfig {
-    let port_bindings = spec.publish.map(|addr| {
-        HashMap::from([(
-            port_key,
-            Some(vec![PortBinding {
-                host_ip: Some(addr.ip().to_string()),
-                host_port: Some(addr.port().to_string()),
-            }]),
-        )])
-    });
+fn host_config(spec: &ContainerSpec) -> HostConfig {
+    let port_bindings = super::ports::port_bindings(&spec.ports);
     let c = &spec.contained;
     let mounts = mounts(c);
     let devices = devices(c);
@@ -250,30 +241,6 @@ impl Engine {
             // the request only the kind of failure leaves this function.
             .map_err(|e| if redact { e.redacted() } else { e })?;
         Ok(created.id)
-    }
-
-    /// The loopback address the engine bound container port `port` to, once the container
-    /// runs: blue-green candidates publish on an ephemeral port the engine picks.
-    pub async fn published(&self, id: &str, port: u16) -> Result<Option<SocketAddr>> {
-        let Some(c) = self.inspect_raw(id).await? else {
-            return Ok(None);
-        };
-        let key = format!("{port}/tcp");
-        let bound = c
-            .network_settings
-            .and_then(|n| n.ports)
-            .and_then(|p| p.get(&key).cloned().flatten())
-            .unwrap_or_default()
-            .into_iter()
-            .find_map(|b| {
-                let ip = b
-                    .host_ip
-                    .filter(|i| !i.is_empty())
-                    .unwrap_or_else(|| "127.0.0.1".into());
-                let port: u16 = b.host_port?.parse().ok()?;
-                format!("{ip}:{port}").parse::<SocketAddr>().ok()
-            });
-        Ok(bound)
     }
 
     pub async fn inspect_container(&self, id: &str) -> Result<Option<ContainerFacts>> {
@@ -413,7 +380,7 @@ impl Engine {
     }
 
     /// The engine's whole record of container `id`; `None` when there is none.
-    async fn inspect_raw(&self, id: &str) -> Result<Option<ContainerInspectResponse>> {
+    pub(super) async fn inspect_raw(&self, id: &str) -> Result<Option<ContainerInspectResponse>> {
         let action = format!("inspect container {id}");
         self.call(Call::Read, &action, async |d| {
             not_found_is_none(d.inspect_container(id, None).await)

@@ -6,6 +6,7 @@ mod connect;
 mod containers;
 mod deadline;
 mod logs;
+mod ports;
 mod resources;
 mod services;
 mod stats;
@@ -24,6 +25,7 @@ use crate::domain::Platform;
 pub use containers::{ContainedSpec, ContainerFacts, ContainerSpec, Health, Removed, Stopped};
 use deadline::Call;
 pub(crate) use logs::{LogLine, LogQuery, LogSource, LogStream, MAX_LINE, at_text};
+pub use ports::{Binding, PortSpec};
 pub use resources::{
     LABEL_INCARNATION, LABEL_SERVICE, Labelled, ManagedNetwork, NetworkRemoved, VolumeRemoved,
 };

@@ -40,7 +40,7 @@ impl<S: Replace> Alone<S> {
             Prepared::Images(images) => images,
         };
         let resolved = images.resolved.clone();
-        let made = run.make_candidate(images, self.0.publish(run.app)).await?;
+        let made = run.make_candidate(images, self.0.publishing()).await?;
         let serving = self.0.serve(run, made).await?;
         let warnings = self.0.retire(run, &serving).await?;
         let mut note = self.0.said_alone(&serving, &resolved);

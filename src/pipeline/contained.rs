@@ -39,7 +39,7 @@ impl EngineRun<'_> {
             .map(|(k, v)| format!("{k}={}", v.expose()))
             .collect();
         if let Some(p) = &c.port_env {
-            env.push(format!("{p}={}", self.app.port));
+            env.push(format!("{p}={}", self.app.port()));
         }
         env
     }

@@ -5,16 +5,42 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
-use super::records::{Candidate, CreateIntent, OldGeneration, RetireIntent, Retired, StartIntent};
+use super::records::{
+    Candidate, CreateIntent, OldGeneration, PortIntent, RetireIntent, Retired, StartIntent,
+};
 use super::{EngineRun, PipelineError, ServiceName, Step, StepError, error_chain};
+use crate::config::PortConfig;
 use crate::engine::{
     ContainerSpec, LABEL_APP, LABEL_DEPLOYMENT, LABEL_DIGEST, LABEL_MANAGED, LABEL_SERVICE,
-    Removed, Stopped,
+    PortSpec, Removed, Stopped,
 };
 use crate::registry::Resolved;
 
+/// Where a container's ports are published, as the strategy says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Publishing {
+    /// Each port at its own fixed `publish` address, or nowhere without one: recreate,
+    /// whose old generation frees those addresses first, and every further service.
+    Fixed,
+    /// Each port on an ephemeral loopback port the engine picks: blue-green, beside the
+    /// old generation; only the proxy sends clients there.
+    EphemeralLoopback,
+}
+
+impl Publishing {
+    fn address(self, port: &PortConfig) -> Option<SocketAddr> {
+        match self {
+            Publishing::Fixed => port.publish,
+            Publishing::EphemeralLoopback => Some(SocketAddr::from(([127, 0, 0, 1], 0))),
+        }
+    }
+}
+
 impl EngineRun<'_> {
-    fn spec(&self, r: &Resolved, publish: Option<SocketAddr>, volumes: &[String]) -> ContainerSpec {
+    /// The container of this service: its first port is the HTTP port (the intent's
+    /// `port`), then the others in config order (its `more_ports`). `volumes`: the engine
+    /// names the `volumes` step chose.
+    fn spec(&self, r: &Resolved, publishing: Publishing, volumes: &[String]) -> ContainerSpec {
         let labels = HashMap::from([
             (LABEL_MANAGED.to_owned(), "true".to_owned()),
             (LABEL_APP.to_owned(), self.app.name.to_string()),
@@ -34,8 +60,14 @@ impl EngineRun<'_> {
             image: self.reference(r),
             env: self.env(),
             labels,
-            port: self.app.port,
-            publish,
+            ports: std::iter::once(self.app.ports.http())
+                .chain(self.app.ports.others())
+                .map(|p| PortSpec {
+                    container: p.container,
+                    protocol: p.protocol,
+                    publish: publishing.address(p),
+                })
+                .collect(),
             memory_bytes: self.app.memory_bytes,
             nano_cpus: self.app.cpus.map(|c| (c * 1e9) as i64),
             no_new_privileges: self.app.no_new_privileges,
@@ -62,15 +94,15 @@ impl EngineRun<'_> {
 
     /// Journaled in its own committed write before anything starts it, so a crash cannot
     /// leave an untracked container; a replay adopts the container its label names.
-    /// `publish`: where the container's port is published, as the strategy says;
+    /// `publishing`: where the container's ports are published, as the strategy says;
     /// `volumes`: the engine names the `volumes` step chose.
     pub(super) async fn create(
         &self,
         r: &Resolved,
-        publish: Option<SocketAddr>,
+        publishing: Publishing,
         volumes: &[String],
     ) -> Result<Candidate, PipelineError> {
-        let spec = self.spec(r, publish, volumes);
+        let spec = self.spec(r, publishing, volumes);
         let intent = self.create_intent(&spec);
         self.step(Step::Create, &intent, || self.adopt_or_create(&spec))
             .await
@@ -99,8 +131,20 @@ impl EngineRun<'_> {
             image: spec.image.clone(),
             env_names: self.app.env.keys().cloned().collect(),
             env_hmac,
-            port: spec.port,
-            publish: spec.publish,
+            port: spec.ports[0].container,
+            publish: spec.ports[0].publish,
+            more_ports: self
+                .app
+                .ports
+                .others()
+                .zip(&spec.ports[1..])
+                .map(|(p, s)| PortIntent {
+                    name: p.name.clone(),
+                    container: s.container,
+                    protocol: s.protocol,
+                    publish: s.publish,
+                })
+                .collect(),
             memory_bytes: spec.memory_bytes,
             nano_cpus: spec.nano_cpus,
             no_new_privileges: spec.no_new_privileges,
@@ -226,6 +270,7 @@ impl EngineRun<'_> {
         let intent = StartIntent {
             container: candidate.id.clone(),
             publish: None,
+            more_ports: vec![],
         };
         self.step(Step::Start, &intent, || async {
             Ok(self

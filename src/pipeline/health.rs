@@ -44,7 +44,7 @@ impl EngineRun<'_> {
     /// How to judge the candidate: over HTTP on `at` (a blue-green candidate's ephemeral
     /// port) or the app's fixed `publish` address.
     pub(super) fn probe(&self, at: Option<SocketAddr>) -> Probe {
-        match (&self.app.health, at.or(self.app.publish)) {
+        match (&self.app.health, at.or(self.app.publish())) {
             (Some(h), Some(addr)) => self.http_probe(addr, &h.path, h.timeout, h.json.clone()),
             _ => Probe::Running,
         }

@@ -4,15 +4,13 @@
 //! needed. It moves no traffic of its own, so its undo has nothing to revert: the
 //! rollback starts what `stop_old` stopped.
 
-use std::net::SocketAddr;
-
+use super::container::Publishing;
 use super::plan::{Placed, TargetSet};
 use super::records::{
     Candidate, GenerationRef, Healthy, OldGeneration, Resolved, SwitchIntent, SwitchedTo,
 };
 use super::replace::{Made, Replace};
 use super::{EngineRun, PipelineError, Step};
-use crate::config::AppConfig;
 use crate::store::GenerationSwitch;
 
 pub(super) struct Recreate;
@@ -32,9 +30,9 @@ pub(super) struct Replaced {
 impl Replace for Recreate {
     type Serving = Replaced;
 
-    /// The app's fixed address: the old generation is stopped before the new one starts.
-    fn publish(&self, app: &AppConfig) -> Option<SocketAddr> {
-        app.publish
+    /// The app's fixed addresses: the old generation is stopped before the new one starts.
+    fn publishing(&self) -> Publishing {
+        Publishing::Fixed
     }
 
     /// One generation: every service is created before any is started, and every one is

@@ -93,8 +93,8 @@ pub(crate) enum Refusal {
     NotHealthyWithin { timeout: Duration, last: String },
     #[error("failed its soak: {why} ({in_a_row} checks in a row)")]
     SoakFailed { why: String, in_a_row: u32 },
-    #[error("the engine bound no host port for container port {port}")]
-    NoHostPort { port: u16 },
+    #[error("the engine bound no loopback host port for container port {port}")]
+    NoHostPort { port: String },
     #[error("bad upstream `{upstream}` in the journal")]
     BadUpstream { upstream: String },
     #[error("the previous generation has no port")]

@@ -8,13 +8,11 @@
 //! Also here: what every strategy does on an engine before its own steps (the candidate
 //! made, [`EngineRun::make_candidate`]) and the no-op check that may spare it all.
 
-use std::net::SocketAddr;
-
+use super::container::Publishing;
 use super::plan::Placed;
 use super::records::{Candidate, Resolved, VerifiedImage};
 use super::service_images::ServiceImage;
 use super::{EngineRun, PipelineError, Step, error_chain};
-use crate::config::AppConfig;
 
 /// Every image of a generation, resolved, pulled and verified on an engine.
 pub(super) struct Images {
@@ -40,9 +38,9 @@ pub(super) trait Replace {
     /// removed, so that an undo still has it.
     type Serving;
 
-    /// Where the app's candidate publishes its port: recreate on the app's fixed address,
-    /// blue-green on an ephemeral loopback port that only the proxy sends clients to.
-    fn publish(&self, app: &AppConfig) -> Option<SocketAddr>;
+    /// Where the app's candidate publishes its ports: recreate on their fixed addresses,
+    /// blue-green on ephemeral loopback ports that only the proxy sends clients to.
+    fn publishing(&self) -> Publishing;
 
     /// From the created candidate to serving.
     async fn serve(&self, run: &EngineRun<'_>, made: Made) -> Result<Self::Serving, PipelineError>;
@@ -69,11 +67,12 @@ pub(super) trait Replace {
 
 impl EngineRun<'_> {
     /// Before any container of the app exists: its network and its owned volumes; then
-    /// the candidate (published at `publish`), and the shared networks it joins.
+    /// the candidate (its ports published as `publishing` says), and the shared networks
+    /// it joins.
     pub(super) async fn make_candidate(
         &self,
         images: Images,
-        publish: Option<SocketAddr>,
+        publishing: Publishing,
     ) -> Result<Made, PipelineError> {
         let Images {
             resolved,
@@ -82,7 +81,7 @@ impl EngineRun<'_> {
         } = images;
         self.network().await?;
         let volumes = self.volumes().await?;
-        let candidate = self.create(&resolved, publish, &volumes).await?;
+        let candidate = self.create(&resolved, publishing, &volumes).await?;
         self.connect(&candidate).await?;
         Ok(Made {
             resolved,

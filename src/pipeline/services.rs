@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::container::Publishing;
 use super::records::{Candidate, Healthy, Probe, ServiceHealthIntent, ServiceProbe, VerifiedImage};
 use super::refusal::Refusal;
 use super::service_images::ServiceImage;
@@ -63,10 +64,10 @@ impl<'a> EngineRun<'a> {
         let mut out = Vec::new();
         for (run, image) in self.service_runs().zip(images) {
             let volumes = run.volumes().await?;
-            // Only the primary's port is the strategy's to publish; a further service
-            // publishes what its own config says (nothing: the config gives it no port).
+            // Only the primary's ports are the strategy's to publish; a further service
+            // publishes what its own config says (nothing: its ports have no address).
             let candidate = run
-                .create(&image.resolved, run.app.publish, &volumes)
+                .create(&image.resolved, Publishing::Fixed, &volumes)
                 .await?;
             run.connect(&candidate).await?;
             out.push(candidate);

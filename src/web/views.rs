@@ -19,7 +19,10 @@ pub(crate) struct AppView {
     pub rule: String,
     /// How often the reconcile poller checks the registry (`5m`), or `off`.
     pub poll: String,
+    /// The HTTP port's fixed host address (recreate), as before several ports.
     pub publish: Option<String>,
+    /// Every port of the app's container as configured, the HTTP one marked.
+    pub ports: Vec<PortView>,
     /// What the admin should know about the app's settings (a `publish` on every
     /// interface), shown at the top of its page.
     pub warnings: Vec<String>,
@@ -142,6 +145,31 @@ impl AppView {
                 .find(|d| d.state == crate::store::DeploymentState::Running)
                 .unwrap_or(first),
         )
+    }
+}
+
+/// One port of the app's container, as configured.
+#[derive(Serialize)]
+pub(crate) struct PortView {
+    pub name: String,
+    pub container: u16,
+    pub protocol: crate::config::Protocol,
+    /// The HTTP port: what `pier proxy` routes to and the health check asks.
+    pub http: bool,
+    /// Its fixed host address (recreate); `None`: an ephemeral loopback port (blue-green,
+    /// see the route and the `start` step), or not published.
+    pub publish: Option<String>,
+}
+
+impl PortView {
+    fn of(app: &AppConfig, p: &crate::config::PortConfig) -> Self {
+        PortView {
+            name: p.name.clone(),
+            container: p.container,
+            protocol: p.protocol,
+            http: p == app.ports.http(),
+            publish: p.publish.map(|a| a.to_string()),
+        }
     }
 }
 
@@ -291,7 +319,8 @@ pub(crate) async fn app_view(
             || "off".to_owned(),
             |p| humantime::format_duration(p).to_string(),
         ),
-        publish: app.publish.map(|a| a.to_string()),
+        publish: app.publish().map(|a| a.to_string()),
+        ports: app.ports.iter().map(|p| PortView::of(app, p)).collect(),
         warnings: config_warnings(app),
         generation,
         containers: mine
@@ -415,7 +444,7 @@ pub(crate) async fn deployment_view(s: &AppState, id: Uuid) -> Result<Deployment
 /// Settings the config accepted only because the admin said so: they stay visible.
 fn config_warnings(app: &AppConfig) -> Vec<String> {
     let mut out = Vec::new();
-    if let Some(addr) = app.publish.filter(|_| app.published_publicly()) {
+    if let Some(addr) = app.public_publish() {
         out.push(format!(
             "Published on every interface of the host ({addr}, publish_public = true): anyone \
              who can reach this host on port {} reaches the app directly, past any proxy or \

@@ -23,6 +23,7 @@ mod logs;
 mod mail;
 mod notifications;
 mod operator_actions;
+mod ports;
 mod promotion;
 mod pushes;
 mod recovery;

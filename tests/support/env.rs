@@ -29,6 +29,8 @@ pub struct AppSpec {
     pub registry: Option<String>,
     /// No `publish` line (a swarm app publishes per node, see `swarm.publish_port`).
     pub no_publish: bool,
+    /// The app's `ports` list (TOML) in place of `port = 8080`.
+    pub ports_toml: Option<String>,
 }
 
 impl AppSpec {
@@ -48,6 +50,7 @@ impl AppSpec {
             route_toml: None,
             registry: None,
             no_publish: false,
+            ports_toml: None,
         }
     }
 
@@ -68,9 +71,13 @@ impl AppSpec {
         } else {
             format!("tag = \"{}\"\n", self.tag)
         };
+        let port = match &self.ports_toml {
+            Some(list) => format!("ports = {list}"),
+            None => "port = 8080".to_owned(),
+        };
         let mut s = format!(
             "\n[[apps]]\nname = \"{name}\"\nimage = \"{registry_host}/{repo}\"\n{tag}\
-             port = 8080\n",
+             {port}\n",
             name = self.name,
             registry_host = self.registry.as_deref().unwrap_or(registry_host),
             repo = self.repo,

@@ -56,6 +56,9 @@ pub enum TestImage {
     /// its `/tmp` is writable to that user, and exits 1 otherwise. With `as_nobody` the
     /// image itself says `USER 65534:65534`.
     WritesTmp { version: String, as_nobody: bool },
+    /// Like `Healthy` on 8080, plus a second httpd on 9090 (a "metrics" port, the same
+    /// files) and a UDP echo on 5353 (`/bin/udp-echo`, see `udp_echo.rs`).
+    SeveralPorts { version: String },
 }
 
 impl TestImage {
@@ -122,6 +125,12 @@ impl TestImage {
         }
     }
 
+    pub fn several_ports(version: &str) -> Self {
+        TestImage::SeveralPorts {
+            version: version.to_owned(),
+        }
+    }
+
     pub fn spoofs_labels(version: &str) -> Self {
         TestImage::SpoofsLabels {
             version: version.to_owned(),
@@ -138,6 +147,7 @@ impl TestImage {
             | TestImage::UnhealthyAtNofile { version, .. }
             | TestImage::HttpUnhealthyAtNofile { version, .. }
             | TestImage::SpoofsLabels { version }
+            | TestImage::SeveralPorts { version }
             | TestImage::WritesTmp { version, .. } => version,
         }
     }
@@ -150,7 +160,11 @@ impl TestImage {
             TestImage::WritesTmp { .. } => 0o755,
             _ => 0o1777,
         };
-        let (tar, layer) = build_layer(with_health_file, tmp_mode, self.version());
+        let extra: &[(&str, &[u8])] = match self {
+            TestImage::SeveralPorts { .. } => &[("bin/udp-echo", udp_echo())],
+            _ => &[],
+        };
+        let (tar, layer) = build_layer(with_health_file, tmp_mode, self.version(), extra);
         let diff_id = sha256_digest(&tar);
 
         let slow;
@@ -198,6 +212,14 @@ impl TestImage {
                 );
                 vec!["/bin/busybox", "sh", "-c", &slow]
             }
+            TestImage::SeveralPorts { .. } => vec![
+                "/bin/busybox",
+                "sh",
+                "-c",
+                "trap 'exit 0' TERM; /bin/udp-echo 5353 & \
+                 /bin/busybox httpd -f -p 9090 -h /www & \
+                 /bin/busybox httpd -f -p 8080 -h /www & wait",
+            ],
             // A well-behaved PID 1: exits on SIGTERM (a bare httpd as PID 1 ignores it and
             // every stop would wait out the engine's grace period).
             _ => vec![
@@ -312,8 +334,14 @@ fn busybox() -> &'static [u8] {
     })
 }
 
-/// Returns (uncompressed tar, gzip of it), with `/tmp` of `tmp_mode`. Deterministic: fixed mtimes, owners and gzip header.
-fn build_layer(with_health_file: bool, tmp_mode: u32, version: &str) -> (Vec<u8>, Vec<u8>) {
+/// Returns (uncompressed tar, gzip of it), with `/tmp` of `tmp_mode` and the `extra`
+/// executables (path, bytes). Deterministic: fixed mtimes, owners and gzip header.
+fn build_layer(
+    with_health_file: bool,
+    tmp_mode: u32,
+    version: &str,
+    extra: &[(&str, &[u8])],
+) -> (Vec<u8>, Vec<u8>) {
     fn header(kind: tar::EntryType, mode: u32, size: u64) -> tar::Header {
         let mut h = tar::Header::new_ustar();
         h.set_entry_type(kind);
@@ -336,6 +364,9 @@ fn build_layer(with_health_file: bool, tmp_mode: u32, version: &str) -> (Vec<u8>
     };
     dir(&mut b, "bin/", 0o755);
     file(&mut b, "bin/busybox", 0o755, busybox());
+    for (path, bytes) in extra {
+        file(&mut b, path, 0o755, bytes);
+    }
     dir(&mut b, "tmp/", tmp_mode);
     dir(&mut b, "www/", 0o755);
     if with_health_file {

@@ -67,6 +67,7 @@ mod signin;
 mod sse;
 /// A two-node swarm of namespaced engines (`support::swarm::Swarm`).
 pub mod swarm;
+mod udp_echo;
 mod web_only;
 
 #[allow(unused_imports)] // only the signature tests sign images
@@ -104,6 +105,8 @@ pub use reload::*;
 pub use signin::*;
 #[allow(unused_imports)] // only the live-page tests read event streams
 pub use sse::*;
+#[allow(unused_imports)] // only the ports tests echo over UDP
+pub use udp_echo::*;
 #[allow(unused_imports)] // only some tests serve the web side in-process
 pub use web_only::*;
 

@@ -13,11 +13,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::support::*;
-use pier::config::RestartPolicy;
+use pier::config::{Protocol, RestartPolicy};
 use pier::domain::Endpoint;
 use pier::engine::{
     ContainedSpec, ContainerSpec, Engine, EngineError, LABEL_APP, LABEL_DEPLOYMENT, LABEL_DIGEST,
-    LABEL_MANAGED, Removed,
+    LABEL_MANAGED, PortSpec, Removed,
 };
 
 /// What an engine that is down or a refused peer may take to answer: Pier's connect
@@ -53,8 +53,11 @@ fn spec(app: &str, image: &str, digest: &str, publish: SocketAddr) -> ContainerS
             ),
             (LABEL_DIGEST.to_owned(), digest.to_owned()),
         ]),
-        port: 8080,
-        publish: Some(publish),
+        ports: vec![PortSpec {
+            container: 8080,
+            protocol: Protocol::Tcp,
+            publish: Some(publish),
+        }],
         memory_bytes: None,
         nano_cpus: None,
         no_new_privileges: true,

@@ -16,10 +16,11 @@
 
 use std::net::SocketAddr;
 
+use super::container::Publishing;
 use super::records::{Candidate, OldGeneration, Previous, Switched, VerifiedImage};
 use super::replace::{Made, Replace};
 use super::{EngineRun, PipelineError, Step};
-use crate::config::{AppConfig, RouteConfig};
+use crate::config::RouteConfig;
 use crate::engine::Stopped;
 use crate::registry::Resolved;
 
@@ -43,10 +44,10 @@ pub(super) struct Served {
 impl Replace for BlueGreen {
     type Serving = Served;
 
-    /// An ephemeral loopback port beside the old generation; clients reach it through the
-    /// proxy only.
-    fn publish(&self, _: &AppConfig) -> Option<SocketAddr> {
-        Some(SocketAddr::from(([127, 0, 0, 1], 0)))
+    /// Ephemeral loopback ports beside the old generation; clients reach the HTTP one
+    /// through the proxy only.
+    fn publishing(&self) -> Publishing {
+        Publishing::EphemeralLoopback
     }
 
     /// The config gives a blue-green app no further services: the candidate is the

@@ -58,7 +58,7 @@ impl EngineRun<'_> {
                     .map_err(|e| self.hide_paths(e))?;
                 let bound = self
                     .engine()
-                    .published(&prev.container, self.app.port)
+                    .published(&prev.container, self.app.port())
                     .await?
                     .ok_or(Refusal::PreviousWithoutPort)?;
                 if let Some(path) = &probe_path {

@@ -5,10 +5,11 @@
 
 use std::net::SocketAddr;
 
-use crate::engine::Removed;
+use crate::config::Ports;
+use crate::engine::{Binding, Removed};
 use crate::pipeline::plan::Placed;
 use crate::pipeline::records::{
-    Candidate, Previous, RetireIntent, Retired, StartIntent, Started, SwitchIntent, Switched,
+    Bound, Candidate, Previous, RetireIntent, Retired, StartIntent, Started, SwitchIntent, Switched,
 };
 use crate::pipeline::refusal::Refusal;
 use crate::pipeline::{EngineRun, PipelineError, Step, error_chain};
@@ -16,7 +17,9 @@ use crate::registry::Resolved;
 use crate::store::{GenerationSwitch, RouteWrite};
 
 impl EngineRun<'_> {
-    /// Starts the candidate and journals the loopback address the engine bound for it.
+    /// Starts the candidate and journals every loopback address the engine bound for its
+    /// ports; the HTTP port's is the upstream the route will name. A replay starts it again
+    /// (a no-op for a running container) and reads the same bindings back.
     pub(super) async fn start_published(
         &self,
         candidate: &Candidate,
@@ -24,6 +27,7 @@ impl EngineRun<'_> {
         let intent = StartIntent {
             container: candidate.id.clone(),
             publish: Some("127.0.0.1:0".into()),
+            more_ports: self.app.ports.others().map(|p| p.key()).collect(),
         };
         let started: Started = self
             .step(Step::Start, &intent, || async {
@@ -31,16 +35,15 @@ impl EngineRun<'_> {
                     .start_container(&candidate.id)
                     .await
                     .map_err(|e| self.hide_paths(e))?;
-                let bound = self
-                    .engine()
-                    .published(&candidate.id, self.app.port)
-                    .await?
-                    .ok_or(Refusal::NoHostPort {
-                        port: self.app.port,
-                    })?;
-                Ok(Started {
-                    upstream: bound.to_string(),
-                })
+                let all = self.engine().bindings(&candidate.id).await?;
+                let bindings = on_loopback(&self.app.ports, &all.unwrap_or_default())?;
+                let http = self.app.ports.http();
+                let upstream = bindings
+                    .iter()
+                    .find(|b| b.container == http.container && b.protocol == http.protocol)
+                    .map(|b| b.host.to_string())
+                    .ok_or(Refusal::NoHostPort { port: http.key() })?;
+                Ok(Started { upstream, bindings })
             })
             .await?;
         started.upstream.parse().map_err(|_| PipelineError::Failed {
@@ -180,4 +183,30 @@ impl EngineRun<'_> {
             .await?;
         Ok(retired.warnings)
     }
+}
+
+/// Every port of the app bound on loopback, as the engine answered, in config order: a
+/// port is ready to receive (TCP and UDP alike) once the engine holds its loopback socket,
+/// which is known without dialing the container. A port the engine bound nowhere, or not
+/// on loopback, is a failed start.
+fn on_loopback(ports: &Ports, bound: &[Binding]) -> Result<Vec<Bound>, Refusal> {
+    ports
+        .iter()
+        .map(|p| {
+            bound
+                .iter()
+                .find(|b| {
+                    b.container == p.container
+                        && b.protocol == p.protocol
+                        && b.host.ip().is_loopback()
+                })
+                .map(|b| Bound {
+                    name: p.name.clone(),
+                    container: p.container,
+                    protocol: p.protocol,
+                    host: b.host,
+                })
+                .ok_or_else(|| Refusal::NoHostPort { port: p.key() })
+        })
+        .collect()
 }

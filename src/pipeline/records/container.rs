@@ -16,8 +16,13 @@ pub(crate) struct CreateIntent {
     pub image: String,
     pub env_names: Vec<String>,
     pub env_hmac: String,
+    /// The HTTP port, and where it is published.
     pub port: u16,
     pub publish: Option<SocketAddr>,
+    /// The app's other ports, TCP and UDP, in config order; left out when it has one port,
+    /// so a one-port app's intent reads as it always has.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub more_ports: Vec<PortIntent>,
     pub memory_bytes: Option<i64>,
     pub nano_cpus: Option<i64>,
     pub no_new_privileges: bool,
@@ -40,6 +45,15 @@ pub(crate) struct CreateIntent {
     /// Several services: the program that replaces the image's entrypoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<Vec<String>>,
+}
+
+/// A port of the container besides the HTTP one, in `create`'s intent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct PortIntent {
+    pub name: String,
+    pub container: u16,
+    pub protocol: crate::config::Protocol,
+    pub publish: Option<SocketAddr>,
 }
 
 /// `create`'s result: the candidate container.
@@ -92,6 +106,10 @@ pub(crate) struct StartIntent {
     pub container: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub publish: Option<String>,
+    /// A blue-green candidate's ports besides the HTTP one (`9090/tcp`, `5353/udp`), each
+    /// also published on an ephemeral loopback port and read back; left out when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub more_ports: Vec<String>,
 }
 
 /// `stop_old`, intent and result alike: the old generation, observed when the step began.

@@ -25,8 +25,8 @@ use serde_json::Value;
 pub(crate) use crate::registry::Resolved;
 pub(crate) use container::{
     Candidate, ConnectIntent, Connected, CreateIntent, Healthy, NetworkIntent, OldGeneration,
-    Probe, RetireIntent, Retired, RollbackIntent, RolledBack, ServiceHealthIntent, ServiceProbe,
-    StartIntent, VolumeIntent, Volumes,
+    PortIntent, Probe, RetireIntent, Retired, RollbackIntent, RolledBack, ServiceHealthIntent,
+    ServiceProbe, StartIntent, VolumeIntent, Volumes,
 };
 pub(crate) use image::{
     ImageIntent, ImportIntent, Loaded, ResolveIntent, ServiceResolveIntent, SignatureIntent,
@@ -38,8 +38,8 @@ pub(crate) use swarm::{
     SpecBefore, UpdatePlan, Updated,
 };
 pub(crate) use traffic::{
-    Applied, AppliedIntent, DrainIntent, Drained, GenerationRef, Previous, RevertIntent, Reverted,
-    SoakIntent, Soaked, Started, SwitchIntent, Switched, SwitchedTo,
+    Applied, AppliedIntent, Bound, DrainIntent, Drained, GenerationRef, Previous, RevertIntent,
+    Reverted, SoakIntent, Soaked, Started, SwitchIntent, Switched, SwitchedTo,
 };
 
 /// The intent of a step an operator stopped the deployment before: who asked. Written in

@@ -49,10 +49,24 @@ pub(crate) struct Previous {
     pub upstream: Option<String>,
 }
 
-/// A blue-green `start` result: the loopback address the engine bound for the candidate.
+/// A blue-green `start` result: the loopback address the engine bound for the candidate's
+/// HTTP port (the route's upstream), and every port's binding as the engine reported it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Started {
     pub upstream: String,
+    /// Every port of the app, in config order: container port and protocol to the host
+    /// address. Empty in results journaled before an app had several ports.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bindings: Vec<Bound>,
+}
+
+/// One port of a started candidate and the loopback address the engine bound it to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Bound {
+    pub name: String,
+    pub container: u16,
+    pub protocol: crate::config::Protocol,
+    pub host: std::net::SocketAddr,
 }
 
 /// `applied`: the route version the proxy must serve.

@@ -173,7 +173,7 @@ impl<'t, S: Replace> Rollout<'t, S> {
             services,
         };
         let made = run
-            .make_candidate(images, self.replace.publish(run.app))
+            .make_candidate(images, self.replace.publishing())
             .await?;
         Ok(Up::Serving(self.replace.serve(run, made).await?))
     }

@@ -82,7 +82,7 @@ pub(crate) fn service_spec(i: &SpecInput<'_>) -> ServiceSpec {
         rollback_config: Some(rollback_config(s)),
         endpoint_spec: s.publish_port.map(|p| EndpointSpec {
             ports: Some(vec![EndpointPortConfig {
-                target_port: Some(i64::from(i.app.port)),
+                target_port: Some(i64::from(i.app.port())),
                 published_port: Some(i64::from(p)),
                 publish_mode: Some(EndpointPortConfigPublishModeEnum::HOST),
                 ..Default::default()

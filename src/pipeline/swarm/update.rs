@@ -51,7 +51,7 @@ impl SwarmRun<'_> {
             .map(|(k, v)| format!("{k}={}", v.expose()))
             .collect();
         if let Some(p) = &self.app.contained.port_env {
-            env.push(format!("{p}={}", self.app.port));
+            env.push(format!("{p}={}", self.app.port()));
         }
         spec::service_spec(&spec::SpecInput {
             app: self.app,

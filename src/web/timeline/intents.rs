@@ -124,8 +124,16 @@ fn container_sentence(step: Step, i: &Value) -> Option<String> {
     Some(match step {
         Step::Create => {
             let c: CreateIntent = read(i)?;
+            let more: String = c
+                .more_ports
+                .iter()
+                .map(|p| {
+                    let on = p.publish.map(|a| format!(" on {a}")).unwrap_or_default();
+                    format!("; {} {}/{}{on}", p.name, p.container, p.protocol)
+                })
+                .collect();
             format!(
-                "Create container {} from {} (port {}{})",
+                "Create container {} from {} (port {}{}{more})",
                 c.name,
                 c.image,
                 c.port,
@@ -141,9 +149,14 @@ fn container_sentence(step: Step, i: &Value) -> Option<String> {
         Step::Start => {
             let s: StartIntent = read(i)?;
             match s.publish {
-                Some(p) => format!(
+                Some(p) if s.more_ports.is_empty() => format!(
                     "Start container {} published on {p}",
                     short_id(&s.container)
+                ),
+                Some(p) => format!(
+                    "Start container {} with its HTTP port and {} published on {p}",
+                    short_id(&s.container),
+                    s.more_ports.join(", ")
                 ),
                 None => format!("Start container {}", short_id(&s.container)),
             }

@@ -4,8 +4,8 @@ use serde_json::Value;
 
 use super::{read, short_id, short_ids};
 use crate::pipeline::records::{
-    Applied, Candidate, Healthy, OldGeneration, Resolved, Retired, Signed, Switched, SwitchedTo,
-    VerifiedImage,
+    Applied, Candidate, Healthy, OldGeneration, Resolved, Retired, Signed, Started, Switched,
+    SwitchedTo, VerifiedImage,
 };
 use crate::store::{Step, StepRecord, StepState};
 use crate::web::format::short_digest;
@@ -56,6 +56,18 @@ fn result_sentence(step: Step, r: &Value) -> Option<String> {
         Step::Health => {
             let h: Healthy = read(r)?;
             format!("Healthy after {} probes, {} ms", h.probes, h.elapsed_ms)
+        }
+        Step::Start => {
+            let s: Started = read(r)?;
+            let bound: Vec<String> = s
+                .bindings
+                .iter()
+                .map(|b| format!("{} {}/{} on {}", b.name, b.container, b.protocol, b.host))
+                .collect();
+            match bound.len() {
+                0 => format!("Bound on {}", s.upstream),
+                _ => format!("Bound {}", bound.join(", ")),
+            }
         }
         Step::Applied => format!(
             "The proxy serves it (waited {} ms)",

@@ -1,9 +1,11 @@
 use chrono::TimeZone;
 
 use super::*;
+use crate::config::Protocol;
 use crate::pipeline::records::{
-    AppliedIntent, ImageIntent, NetworkIntent, OldGeneration, Probe, ResolveIntent, Resolved,
-    RetireIntent, ServiceHealthIntent, ServiceProbe, SignatureIntent, Signed, StartIntent,
+    AppliedIntent, Bound, ImageIntent, NetworkIntent, OldGeneration, Probe, ResolveIntent,
+    Resolved, RetireIntent, ServiceHealthIntent, ServiceProbe, SignatureIntent, Signed,
+    StartIntent, Started,
 };
 use crate::store::{DeploymentState, Step, StepState, Trigger};
 
@@ -180,6 +182,35 @@ fn a_signature_step_says_which_key_signed_what() {
     );
 }
 
+#[test]
+fn a_blue_green_start_says_where_each_port_is_bound() {
+    let bound = |name: &str, container, protocol, host: &str| Bound {
+        name: name.into(),
+        container,
+        protocol,
+        host: host.parse().unwrap(),
+    };
+    let started = Started {
+        upstream: "127.0.0.1:40000".into(),
+        bindings: vec![
+            bound("http", 8080, Protocol::Tcp, "127.0.0.1:40000"),
+            bound("dns", 5353, Protocol::Udp, "127.0.0.1:40001"),
+        ],
+    };
+    let mut s = step(Step::Start, 0, Some(1));
+    s.result = Some(serde_json::to_value(&started).unwrap());
+    assert_eq!(
+        result_words(&s).as_deref(),
+        Some("Bound http 8080/tcp on 127.0.0.1:40000, dns 5353/udp on 127.0.0.1:40001")
+    );
+    // A result journaled before ports were read back names the upstream alone.
+    s.result = Some(serde_json::json!({ "upstream": "127.0.0.1:40000" }));
+    assert_eq!(
+        result_words(&s).as_deref(),
+        Some("Bound on 127.0.0.1:40000")
+    );
+}
+
 fn words(step: Step, intent: impl serde::Serialize) -> String {
     intent_words(step, &serde_json::to_value(intent).unwrap())
 }
@@ -210,9 +241,21 @@ fn every_step_says_what_its_own_record_holds() {
             serde_json::to_value(StartIntent {
                 container: c(),
                 publish: Some("127.0.0.1:0".into()),
+                more_ports: vec![],
             })
             .unwrap(),
             "Start container 0123456789ab published on 127.0.0.1:0",
+        ),
+        (
+            Step::Start,
+            serde_json::to_value(StartIntent {
+                container: c(),
+                publish: Some("127.0.0.1:0".into()),
+                more_ports: vec!["9090/tcp".into(), "5353/udp".into()],
+            })
+            .unwrap(),
+            "Start container 0123456789ab with its HTTP port and 9090/tcp, 5353/udp published \
+             on 127.0.0.1:0",
         ),
         (
             Step::Retire,
