@@ -4,11 +4,16 @@
 -- by name. The old volumes keep their records (data goes only when someone names it) and
 -- `pier volumes adopt` hands one to the live incarnation on purpose.
 
--- Several incarnations per name over time, at most one of them live.
-ALTER TABLE app_incarnations ADD COLUMN ended_at timestamptz;
-ALTER TABLE app_incarnations DROP CONSTRAINT app_incarnations_pkey;
-ALTER TABLE app_incarnations ADD PRIMARY KEY (incarnation);
-CREATE UNIQUE INDEX app_incarnations_live ON app_incarnations (app) WHERE ended_at IS NULL;
+-- `app_incarnations` keeps the live incarnation of each name, as before (a previous
+-- release still running during a rolling upgrade reads and writes it unchanged); an
+-- incarnation that ends moves here, in one statement.
+CREATE TABLE ended_incarnations (
+    incarnation  uuid        PRIMARY KEY,
+    app          text        NOT NULL,
+    created_at   timestamptz NOT NULL,
+    ended_at     timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX ended_incarnations_app ON ended_incarnations (app, ended_at);
 
 -- `incarnation` is the owner now; `made_in` is the provenance the volume's engine labels
 -- carry (labels cannot change), which an adoption leaves as it was. NULL (every row of an

@@ -50,7 +50,7 @@ macro_rules! owners_where {
             "SELECT v.target, v.name, v.app, v.incarnation,
                     COALESCE(v.made_in, v.incarnation) AS made_in,
                     EXISTS (SELECT 1 FROM app_incarnations i
-                            WHERE i.incarnation = v.incarnation AND i.ended_at IS NULL) AS live,
+                            WHERE i.incarnation = v.incarnation) AS live,
                     v.service, v.deployment_id, v.created_at, v.adopted_at
              FROM volumes v ",
             $rest
@@ -59,23 +59,22 @@ macro_rules! owners_where {
 }
 
 impl Store {
-    /// The app's live incarnation, begun on first use; two callers at once agree on one
-    /// (the partial unique index allows one live incarnation per name).
+    /// The app's live incarnation, begun on first use; two callers at once agree on one.
     pub(crate) async fn incarnation(&self, app: &str) -> Result<Uuid> {
         sqlx::query(
             "INSERT INTO app_incarnations (app, incarnation) VALUES ($1, $2)
-             ON CONFLICT (app) WHERE ended_at IS NULL DO NOTHING",
+             ON CONFLICT (app) DO NOTHING",
         )
         .bind(app)
         .bind(Uuid::new_v4())
         .execute(&self.pool)
         .await?;
-        Ok(sqlx::query_scalar(
-            "SELECT incarnation FROM app_incarnations WHERE app = $1 AND ended_at IS NULL",
+        Ok(
+            sqlx::query_scalar("SELECT incarnation FROM app_incarnations WHERE app = $1")
+                .bind(app)
+                .fetch_one(&self.pool)
+                .await?,
         )
-        .bind(app)
-        .fetch_one(&self.pool)
-        .await?)
     }
 
     /// Ends the live incarnation of every app not in `keep` (the configured apps and
@@ -88,11 +87,15 @@ impl Store {
         seen_at: DateTime<Utc>,
     ) -> Result<Vec<(String, Uuid)>> {
         Ok(sqlx::query_as(
-            "UPDATE app_incarnations i SET ended_at = now()
-             WHERE i.ended_at IS NULL AND NOT (i.app = ANY($1))
-               AND NOT EXISTS (SELECT 1 FROM deployments d WHERE d.app = i.app
-                               AND (d.state IN ('queued', 'running') OR d.created_at >= $2))
-             RETURNING i.app, i.incarnation",
+            "WITH ended AS (
+                 DELETE FROM app_incarnations i
+                 WHERE NOT (i.app = ANY($1))
+                   AND NOT EXISTS (SELECT 1 FROM deployments d WHERE d.app = i.app
+                                   AND (d.state IN ('queued', 'running') OR d.created_at >= $2))
+                 RETURNING i.app, i.incarnation, i.created_at)
+             INSERT INTO ended_incarnations (incarnation, app, created_at)
+             SELECT incarnation, app, created_at FROM ended
+             RETURNING app, incarnation",
         )
         .bind(keep)
         .bind(seen_at)

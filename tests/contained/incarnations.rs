@@ -51,10 +51,15 @@ async fn note(env: &TestEnv) -> Option<(u16, String)> {
     http_get(&env.app_url("/data/note")).await
 }
 
-async fn live_incarnations(env: &TestEnv, app: &str) -> Vec<(uuid::Uuid, bool)> {
+/// One incarnation of an app: its id, whether it is live, when it began.
+type Incarnation = (uuid::Uuid, bool, chrono::DateTime<chrono::Utc>);
+
+/// Every incarnation of `app`, in the order they began.
+async fn incarnations(env: &TestEnv, app: &str) -> Vec<Incarnation> {
     sqlx::query_as(
-        "SELECT incarnation, ended_at IS NULL FROM app_incarnations WHERE app = $1
-         ORDER BY created_at",
+        "SELECT incarnation, false, created_at FROM ended_incarnations WHERE app = $1
+         UNION ALL SELECT incarnation, true, created_at FROM app_incarnations WHERE app = $1
+         ORDER BY 3",
     )
     .bind(app)
     .fetch_all(&env.db.pool)
@@ -93,7 +98,7 @@ async fn an_app_added_again_under_its_name_gets_new_volumes_until_it_adopts_the_
     let (ok, out) = docker_cli(&["rm", "-f", &first[0]]);
     assert!(ok, "{out}");
     wait_until("the sweep ends the incarnation", DEPLOY, || async {
-        let all = live_incarnations(&env, &app).await;
+        let all = incarnations(&env, &app).await;
         (all.len() == 1 && !all[0].1).then_some(())
     })
     .await;
@@ -109,7 +114,7 @@ async fn an_app_added_again_under_its_name_gets_new_volumes_until_it_adopts_the_
     // A different app under the same name: a new incarnation, a new and empty volume.
     env.reload(&start, 2, DEPLOY).await;
     deploy(&env, "v2", &mut done).await;
-    let all = live_incarnations(&env, &app).await;
+    let all = incarnations(&env, &app).await;
     assert_eq!(all.len(), 2, "{all:?}");
     assert!(all[1].1, "the new incarnation is live: {all:?}");
     let fresh = format!("{plain}.{}", &all[1].0.simple().to_string()[..8]);
