@@ -265,6 +265,8 @@ fn pipeline_context(
         retry_budget: config.server.retry_budget,
         pull_timeout: config.server.pull_timeout,
         env_key,
+        age_identity: config.server.age_identity.clone(),
+        secrets_dir: config.server.secrets_dir.clone(),
         proxy_admin: config.proxy.admin,
         live,
     }

@@ -157,6 +157,7 @@ impl Config {
             check_secret_strength(server.admin_token.as_ref(), &sources)?;
         }
         check_routes(&apps)?;
+        super::secrets::check_age(&apps, server.age_identity.is_some())?;
         super::gates::check_promotions(&apps)?;
         let notifications = resolve_notifications(
             self.notifications,

@@ -7,6 +7,7 @@ mod containers;
 mod deadline;
 mod logs;
 mod resources;
+mod secret_files;
 mod services;
 mod stats;
 mod transport;
@@ -27,6 +28,7 @@ pub(crate) use logs::{LogLine, LogQuery, LogSource, LogStream, MAX_LINE, at_text
 pub use resources::{
     LABEL_INCARNATION, LABEL_SERVICE, Labelled, ManagedNetwork, NetworkRemoved, VolumeRemoved,
 };
+pub use secret_files::{FileOwner, SECRETS_TARGET, SecretFile};
 pub use services::{
     NodeFacts, NodeRole, NodeStatus, ServiceFacts, TaskFacts, TaskState, UpdateState, UpdateStatus,
 };

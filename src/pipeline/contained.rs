@@ -28,14 +28,15 @@ impl EngineRun<'_> {
         }
     }
 
-    /// Plain env, then secrets (never both for one key: refused at load), then the port.
-    pub(super) fn env(&self) -> Vec<String> {
+    /// Plain env, then env secrets as this deployment read them (never both for one key:
+    /// refused at load), then the port.
+    pub(super) fn env(&self, secrets: &[(String, crate::config::Secret)]) -> Vec<String> {
         let c = &self.app.contained;
         let mut env: Vec<String> = self
             .app
             .env
             .iter()
-            .chain(c.secrets.iter())
+            .chain(secrets.iter().map(|(k, v)| (k, v)))
             .map(|(k, v)| format!("{k}={}", v.expose()))
             .collect();
         if let Some(p) = &c.port_env {
@@ -44,7 +45,8 @@ impl EngineRun<'_> {
         env
     }
 
-    pub(super) fn contained_spec(&self) -> ContainedSpec {
+    /// `secrets_dir`: the host directory bound at `/run/secrets`, when the app has files.
+    pub(super) fn contained_spec(&self, secrets_dir: Option<std::path::PathBuf>) -> ContainedSpec {
         let c = &self.app.contained;
         let app = &self.app.name;
         ContainedSpec {
@@ -66,6 +68,7 @@ impl EngineRun<'_> {
             tmpfs: c.tmpfs.clone(),
             tmpfs_owner: c.tmpfs_owner(),
             user: c.user.clone(),
+            secrets_dir,
         }
     }
 

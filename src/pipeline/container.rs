@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 
 use super::records::{Candidate, CreateIntent, OldGeneration, RetireIntent, Retired, StartIntent};
+use super::secret_files::ReadSecrets;
 use super::{EngineRun, PipelineError, ServiceName, Step, StepError, error_chain};
 use crate::engine::{
     ContainerSpec, LABEL_APP, LABEL_DEPLOYMENT, LABEL_DIGEST, LABEL_MANAGED, LABEL_SERVICE,
@@ -14,7 +15,12 @@ use crate::engine::{
 use crate::registry::Resolved;
 
 impl EngineRun<'_> {
-    fn spec(&self, r: &Resolved, publish: Option<SocketAddr>) -> ContainerSpec {
+    fn spec(
+        &self,
+        r: &Resolved,
+        publish: Option<SocketAddr>,
+        secrets: &ReadSecrets,
+    ) -> ContainerSpec {
         let labels = HashMap::from([
             (LABEL_MANAGED.to_owned(), "true".to_owned()),
             (LABEL_APP.to_owned(), self.app.name.to_string()),
@@ -22,17 +28,19 @@ impl EngineRun<'_> {
             (LABEL_DIGEST.to_owned(), r.digest.to_string()),
             (LABEL_SERVICE.to_owned(), self.app.contained.service.clone()),
         ]);
+        // The primary service's container keeps the one-service name.
+        let name = match self.service {
+            ServiceName::Primary => format!("pier-{}-{}", self.app.name, self.dep.short_id()),
+            ServiceName::Named(service) => {
+                format!("pier-{}-{service}-{}", self.app.name, self.dep.short_id())
+            }
+        };
+        let secrets_dir = (!secrets.files.is_empty()).then(|| self.secrets_dir_of(&name));
         ContainerSpec {
-            // The primary service's container keeps the one-service name.
-            name: match self.service {
-                ServiceName::Primary => format!("pier-{}-{}", self.app.name, self.dep.short_id()),
-                ServiceName::Named(service) => {
-                    format!("pier-{}-{service}-{}", self.app.name, self.dep.short_id())
-                }
-            },
+            name,
             command: self.app.command.clone(),
             image: self.reference(r),
-            env: self.env(),
+            env: self.env(&secrets.env),
             labels,
             port: self.app.port,
             publish,
@@ -41,7 +49,7 @@ impl EngineRun<'_> {
             no_new_privileges: self.app.no_new_privileges,
             pids_limit: self.app.pids_limit,
             restart: self.app.restart,
-            contained: self.contained_spec(),
+            contained: self.contained_spec(secrets_dir),
         }
     }
 
@@ -68,15 +76,21 @@ impl EngineRun<'_> {
         r: &Resolved,
         publish: Option<SocketAddr>,
     ) -> Result<Candidate, PipelineError> {
-        let spec = self.spec(r, publish);
-        let intent = self.create_intent(&spec);
-        self.step(Step::Create, &intent, || self.adopt_or_create(&spec))
-            .await
+        let secrets = match self.read_secrets() {
+            Ok(s) => s,
+            Err(e) => return Err(self.failed_before_begin(Step::Create, e).await),
+        };
+        let spec = self.spec(r, publish, &secrets);
+        let intent = self.create_intent(&spec, &secrets);
+        self.step(Step::Create, &intent, || {
+            self.adopt_or_create(&spec, &secrets.files)
+        })
+        .await
     }
 
     /// What `create` journals: every setting of the container, with env values and host
     /// paths only as keyed hashes (the journal is read on the pages).
-    fn create_intent(&self, spec: &crate::engine::ContainerSpec) -> CreateIntent {
+    fn create_intent(&self, spec: &ContainerSpec, secrets: &ReadSecrets) -> CreateIntent {
         let env_hmac = self.keyed_hash(&spec.env.join("\n"));
         let c = &spec.contained;
         let host_mounts = c
@@ -104,7 +118,16 @@ impl EngineRun<'_> {
             no_new_privileges: spec.no_new_privileges,
             pids_limit: spec.pids_limit,
             restart: spec.restart.as_str().to_owned(),
-            secret_names: self.app.contained.secrets.keys().cloned().collect(),
+            secret_names: secrets.env.iter().map(|(k, _)| k.clone()).collect(),
+            secret_files: secrets.files.iter().map(|f| f.name.clone()).collect(),
+            secret_files_hmac: (!secrets.files.is_empty()).then(|| {
+                let all: Vec<String> = secrets
+                    .files
+                    .iter()
+                    .map(|f| format!("{}={}", f.name, String::from_utf8_lossy(&f.value)))
+                    .collect();
+                self.keyed_hash(&all.join("\n"))
+            }),
             network: c.network.as_ref().map(|(n, _)| n.clone()),
             aliases: c
                 .network
@@ -129,7 +152,8 @@ impl EngineRun<'_> {
     /// deployment; otherwise the policy is checked again and the container made.
     async fn adopt_or_create(
         &self,
-        spec: &crate::engine::ContainerSpec,
+        spec: &ContainerSpec,
+        files: &[crate::engine::SecretFile],
     ) -> Result<Candidate, StepError> {
         let dep = self.dep.id.to_string();
         let existing = self
@@ -143,7 +167,10 @@ impl EngineRun<'_> {
             Some(s) => s == service,
             None => self.service == ServiceName::Primary,
         };
+        let owner = self.secret_owner(&spec.image, files).await?;
         if let Some(c) = existing.into_iter().find(mine) {
+            // Never started yet (`start` follows this step): its files are written again.
+            self.write_secret_files(&c.id, files, owner).await?;
             return Ok(Candidate {
                 id: c.id,
                 name: c.name,
@@ -158,6 +185,7 @@ impl EngineRun<'_> {
             spec.contained.tmpfs_owner = self.image_user_owner(&spec.image).await?;
         }
         let id = self.engine().create_container(&spec).await?;
+        self.write_secret_files(&id, files, owner).await?;
         Ok(Candidate {
             id,
             name: spec.name.clone(),

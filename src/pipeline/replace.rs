@@ -80,6 +80,9 @@ impl EngineRun<'_> {
             image,
             services,
         } = images;
+        // Every service's secrets are readable (an `age:` file decrypts and holds its
+        // key) before anything of the generation is made.
+        self.check_secrets().await?;
         self.network().await?;
         self.volumes().await?;
         let candidate = self.create(&resolved, publish).await?;

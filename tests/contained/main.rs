@@ -10,5 +10,6 @@ mod crash;
 mod import;
 mod networks;
 mod policy;
+mod secret_files;
 mod services;
 mod volumes;

@@ -17,12 +17,14 @@ pub(super) const UPDATE_TRIES: usize = 5;
 
 impl SwarmRun<'_> {
     /// The Swarm secrets of the app: (file name, secret name), the name versioned by a
-    /// keyed hash of the value.
+    /// keyed hash of the value. Every secret is one, `as = "env"` or `"file"` alike: Swarm
+    /// mounts each at `/run/secrets/KEY` (`age:` ones are refused at load for Swarm).
     pub(super) fn swarm_secrets(&self) -> Vec<(String, String)> {
         self.app
             .contained
             .secrets
             .iter()
+            .filter_map(|(k, s)| Some((k, s.loaded()?)))
             .map(|(k, v)| {
                 let hash = self.keyed_hash(v.expose());
                 let lower = k.to_ascii_lowercase();
@@ -152,7 +154,13 @@ impl SwarmRun<'_> {
         let name = &plan.service;
         let mut secrets = Vec::new();
         for (file, secret) in self.swarm_secrets() {
-            if let Some(v) = self.app.contained.secrets.get(&file) {
+            if let Some(v) = self
+                .app
+                .contained
+                .secrets
+                .get(&file)
+                .and_then(|s| s.loaded())
+            {
                 let id = self
                     .manager()
                     .ensure_secret(&self.app.name, &secret, v.expose().as_bytes())
