@@ -383,6 +383,11 @@ impl Engine {
     }
 
     pub async fn remove_container(&self, id: &str) -> Result<Removed> {
+        // Its secret files outlive it on the host's tmpfs: emptied first, while the engine
+        // can still write them. Trouble there never keeps a container from going.
+        if let Err(e) = self.empty_secret_files(id).await {
+            tracing::warn!(container = %id, error = %e, "secret files not emptied");
+        }
         // Never the container's volumes: they may hold an app's data, and outlive it.
         let options = RemoveContainerOptionsBuilder::default()
             .force(true)
@@ -425,7 +430,7 @@ impl Engine {
     }
 
     /// The engine's whole record of container `id`; `None` when there is none.
-    async fn inspect_raw(&self, id: &str) -> Result<Option<ContainerInspectResponse>> {
+    pub(super) async fn inspect_raw(&self, id: &str) -> Result<Option<ContainerInspectResponse>> {
         let action = format!("inspect container {id}");
         self.call(Call::Read, &action, async |d| {
             not_found_is_none(d.inspect_container(id, None).await)

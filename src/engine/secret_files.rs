@@ -81,6 +81,81 @@ impl Engine {
     }
 }
 
+/// The most of a container's `/run/secrets` read back to learn its file names.
+const MAX_LISTING: usize = 4 << 20;
+
+/// The regular files' names in a tar of the `secrets` directory (`secrets/NAME`).
+fn file_names(tar: &[u8]) -> std::io::Result<Vec<String>> {
+    let mut names = Vec::new();
+    for entry in tar::Archive::new(tar).entries()? {
+        let entry = entry?;
+        if entry.header().entry_type() != tar::EntryType::Regular {
+            continue;
+        }
+        if let Some(name) = entry.path()?.file_name().and_then(|n| n.to_str()) {
+            names.push(name.to_owned());
+        }
+    }
+    Ok(names)
+}
+
+impl Engine {
+    /// Empties the secret files of container `id` (a bind of a host directory at
+    /// `/run/secrets`) before it is removed: the directory is the engine host's and stays
+    /// when the container goes, and Pier may not share that host's filesystem. Each file
+    /// is rewritten empty (root, 0400); a container without such a bind is left as it is.
+    pub(crate) async fn empty_secret_files(&self, id: &str) -> Result<()> {
+        let Some(c) = self.inspect_raw(id).await? else {
+            return Ok(());
+        };
+        let binds = c.host_config.and_then(|h| h.binds).unwrap_or_default();
+        if !binds
+            .iter()
+            .any(|b| b.split(':').nth(1) == Some(SECRETS_TARGET))
+        {
+            return Ok(());
+        }
+        let tar = self.secrets_archive(id).await?;
+        let names = file_names(&tar).map_err(|e| super::EngineError::Refused {
+            action: format!("list secret files of {id}"),
+            message: e.to_string(),
+        })?;
+        let files: Vec<SecretFile> = names
+            .into_iter()
+            .map(|name| SecretFile {
+                name,
+                value: Vec::new(),
+            })
+            .collect();
+        if files.is_empty() {
+            return Ok(());
+        }
+        self.put_secret_files(id, &files, FileOwner { uid: 0, gid: 0 })
+            .await
+    }
+
+    /// The engine's tar of the container's `/run/secrets`, at most [`MAX_LISTING`] bytes.
+    async fn secrets_archive(&self, id: &str) -> Result<Vec<u8>> {
+        use futures_util::StreamExt;
+        let action = format!("read the secret files of container {id}");
+        self.call(Call::Read, &action, async |d| {
+            let options = bollard::query_parameters::DownloadFromContainerOptionsBuilder::default()
+                .path(SECRETS_TARGET)
+                .build();
+            let mut stream = d.download_from_container(id, Some(options));
+            let mut out = Vec::new();
+            while let Some(chunk) = stream.next().await {
+                out.extend_from_slice(&chunk?);
+                if out.len() > MAX_LISTING {
+                    break;
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,5 +176,15 @@ mod tests {
         assert_eq!(h.uid().unwrap(), 10001);
         assert_eq!(h.size().unwrap(), 6);
         assert!(!format!("{files:?}").contains("s3cret"));
+        // Read back as the engine lists the directory: `secrets/NAME`.
+        let mut listing = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_size(6);
+        h.set_mode(0o400);
+        listing
+            .append_data(&mut h, "secrets/DB_PASSWORD", &b"s3cret"[..])
+            .unwrap();
+        let listing = listing.into_inner().unwrap();
+        assert_eq!(file_names(&listing).unwrap(), ["DB_PASSWORD"]);
     }
 }

@@ -108,6 +108,20 @@ fn assert_secret_file(id: &str, value: &str) {
     assert!(!ok, "another user read the secret: {out}");
 }
 
+/// Every secret file under the test's secrets directory, with its content.
+fn host_secret_files(dir: &SecretsDir) -> Vec<(PathBuf, String)> {
+    let mut out = Vec::new();
+    for container in std::fs::read_dir(&dir.0).unwrap() {
+        for file in std::fs::read_dir(container.unwrap().path()).unwrap() {
+            let path = file.unwrap().path();
+            let content = std::fs::read_to_string(&path).unwrap();
+            out.push((path, content));
+        }
+    }
+    out.sort();
+    out
+}
+
 fn create_intent(d: &Value) -> Value {
     let steps = d["steps"].as_array().cloned().unwrap_or_default();
     steps
@@ -210,6 +224,13 @@ async fn a_secret_file_is_the_apps_alone_in_no_inspect_journal_log_or_page_and_a
     let v2 = only_container(&env.engine.containers_of_app(&app).await);
     assert_ne!(v1, v2);
     assert_secret_file(&v2, &second);
+    // The retired container's directory stays on the host's tmpfs, its file emptied.
+    let host_files = host_secret_files(&dir);
+    assert_eq!(host_files.len(), 2, "{host_files:?}");
+    for (path, content) in &host_files {
+        let live = content == &second;
+        assert!(live || content.is_empty(), "{path:?} still holds a value");
+    }
     let d2 = env
         .deployment_final(d2["id"].as_str().unwrap(), DEPLOY)
         .await;
