@@ -235,12 +235,6 @@ pub(super) fn check_publish(
     }
 }
 
-pub(super) fn env_name(n: &str) -> bool {
-    !n.is_empty()
-        && !n.starts_with(|c: char| c.is_ascii_digit())
-        && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-}
-
 fn network_name(n: &str) -> bool {
     n.len() <= 64
         && n.starts_with(|c: char| c.is_ascii_alphanumeric())
@@ -293,7 +287,7 @@ impl RawContained {
             return Err(invalid(app, "user: a name, uid or uid:gid"));
         }
         if let Some(p) = &self.port_env
-            && (!env_name(p) || env.contains_key(p) || secrets.contains_key(p))
+            && (!super::secrets::env_name(p) || env.contains_key(p) || secrets.contains_key(p))
         {
             return Err(invalid(
                 app,

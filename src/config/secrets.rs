@@ -157,6 +157,13 @@ impl schemars::JsonSchema for RawSecret {
     }
 }
 
+/// An environment variable's name: what a secret's key and `port_env` must be.
+pub(super) fn env_name(n: &str) -> bool {
+    !n.is_empty()
+        && !n.starts_with(|c: char| c.is_ascii_digit())
+        && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
 fn invalid(app: &str, msg: impl std::fmt::Display) -> ConfigError {
     ConfigError::Invalid(format!("app `{app}`: {msg}"))
 }
@@ -165,7 +172,7 @@ fn invalid(app: &str, msg: impl std::fmt::Display) -> ConfigError {
 fn age_ref(app: &str, key: &str, spec: &str, base: &Path) -> Result<AgeRef, ConfigError> {
     let rest = spec.strip_prefix("age:").unwrap_or(spec);
     match rest.rsplit_once('#') {
-        Some((path, k)) if !path.is_empty() && super::contained::env_name(k) => Ok(AgeRef {
+        Some((path, k)) if !path.is_empty() && env_name(k) => Ok(AgeRef {
             path: base.join(path),
             key: k.to_owned(),
         }),
@@ -185,7 +192,7 @@ pub(super) fn resolve(
 ) -> Result<BTreeMap<String, AppSecret>, ConfigError> {
     let mut secrets = BTreeMap::new();
     for (k, entry) in raw {
-        if !super::contained::env_name(&k) {
+        if !env_name(&k) {
             return Err(invalid(app, format!("secret `{k}` is not an env name")));
         }
         let (spec, delivery) = match entry {
