@@ -365,12 +365,44 @@ mod tests {
     }
 
     #[test]
-    fn a_secret_file_needs_a_numeric_user_when_a_user_is_given() {
+    fn a_swarm_app_takes_file_secrets_as_swarm_secrets_and_refuses_age_ones() {
+        let swarm = "targets = [\"swarm\"]\n";
+        let text = |secret: &str| {
+            format!(
+                "[server]\ndatabase_url = \"postgres://localhost/pier\"\n\
+                 age_identity = \"env:PIER_TEST_SECRETS_AGE_ID\"\n\
+                 [[targets]]\nname = \"swarm\"\nkind = \"swarm\"\n\
+                 host = \"unix:///var/run/docker.sock\"\n[[apps]]\nname = \"web\"\n\
+                 image = \"127.0.0.1:5000/demo/web\"\nport = 8080\n{swarm}\
+                 secrets = {{ K = {{ from = \"{secret}\", as = \"file\" }} }}\n"
+            )
+        };
+        // The identity variable, as `parse` sets it.
+        parse("").unwrap();
+        let base = Path::new("/etc/pier");
+        let c = super::super::Config::parse(&text("env:HOME"), base).unwrap();
+        assert!(c.apps[0].swarm.is_some());
+        let e = super::super::Config::parse(&text("age:s.age#K"), base)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("a Swarm target takes env: and file: secrets only"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_secret_file_needs_a_numeric_user_and_no_other_mount_at_run_secrets() {
         let e =
             parse("user = \"nobody\"\nsecrets = { K = { from = \"env:HOME\", as = \"file\" } }")
                 .unwrap_err();
         assert!(e.contains("must then be numeric"), "{e}");
         parse("user = \"10001\"\nsecrets = { K = { from = \"env:HOME\", as = \"file\" } }")
             .unwrap();
+        let e = parse(
+            "tmpfs = [\"/run/secrets\"]\nsecrets = { K = { from = \"env:HOME\", as = \"file\" } }",
+        )
+        .unwrap_err();
+        assert!(e.contains("a mount at /run/secrets would hide"), "{e}");
     }
 }
