@@ -181,7 +181,8 @@ pub(super) struct Server {
     client_ip_header: super::trusted::ClientIpHeader,
     /// The X25519 identity (`AGE-SECRET-KEY-1…`, as `age-keygen` writes it) that decrypts
     /// apps' `age:PATH#KEY` secrets, as `"env:NAME"` or `"file:PATH"`. Read at start-up
-    /// and reload; the age files themselves are read at each deployment.
+    /// (a new identity takes a restart); the age files themselves are read at each
+    /// deployment, so a rotated secret needs neither.
     ///
     /// Default: none (an app with an `age:` secret is refused).
     #[schemars(with = "Option<super::doc_types::SecretText>")]
