@@ -138,6 +138,9 @@ pub(crate) async fn run_until_with(
         engine,
     } = connect(config, true).await?;
     let (platform, env_key) = platform_and_key(&engine, &store).await?;
+    if let Some(w) = config.secrets_dir_warning() {
+        tracing::warn!("{w}");
+    }
     let poll_platform = platform.clone();
     let live = crate::config::LiveConfig::new(config.clone(), path.clone());
     let ctx = Arc::new(pipeline_context(

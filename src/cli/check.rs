@@ -61,6 +61,9 @@ pub(super) fn run(path: &Path) -> anyhow::Result<()> {
         Ok(c) if problems.is_empty() => {
             let age = age_problems(&c);
             if age.is_empty() {
+                if let Some(w) = c.secrets_dir_warning() {
+                    eprintln!("pier check: warning: {w}");
+                }
                 println!("{}", summary(path, &c, secrets.found));
                 return Ok(());
             }

@@ -266,6 +266,51 @@ pub(super) fn check_files_target(
     Ok(())
 }
 
+/// The file system type `path` would be on here, read from `mountinfo` (the longest mount
+/// point that is a prefix of it): `None` when that cannot be read. Only meaningful where
+/// Pier shares the engine's host and mount namespace, so it is a warning, never a refusal.
+pub(crate) fn fs_type_of(path: &Path, mountinfo: &str) -> Option<String> {
+    let mut best: Option<(usize, String)> = None;
+    for line in mountinfo.lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let Some(sep) = fields.iter().position(|f| *f == "-") else {
+            continue;
+        };
+        let (Some(point), Some(fs)) = (fields.get(4), fields.get(sep + 1)) else {
+            continue;
+        };
+        let point = point.replace("\\040", " ");
+        if path.starts_with(&point) && best.as_ref().is_none_or(|(n, _)| point.len() >= *n) {
+            best = Some((point.len(), (*fs).to_owned()));
+        }
+    }
+    best.map(|(_, fs)| fs)
+}
+
+impl super::Config {
+    /// A warning when an app has secret files and `secrets_dir` is, on this host, not on a
+    /// tmpfs: the engine would write the values to disk there.
+    pub(crate) fn secrets_dir_warning(&self) -> Option<String> {
+        let files = self
+            .apps
+            .iter()
+            .flat_map(|a| std::iter::once(a).chain(&a.services))
+            .flat_map(|a| a.contained.secrets.values())
+            .any(|s| s.delivery == SecretAs::File);
+        let dir = &self.server.secrets_dir;
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+        let fs = fs_type_of(dir, &mountinfo)?;
+        (files && fs != "tmpfs").then(|| {
+            format!(
+                "server.secrets_dir {} is on {fs} here, not a tmpfs: secret files (as = \"file\") \
+                 would be written to disk; point it at a tmpfs (such as a folder of /dev/shm \
+                 or of a /run that is one)",
+                dir.display()
+            )
+        })
+    }
+}
+
 /// `age:` secrets need the identity that decrypts them; a Swarm target takes only
 /// `env:`/`file:` secrets (its secrets are Swarm's, written when the service is updated,
 /// and an `age:` file read per deployment is not wired there).
@@ -362,6 +407,20 @@ mod tests {
                 key: "B".into()
             })
         );
+    }
+
+    #[test]
+    fn the_file_system_of_a_path_is_its_longest_mount_points() {
+        let info = "22 1 0:21 / / rw - overlay overlay rw\n\
+                    30 22 0:25 / /run rw,nosuid - tmpfs tmpfs rw\n\
+                    31 30 0:26 / /run/user/1000 rw - tmpfs tmpfs rw\n\
+                    32 22 0:27 / /srv/my\\040data rw - ext4 /dev/sda2 rw\n";
+        let fs = |p: &str| fs_type_of(Path::new(p), info);
+        assert_eq!(fs("/run/pier-secrets").as_deref(), Some("tmpfs"));
+        assert_eq!(fs("/var/lib/pier").as_deref(), Some("overlay"));
+        assert_eq!(fs("/srv/my data/s").as_deref(), Some("ext4"));
+        // A path component, not a string prefix: /running is on /.
+        assert_eq!(fs("/running").as_deref(), Some("overlay"));
     }
 
     #[test]
