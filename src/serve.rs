@@ -138,9 +138,6 @@ pub(crate) async fn run_until_with(
         engine,
     } = connect(config, true).await?;
     let (platform, env_key) = platform_and_key(&engine, &store).await?;
-    if let Some(w) = config.secrets_dir_warning() {
-        tracing::warn!("{w}");
-    }
     let poll_platform = platform.clone();
     let live = crate::config::LiveConfig::new(config.clone(), path.clone());
     let ctx = Arc::new(pipeline_context(
@@ -250,7 +247,8 @@ fn worker_signals() -> (Signals, watch::Receiver<u64>, watch::Receiver<bool>) {
     (signals, wake_rx, alive_rx)
 }
 
-/// The workers' context: the registry client, deadlines and proxy admin from `config`.
+/// The workers' context: the registry client, deadlines, secrets and proxy admin from
+/// `config` (with a warning when secret files would land on disk).
 fn pipeline_context(
     config: &Config,
     (store, targets): (Store, crate::target::Targets),
@@ -258,6 +256,9 @@ fn pipeline_context(
     env_key: Vec<u8>,
     live: crate::config::LiveConfig,
 ) -> Context {
+    if let Some(w) = config.secrets_dir_warning() {
+        tracing::warn!("{w}");
+    }
     Context {
         store,
         targets,
