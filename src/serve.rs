@@ -247,7 +247,8 @@ fn worker_signals() -> (Signals, watch::Receiver<u64>, watch::Receiver<bool>) {
     (signals, wake_rx, alive_rx)
 }
 
-/// The workers' context: the registry client, deadlines and proxy admin from `config`.
+/// The workers' context: the registry client, deadlines, secrets and proxy admin from
+/// `config` (with a warning when secret files would land on disk).
 fn pipeline_context(
     config: &Config,
     (store, targets): (Store, crate::target::Targets),
@@ -255,6 +256,9 @@ fn pipeline_context(
     env_key: Vec<u8>,
     live: crate::config::LiveConfig,
 ) -> Context {
+    if let Some(w) = config.secrets_dir_warning() {
+        tracing::warn!("{w}");
+    }
     Context {
         store,
         targets,
@@ -265,6 +269,8 @@ fn pipeline_context(
         retry_budget: config.server.retry_budget,
         pull_timeout: config.server.pull_timeout,
         env_key,
+        age_identity: config.server.age_identity.clone(),
+        secrets_dir: config.server.secrets_dir.clone(),
         proxy_admin: config.proxy.admin,
         live,
     }

@@ -1,5 +1,6 @@
 //! `pier check`, as `nginx -t`: the config loaded and checked as `pier serve` would, every
-//! secret reference (`env:NAME`, `file:PATH`) resolved, and every problem named by its
+//! secret reference (`env:NAME`, `file:PATH`, and `age:PATH#KEY` decrypted) resolved, and
+//! every problem named by its
 //! field, without printing any secret's value. Nothing is connected to: no database, no
 //! engine, no registry.
 
@@ -58,8 +59,15 @@ pub(super) fn run(path: &Path) -> anyhow::Result<()> {
     };
     match parsed {
         Ok(c) if problems.is_empty() => {
-            println!("{}", summary(path, &c, secrets.found));
-            return Ok(());
+            let age = age_problems(&c);
+            if age.is_empty() {
+                if let Some(w) = c.secrets_dir_warning() {
+                    eprintln!("pier check: warning: {w}");
+                }
+                println!("{}", summary(path, &c, secrets.found));
+                return Ok(());
+            }
+            problems.extend(age);
         }
         Ok(_) => {}
         Err(e) => {
@@ -78,6 +86,26 @@ pub(super) fn run(path: &Path) -> anyhow::Result<()> {
         eprintln!("  {p}");
     }
     bail!("{}: {} problem(s)", path.display(), problems.len())
+}
+
+/// Every `age:` secret read and decrypted as a deployment would (a deployment reads them
+/// again: the files may change in between); each one that cannot be, named by its app
+/// and key, never its value.
+fn age_problems(c: &Config) -> Vec<String> {
+    let identity = c.server.age_identity.as_ref();
+    let mut problems = Vec::new();
+    for app in &c.apps {
+        for a in std::iter::once(app).chain(&app.services) {
+            for (key, s) in &a.contained.secrets {
+                if let crate::config::SecretFrom::Age(r) = &s.from
+                    && let Err(e) = r.read(identity)
+                {
+                    problems.push(format!("apps.{}.secrets.{key}: {e}", app.name));
+                }
+            }
+        }
+    }
+    problems
 }
 
 /// Every string written `env:NAME` or `file:PATH`, wherever it is: resolved as the loader

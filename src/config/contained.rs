@@ -59,8 +59,9 @@ pub struct Contained {
     /// Shared networks (created by the admin) that the app's containers join.
     pub networks: Vec<String>,
     pub volumes: Vec<VolumeMount>,
-    /// Env values from `env:`/`file:` references: in memory only.
-    pub secrets: BTreeMap<String, Secret>,
+    /// Secrets by key: `env:`/`file:` values in memory only, `age:` references read at
+    /// each deployment; each given as an env variable or a file (`secrets.rs`).
+    pub secrets: BTreeMap<String, super::AppSecret>,
     /// Host files mounted read-only; each must be a regular file.
     pub files: Vec<HostMount>,
     pub binds: Vec<HostMount>,
@@ -137,12 +138,14 @@ pub(super) struct RawContained {
     pub networks: Vec<String>,
     /// Named volumes the app owns, `[{ name, target, read_only }]`, see `[[apps.volumes]]`.
     pub volumes: Vec<RawVolume>,
-    /// Secret environment variables, `{ KEY = "env:NAME" | "file:PATH" }`: references only
-    /// (a plain value is refused), resolved at start-up and reload and held in memory; the
-    /// journal keeps their names and a keyed hash; masked in every log Pier shows. A key
-    /// may not also be in `env`.
-    #[schemars(with = "BTreeMap<String, super::doc_types::SecretText>")]
-    pub secrets: BTreeMap<String, String>,
+    /// Secrets, `{ KEY = "env:NAME" | "file:PATH" }` (an environment variable) or
+    /// `{ KEY = { from = "env:…" | "file:…" | "age:PATH#KEY", as = "env" | "file" } }`:
+    /// references only (a plain value is refused). `env:`/`file:` are resolved at start-up
+    /// and reload and held in memory, `age:` read at each deployment. `as = "file"` mounts
+    /// the value at `/run/secrets/KEY` (mode 0400, owned by the app's numeric user), so it
+    /// is in no `docker inspect`. The journal keeps their names and a keyed hash; masked in
+    /// every log Pier shows. A key may not also be in `env`.
+    pub secrets: BTreeMap<String, super::secrets::RawSecret>,
     /// Host files mounted read-only, `[{ source, target }]`; allowed by `[policy]` only.
     pub files: Vec<RawHostMount>,
     /// Host directories bound into the container, `[{ source, target, read_only }]`;
@@ -232,12 +235,6 @@ pub(super) fn check_publish(
     }
 }
 
-fn env_name(n: &str) -> bool {
-    !n.is_empty()
-        && !n.starts_with(|c: char| c.is_ascii_digit())
-        && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-}
-
 fn network_name(n: &str) -> bool {
     n.len() <= 64
         && n.starts_with(|c: char| c.is_ascii_alphanumeric())
@@ -280,7 +277,9 @@ impl RawContained {
             .map(|d| absolute(&format!("app `{app}`: devices"), d))
             .collect::<Result<Vec<_>, _>>()?;
         let tmpfs = tmpfs(&mut targets, self.tmpfs)?;
-        let secrets = secrets(app, self.secrets, env, base)?;
+        let secrets = super::secrets::resolve(app, self.secrets, env, base)?;
+        super::secrets::check_file_owner(app, &secrets, self.user.as_deref())?;
+        super::secrets::check_files_target(app, &secrets, &targets.seen)?;
         let cap_keep = cap_keep(app, self.cap_keep)?;
         if let Some(u) = &self.user
             && (u.is_empty() || u.contains(char::is_whitespace))
@@ -288,7 +287,7 @@ impl RawContained {
             return Err(invalid(app, "user: a name, uid or uid:gid"));
         }
         if let Some(p) = &self.port_env
-            && (!env_name(p) || env.contains_key(p) || secrets.contains_key(p))
+            && (!super::secrets::env_name(p) || env.contains_key(p) || secrets.contains_key(p))
         {
             return Err(invalid(
                 app,
@@ -402,38 +401,6 @@ fn tmpfs(
         .collect()
 }
 
-/// Secrets are references only, never values in the file, and never a key `env` has too.
-fn secrets(
-    app: &str,
-    raw: BTreeMap<String, String>,
-    env: &BTreeMap<String, Secret>,
-    base: &Path,
-) -> Result<BTreeMap<String, Secret>, ConfigError> {
-    let mut secrets = BTreeMap::new();
-    for (k, spec) in raw {
-        if !env_name(&k) {
-            return Err(invalid(app, format!("secret `{k}` is not an env name")));
-        }
-        // A key in both would let a plain value silently stand for the secret (or the
-        // reverse): which one the app gets must never depend on merge order.
-        if env.contains_key(&k) {
-            return Err(invalid(
-                app,
-                format!("`{k}` is both a plain env value and a secret; keep one"),
-            ));
-        }
-        if !(spec.starts_with("env:") || spec.starts_with("file:")) {
-            return Err(invalid(
-                app,
-                format!("secret `{k}` must be an env: or file: reference, never a value"),
-            ));
-        }
-        let what = format!("apps.{app}.secrets.{k}");
-        secrets.insert(k, Secret::resolve(&what, &spec, base)?);
-    }
-    Ok(secrets)
-}
-
 /// The capabilities kept, upper-case without `CAP_`; `ALL` and `SYS_ADMIN` are refused
 /// since either would undo the rest of the hardening.
 fn cap_keep(app: &str, raw: Option<Vec<String>>) -> Result<Vec<String>, ConfigError> {
@@ -471,8 +438,10 @@ mod tests {
         // SAFETY: only this test reads this variable.
         unsafe { std::env::set_var("PIER_TEST_CONTAINED_SECRET", "v") };
         let mut r = raw();
-        r.secrets
-            .insert("TOKEN".into(), "env:PIER_TEST_CONTAINED_SECRET".into());
+        r.secrets.insert(
+            "TOKEN".into(),
+            super::super::secrets::RawSecret::Reference("env:PIER_TEST_CONTAINED_SECRET".into()),
+        );
         let env = BTreeMap::from([("TOKEN".to_owned(), Secret::new("plain"))]);
         let e = r.resolve("web", &env, Path::new(".")).unwrap_err();
         assert!(
@@ -485,12 +454,15 @@ mod tests {
     #[test]
     fn a_secret_given_as_a_value_is_refused() {
         let mut r = raw();
-        r.secrets.insert("TOKEN".into(), "hunter2".into());
+        r.secrets.insert(
+            "TOKEN".into(),
+            super::super::secrets::RawSecret::Reference("hunter2".into()),
+        );
         let e = r
             .resolve("web", &BTreeMap::new(), Path::new("."))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("env: or file: reference"), "{e}");
+        assert!(e.contains("env:, file: or age: reference"), "{e}");
         assert!(!e.contains("hunter2"), "{e}");
     }
 

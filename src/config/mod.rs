@@ -53,6 +53,10 @@ impl Secret {
     pub fn new(value: impl Into<String>) -> Self {
         Self(value.into(), Origin::Inline)
     }
+    /// A value read from where a reference pointed (an `age:` file at deploy time).
+    pub(crate) fn reference(value: impl Into<String>) -> Self {
+        Self(value.into(), Origin::Reference)
+    }
     pub(crate) fn expose(&self) -> &str {
         &self.0
     }
@@ -154,6 +158,11 @@ pub struct ServerConfig {
     /// Proxies in front of Pier whose forwarding header names the client, for the brakes
     /// and the logs; an empty list trusts no header.
     pub trusted_proxies: TrustedProxies,
+    /// The X25519 identity that decrypts apps' `age:` secrets at each deployment.
+    pub age_identity: Option<Secret>,
+    /// The engine host's directory (on a tmpfs) under which each container's secret
+    /// files live, bound at `/run/secrets`.
+    pub secrets_dir: PathBuf,
 }
 
 impl ServerConfig {
@@ -359,7 +368,7 @@ impl AppConfig {
                 a.env
                     .values()
                     .filter(|v| v.origin() == Origin::Reference)
-                    .chain(a.contained.secrets.values())
+                    .chain(a.contained.secrets.values().filter_map(AppSecret::loaded))
             })
             .map(Secret::expose)
             .collect()
@@ -406,6 +415,7 @@ impl Config {
     }
 }
 
+mod age;
 mod app;
 mod contained;
 mod doc_types;
@@ -419,8 +429,11 @@ mod subnets;
 mod swarm;
 pub use swarm::{FailureAction, Placement, SwarmApp, SwarmMode, UpdateOrder, UpdatePolicy};
 mod tmpfs;
+pub use age::{AgeError, MAX_AGE_FILE};
 pub use contained::{Contained, DEFAULT_CAP_KEEP, HostMount, VolumeMount};
+mod secrets;
 pub use live::LiveConfig;
+pub use secrets::{AgeRef, AppSecret, SecretAs, SecretFrom};
 pub use subnets::{APP_SUBNET_PREFIX, SubnetError, SubnetPool};
 pub use tmpfs::{DEFAULT_TMPFS_MODE, TmpfsMode, TmpfsModeError, TmpfsMount, TmpfsOwner};
 mod notify;

@@ -158,6 +158,7 @@ impl Config {
         }
         check_routes(&apps)?;
         super::ports::check_publishes(&apps)?;
+        super::secrets::check_age(&apps, server.age_identity.is_some())?;
         super::gates::check_promotions(&apps)?;
         let notifications = resolve_notifications(
             self.notifications,

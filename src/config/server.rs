@@ -179,6 +179,22 @@ pub(super) struct Server {
     /// header the proxy passes through untouched cannot name a client.
     #[serde(default)]
     client_ip_header: super::trusted::ClientIpHeader,
+    /// The X25519 identity (`AGE-SECRET-KEY-1…`, as `age-keygen` writes it) that decrypts
+    /// apps' `age:PATH#KEY` secrets, as `"env:NAME"` or `"file:PATH"`. Read at start-up
+    /// (a new identity takes a restart); the age files themselves are read at each
+    /// deployment, so a rotated secret needs neither.
+    ///
+    /// Default: none (an app with an `age:` secret is refused).
+    #[schemars(with = "Option<super::doc_types::SecretText>")]
+    age_identity: Option<String>,
+    /// The directory, on the engine host and on a tmpfs there, under which each container's
+    /// secret files (`as = "file"`) live: `<secrets_dir>/<container name>/KEY`, bound at
+    /// `/run/secrets`. The engine creates it (root, 0755); the files are written by the
+    /// engine, mode 0400, owned by the app's user. An absolute path.
+    ///
+    /// Default: `"/run/pier-secrets"`.
+    #[serde(default = "default_secrets_dir")]
+    secrets_dir: String,
     // Sign-in to the status page (src/config/signin.rs).
     /// Where browsers reach Pier: an origin only (`https://pier.example.com`, no path).
     /// Forms posted from it are trusted by the cross-site check; with `https` the session
@@ -258,10 +274,26 @@ impl Server {
                 pages_need_sign_in: self.pages_need_sign_in,
             }
             .resolve(self.listen, base)?,
+            age_identity: age_identity(self.age_identity.as_deref(), base)?,
+            secrets_dir: super::contained::absolute("server.secrets_dir", &self.secrets_dir)?,
         };
         check_timeouts(&server)?;
         Ok(server)
     }
+}
+
+fn default_secrets_dir() -> String {
+    "/run/pier-secrets".to_owned()
+}
+
+/// The identity, checked to be one now rather than at the first deployment that needs it.
+fn age_identity(spec: Option<&str>, base: &Path) -> Result<Option<Secret>, ConfigError> {
+    let Some(spec) = spec else {
+        return Ok(None);
+    };
+    let id = Secret::resolve("server.age_identity", spec, base)?;
+    super::age::identity(id.expose()).map_err(|e| invalid(format!("server.age_identity: {e}")))?;
+    Ok(Some(id))
 }
 
 /// A zero here would make every request time out at once, or accept no connection.

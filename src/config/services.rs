@@ -45,11 +45,11 @@ pub(super) struct RawService {
     /// the app's value of a key they set (a key in `secrets` replaces it too).
     #[serde(default)]
     env: BTreeMap<String, String>,
-    /// The service's own secret variables, not inherited from the app: a worker is given a
-    /// credential only where it is named.
+    /// The service's own secrets, not inherited from the app: a worker is given a
+    /// credential only where it is named. As the app's `secrets`: `"env:…"`/`"file:…"`, or
+    /// `{ from = "env:…" | "file:…" | "age:PATH#KEY", as = "env" | "file" }`.
     #[serde(default)]
-    #[schemars(with = "BTreeMap<String, super::doc_types::SecretText>")]
-    secrets: BTreeMap<String, String>,
+    secrets: BTreeMap<String, super::secrets::RawSecret>,
     /// Memory limit.
     ///
     /// Default: no limit.
@@ -394,7 +394,13 @@ mod tests {
         // A service's secret of the same key replaces the inherited plain value.
         let mailer = by_name("mailer");
         assert!(!mailer.env.contains_key("GREETING"), "{:?}", mailer.env);
-        assert_eq!(mailer.contained.secrets["GREETING"].expose(), "s3cret");
+        assert_eq!(
+            mailer.contained.secrets["GREETING"]
+                .loaded()
+                .unwrap()
+                .expose(),
+            "s3cret"
+        );
         // The primary keeps its own env only.
         assert_eq!(app.env.keys().collect::<Vec<_>>(), ["GREETING"]);
     }

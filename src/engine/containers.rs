@@ -56,6 +56,9 @@ pub struct ContainedSpec {
     /// Owner of every tmpfs mount (the numeric `user`); `None`: root.
     pub tmpfs_owner: Option<TmpfsOwner>,
     pub user: Option<String>,
+    /// The host directory (under `[server] secrets_dir`) bound at `/run/secrets`, where
+    /// the engine writes the container's secret files before it starts.
+    pub secrets_dir: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -153,6 +156,15 @@ fn host_config(spec: &ContainerSpec) -> HostConfig {
             .then(|| vec!["no-new-privileges:true".to_owned()]),
         network_mode: c.network.as_ref().map(|(n, _)| n.clone()),
         mounts: (!mounts.is_empty()).then_some(mounts),
+        // The legacy form, since the engine then makes the directory itself (a `Mount`
+        // needs it to exist, and Pier may not share the engine's filesystem).
+        binds: c.secrets_dir.as_ref().map(|d| {
+            vec![format!(
+                "{}:{}",
+                d.to_string_lossy(),
+                super::secret_files::SECRETS_TARGET
+            )]
+        }),
         devices: (!devices.is_empty()).then_some(devices),
         cap_drop: c.cap_keep.as_ref().map(|_| vec!["ALL".to_owned()]),
         cap_add: c.cap_keep.clone().filter(|k| !k.is_empty()),
@@ -338,6 +350,11 @@ impl Engine {
     }
 
     pub async fn remove_container(&self, id: &str) -> Result<Removed> {
+        // Its secret files outlive it on the host's tmpfs: emptied first, while the engine
+        // can still write them. Trouble there never keeps a container from going.
+        if let Err(e) = self.empty_secret_files(id).await {
+            tracing::warn!(container = %id, error = %e, "secret files not emptied");
+        }
         // Never the container's volumes: they may hold an app's data, and outlive it.
         let options = RemoveContainerOptionsBuilder::default()
             .force(true)

@@ -8,6 +8,7 @@ mod deadline;
 mod logs;
 mod ports;
 mod resources;
+mod secret_files;
 mod services;
 mod stats;
 mod transport;
@@ -29,6 +30,7 @@ pub use ports::{Binding, PortSpec};
 pub use resources::{
     LABEL_INCARNATION, LABEL_SERVICE, Labelled, ManagedNetwork, NetworkRemoved, VolumeRemoved,
 };
+pub use secret_files::{FileOwner, SECRETS_TARGET, SecretFile};
 pub use services::{
     NodeFacts, NodeRole, NodeStatus, ServiceFacts, TaskFacts, TaskState, UpdateState, UpdateStatus,
 };

@@ -28,14 +28,15 @@ impl EngineRun<'_> {
         }
     }
 
-    /// Plain env, then secrets (never both for one key: refused at load), then the port.
-    pub(super) fn env(&self) -> Vec<String> {
+    /// Plain env, then env secrets as this deployment read them (never both for one key:
+    /// refused at load), then the port.
+    pub(super) fn env(&self, secrets: &[(String, crate::config::Secret)]) -> Vec<String> {
         let c = &self.app.contained;
         let mut env: Vec<String> = self
             .app
             .env
             .iter()
-            .chain(c.secrets.iter())
+            .chain(secrets.iter().map(|(k, v)| (k, v)))
             .map(|(k, v)| format!("{k}={}", v.expose()))
             .collect();
         if let Some(p) = &c.port_env {
@@ -44,8 +45,13 @@ impl EngineRun<'_> {
         env
     }
 
-    /// `volumes`: the engine names the `volumes` step chose, in the config's order.
-    pub(super) fn contained_spec(&self, volumes: &[String]) -> ContainedSpec {
+    /// `volumes`: the engine names the `volumes` step chose, in the config's order;
+    /// `secrets_dir`: the host directory bound at `/run/secrets`, when the app has files.
+    pub(super) fn contained_spec(
+        &self,
+        volumes: &[String],
+        secrets_dir: Option<std::path::PathBuf>,
+    ) -> ContainedSpec {
         let c = &self.app.contained;
         let app = &self.app.name;
         ContainedSpec {
@@ -68,6 +74,7 @@ impl EngineRun<'_> {
             tmpfs: c.tmpfs.clone(),
             tmpfs_owner: c.tmpfs_owner(),
             user: c.user.clone(),
+            secrets_dir,
         }
     }
 

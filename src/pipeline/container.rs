@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use super::records::{
     Candidate, CreateIntent, OldGeneration, PortIntent, RetireIntent, Retired, StartIntent,
 };
+use super::secret_files::ReadSecrets;
 use super::{EngineRun, PipelineError, ServiceName, Step, StepError, error_chain};
 use crate::config::PortConfig;
 use crate::engine::{
@@ -40,7 +41,13 @@ impl EngineRun<'_> {
     /// The container of this service: its first port is the HTTP port (the intent's
     /// `port`), then the others in config order (its `more_ports`). `volumes`: the engine
     /// names the `volumes` step chose.
-    fn spec(&self, r: &Resolved, publishing: Publishing, volumes: &[String]) -> ContainerSpec {
+    fn spec(
+        &self,
+        r: &Resolved,
+        publishing: Publishing,
+        volumes: &[String],
+        secrets: &ReadSecrets,
+    ) -> ContainerSpec {
         let labels = HashMap::from([
             (LABEL_MANAGED.to_owned(), "true".to_owned()),
             (LABEL_APP.to_owned(), self.app.name.to_string()),
@@ -48,17 +55,19 @@ impl EngineRun<'_> {
             (LABEL_DIGEST.to_owned(), r.digest.to_string()),
             (LABEL_SERVICE.to_owned(), self.app.contained.service.clone()),
         ]);
+        // The primary service's container keeps the one-service name.
+        let name = match self.service {
+            ServiceName::Primary => format!("pier-{}-{}", self.app.name, self.dep.short_id()),
+            ServiceName::Named(service) => {
+                format!("pier-{}-{service}-{}", self.app.name, self.dep.short_id())
+            }
+        };
+        let secrets_dir = (!secrets.files.is_empty()).then(|| self.secrets_dir_of(&name));
         ContainerSpec {
-            // The primary service's container keeps the one-service name.
-            name: match self.service {
-                ServiceName::Primary => format!("pier-{}-{}", self.app.name, self.dep.short_id()),
-                ServiceName::Named(service) => {
-                    format!("pier-{}-{service}-{}", self.app.name, self.dep.short_id())
-                }
-            },
+            name,
             command: self.app.command.clone(),
             image: self.reference(r),
-            env: self.env(),
+            env: self.env(&secrets.env),
             labels,
             ports: std::iter::once(self.app.ports.http())
                 .chain(self.app.ports.others())
@@ -73,7 +82,7 @@ impl EngineRun<'_> {
             no_new_privileges: self.app.no_new_privileges,
             pids_limit: self.app.pids_limit,
             restart: self.app.restart,
-            contained: self.contained_spec(volumes),
+            contained: self.contained_spec(volumes, secrets_dir),
         }
     }
 
@@ -102,15 +111,21 @@ impl EngineRun<'_> {
         publishing: Publishing,
         volumes: &[String],
     ) -> Result<Candidate, PipelineError> {
-        let spec = self.spec(r, publishing, volumes);
-        let intent = self.create_intent(&spec);
-        self.step(Step::Create, &intent, || self.adopt_or_create(&spec))
-            .await
+        let secrets = match self.read_secrets() {
+            Ok(s) => s,
+            Err(e) => return Err(self.failed_before_begin(Step::Create, e).await),
+        };
+        let spec = self.spec(r, publishing, volumes, &secrets);
+        let intent = self.create_intent(&spec, &secrets);
+        self.step(Step::Create, &intent, || {
+            self.adopt_or_create(&spec, &secrets.files)
+        })
+        .await
     }
 
     /// What `create` journals: every setting of the container, with env values and host
     /// paths only as keyed hashes (the journal is read on the pages).
-    fn create_intent(&self, spec: &crate::engine::ContainerSpec) -> CreateIntent {
+    fn create_intent(&self, spec: &ContainerSpec, secrets: &ReadSecrets) -> CreateIntent {
         let env_hmac = self.keyed_hash(&spec.env.join("\n"));
         let c = &spec.contained;
         let host_mounts = c
@@ -150,7 +165,16 @@ impl EngineRun<'_> {
             no_new_privileges: spec.no_new_privileges,
             pids_limit: spec.pids_limit,
             restart: spec.restart.as_str().to_owned(),
-            secret_names: self.app.contained.secrets.keys().cloned().collect(),
+            secret_names: secrets.env.iter().map(|(k, _)| k.clone()).collect(),
+            secret_files: secrets.files.iter().map(|f| f.name.clone()).collect(),
+            secret_files_hmac: (!secrets.files.is_empty()).then(|| {
+                let all: Vec<String> = secrets
+                    .files
+                    .iter()
+                    .map(|f| format!("{}={}", f.name, String::from_utf8_lossy(&f.value)))
+                    .collect();
+                self.keyed_hash(&all.join("\n"))
+            }),
             network: c.network.as_ref().map(|(n, _)| n.clone()),
             aliases: c
                 .network
@@ -175,7 +199,8 @@ impl EngineRun<'_> {
     /// deployment; otherwise the policy is checked again and the container made.
     async fn adopt_or_create(
         &self,
-        spec: &crate::engine::ContainerSpec,
+        spec: &ContainerSpec,
+        files: &[crate::engine::SecretFile],
     ) -> Result<Candidate, StepError> {
         let dep = self.dep.id.to_string();
         let existing = self
@@ -189,7 +214,10 @@ impl EngineRun<'_> {
             Some(s) => s == service,
             None => self.service == ServiceName::Primary,
         };
+        let owner = self.secret_owner(&spec.image, files).await?;
         if let Some(c) = existing.into_iter().find(mine) {
+            // Never started yet (`start` follows this step): its files are written again.
+            self.write_secret_files(&c.id, files, owner).await?;
             return Ok(Candidate {
                 id: c.id,
                 name: c.name,
@@ -204,6 +232,7 @@ impl EngineRun<'_> {
             spec.contained.tmpfs_owner = self.image_user_owner(&spec.image).await?;
         }
         let id = self.engine().create_container(&spec).await?;
+        self.write_secret_files(&id, files, owner).await?;
         Ok(Candidate {
             id,
             name: spec.name.clone(),

@@ -34,6 +34,7 @@ mod container;
 mod health;
 mod image;
 mod rollback;
+mod secret_files;
 mod service_images;
 mod services;
 mod signature;
@@ -180,6 +181,10 @@ pub(crate) struct Context {
     pub pull_timeout: Duration,
     /// This installation's key for the journaled hash of env values (see `create`).
     pub env_key: Vec<u8>,
+    /// Decrypts apps' `age:` secrets, read at each deployment (`secret_files.rs`).
+    pub age_identity: Option<crate::config::Secret>,
+    /// The engine host's directory under which each container's secret files live.
+    pub secrets_dir: std::path::PathBuf,
     /// `pier proxy`'s admin endpoint, which blue-green deploys wait on.
     pub proxy_admin: std::net::SocketAddr,
     /// The config as reloaded: its `[policy]` is read again before every engine change.

@@ -95,9 +95,12 @@ pub(crate) fn storable(text: &str) -> String {
 
 impl<P: Placed> Run<'_, P> {
     /// The candidate's logs are shown on the status page: env values that came from a
-    /// secret reference are masked, in case the app printed them.
+    /// secret reference are masked, in case the app printed them, and so are `age:`
+    /// secrets, read again now (the run does not keep them).
     pub(super) fn redact(&self, text: &str) -> String {
-        storable(&redact(text, self.app.secret_values()))
+        let age = self.app.age_values(self.ctx.age_identity.as_ref());
+        let all = self.app.secret_values().into_iter();
+        storable(&redact(text, all.chain(age.iter().map(|s| s.expose()))))
     }
 
     pub(super) fn keyed_hash(&self, text: &str) -> String {

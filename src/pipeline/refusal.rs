@@ -51,6 +51,18 @@ pub(crate) enum Refusal {
     )]
     PlatformSplit { engine: String, rollout: String },
 
+    // Secrets read at deployment (`secret_files.rs`): never a value, only where and why.
+    #[error("secret `{key}`: {source}")]
+    SecretUnreadable {
+        key: String,
+        source: crate::config::AgeError,
+    },
+    #[error(
+        "secrets as files are owned by the app's user, and the image's user `{user}` is a \
+         name: set the app's `user` to a numeric uid (or uid:gid)"
+    )]
+    SecretFileOwner { user: String },
+
     // `pier import`: an archive stands in for the registry.
     #[error("an import names the image id it expects")]
     ImportWithoutImageId,

@@ -79,6 +79,9 @@ impl EngineRun<'_> {
             image,
             services,
         } = images;
+        // Every service's secrets are readable (an `age:` file decrypts and holds its
+        // key) before anything of the generation is made.
+        self.check_secrets().await?;
         self.network().await?;
         let volumes = self.volumes().await?;
         let candidate = self.create(&resolved, publishing, &volumes).await?;

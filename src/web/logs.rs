@@ -147,7 +147,12 @@ impl LogsQuery {
             view: view.clone(),
             source,
             query,
-            mask: Mask::new(app.secret_values()),
+            // `age:` secrets are read again now: the config holds references only.
+            mask: {
+                let age = app.age_values(s.config.server.age_identity.as_ref());
+                let loaded = app.secret_values().into_iter();
+                Mask::new(loaded.chain(age.iter().map(|v| v.expose())))
+            },
             follower,
             shutdown: s.pages.shutdown.clone(),
         })

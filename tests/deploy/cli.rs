@@ -402,3 +402,57 @@ publish = "127.0.0.1:{publish}"
     }
     assert!(!summary.contains(&db), "{summary}");
 }
+
+#[tokio::test]
+async fn check_decrypts_every_age_secret_and_names_the_one_it_cannot_read() {
+    use age::secrecy::ExposeSecret;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ours = age::x25519::Identity::generate();
+    let value = format!("age-{}", random_hex(24));
+    let write = |name: &str, to: &age::x25519::Recipient| {
+        let lines = format!("DB_PASSWORD={value}\n");
+        let cipher = age::encrypt(to, lines.as_bytes()).unwrap();
+        std::fs::write(dir.path().join(name), cipher).unwrap();
+    };
+    write("good.age", &ours.to_public());
+    write("bad.age", &age::x25519::Identity::generate().to_public());
+    let text = format!(
+        r#"[server]
+database_url = "postgres://pier:pier@127.0.0.1:{db}/pier"
+age_identity = "env:PIER_CHECK_TEST_AGE_ID"
+
+[[apps]]
+name = "web"
+image = "127.0.0.1:5000/demo/web"
+port = 8080
+publish = "127.0.0.1:{publish}"
+secrets = {{ DB_PASSWORD = {{ from = "age:good.age#DB_PASSWORD", as = "file" }} }}
+
+[[apps]]
+name = "api"
+image = "127.0.0.1:5000/demo/api"
+port = 8080
+publish = "127.0.0.1:{other}"
+secrets = {{ DB_PASSWORD = {{ from = "age:bad.age#DB_PASSWORD", as = "file" }} }}
+"#,
+        db = free_port(),
+        publish = free_port(),
+        other = free_port(),
+    );
+    let config = dir.path().join("pier.toml");
+    std::fs::write(&config, text).unwrap();
+    let c = config.display().to_string();
+    let id = ours.to_string().expose_secret().to_owned();
+    let env = [("PIER_CHECK_TEST_AGE_ID", id.as_str())];
+    let out = run_pier_client(dir.path(), &env, &["--config", &c, "check"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let e = stderr(&out);
+    assert!(
+        e.contains("apps.api.secrets.DB_PASSWORD: age file")
+            && e.contains("bad.age: decryption failed")
+            && e.contains("1 problem(s)"),
+        "{e}"
+    );
+    assert!(!e.contains("good.age"), "{e}");
+    assert!(!e.contains(&value) && !e.contains(&id), "{e}");
+}

@@ -31,6 +31,13 @@ pub(crate) struct CreateIntent {
     /// Secret keys (their values only inside `env_hmac`), then what the container stands
     /// in and how it is hardened: networks, mounts, capabilities, user.
     pub secret_names: Vec<String>,
+    /// Secrets given as files under `/run/secrets`: their keys, and one keyed hash of
+    /// their values (a rotated one shows as a change). Absent when there are none, so
+    /// intents journaled before files existed read the same.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secret_files: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_files_hmac: Option<String>,
     pub network: Option<String>,
     pub aliases: Vec<String>,
     pub volumes: Vec<String>,

@@ -17,12 +17,14 @@ pub(super) const UPDATE_TRIES: usize = 5;
 
 impl SwarmRun<'_> {
     /// The Swarm secrets of the app: (file name, secret name), the name versioned by a
-    /// keyed hash of the value.
+    /// keyed hash of the value. Every secret is one, `as = "env"` or `"file"` alike: Swarm
+    /// mounts each at `/run/secrets/KEY` (`age:` ones are refused at load for Swarm).
     pub(super) fn swarm_secrets(&self) -> Vec<(String, String)> {
         self.app
             .contained
             .secrets
             .iter()
+            .filter_map(|(k, s)| Some((k, s.loaded()?)))
             .map(|(k, v)| {
                 let hash = self.keyed_hash(v.expose());
                 let lower = k.to_ascii_lowercase();
@@ -142,6 +144,25 @@ impl SwarmRun<'_> {
         }
     }
 
+    /// Every Swarm secret of the app made (or found) on the manager: (file name, secret
+    /// name, its Swarm id).
+    async fn ensure_swarm_secrets(
+        &self,
+    ) -> Result<Vec<(String, String, Option<String>)>, StepError> {
+        let mut secrets = Vec::new();
+        for (file, secret) in self.swarm_secrets() {
+            let value = self.app.contained.secrets.get(&file);
+            if let Some(v) = value.and_then(|s| s.loaded()) {
+                let id = self
+                    .manager()
+                    .ensure_secret(&self.app.name, &secret, v.expose().as_bytes())
+                    .await?;
+                secrets.push((file, secret, Some(id)));
+            }
+        }
+        Ok(secrets)
+    }
+
     async fn apply_update(
         &self,
         plan: &UpdatePlan,
@@ -150,16 +171,7 @@ impl SwarmRun<'_> {
         checked: &Checked,
     ) -> Result<Updated, StepError> {
         let name = &plan.service;
-        let mut secrets = Vec::new();
-        for (file, secret) in self.swarm_secrets() {
-            if let Some(v) = self.app.contained.secrets.get(&file) {
-                let id = self
-                    .manager()
-                    .ensure_secret(&self.app.name, &secret, v.expose().as_bytes())
-                    .await?;
-                secrets.push((file, secret, Some(id)));
-            }
-        }
+        let secrets = self.ensure_swarm_secrets().await?;
         let force = self.force_update(plan);
         let spec = self.service_spec(swarm, r, checked, &plan.image, force, &secrets);
         let creds = self.ctx.registry.credentials(self.app.registry_host());
