@@ -245,6 +245,14 @@ pub(super) fn resolve_apps(raw: Vec<App>, known: &Known) -> Result<Vec<AppConfig
     Ok(apps)
 }
 
+/// `memory = "512m"` as bytes.
+fn memory_bytes(app: &str, memory: Option<&str>) -> Result<Option<i64>, ConfigError> {
+    memory
+        .map(parse_bytes)
+        .transpose()
+        .map_err(|e| invalid(format!("app `{app}`: memory: {e}")))
+}
+
 impl App {
     /// Checks in the order they have always been reported; each section's own checks live
     /// with that section.
@@ -272,11 +280,7 @@ impl App {
         let contained = self.contained.resolve(&self.name, &env, base)?;
         let rule = tag_rule(&self.name, self.tag.as_deref(), self.versions.as_deref())?;
         let poll = parse_poll(&self.name, self.poll.as_deref())?;
-        let memory_bytes = self
-            .memory
-            .map(|m| parse_bytes(&m))
-            .transpose()
-            .map_err(|e| invalid(format!("app `{}`: memory: {e}", self.name)))?;
+        let memory_bytes = memory_bytes(&self.name, self.memory.as_deref())?;
         let command = super::services::command(&self.name, "", self.command)?;
         let app_targets = super::targets::app_targets(&self.name, self.targets, known.targets)?;
         let rollout = self

@@ -296,10 +296,11 @@ impl TestImage {
 }
 
 /// The probe of the images' HEALTHCHECKs: `/health` asked up to three times, a second
-/// apart, so that an httpd still starting on a loaded machine is not a failure. Only a
+/// apart, so that an httpd still starting on a loaded machine is not a failure (no `-T`:
+/// Debian's busybox wget crashes with it; the engine's timeout bounds it). Only a
 /// check that cannot pass (the nofile one) fails, within a few seconds.
 const HEALTH_PROBE: &str = "for i in 1 2 3; do \
-     /bin/busybox wget -q -T 5 -O /dev/null http://127.0.0.1:8080/health && exit 0; \
+     /bin/busybox wget -q -O /dev/null http://127.0.0.1:8080/health && exit 0; \
      /bin/busybox sleep 1; done; exit 1";
 
 /// A HEALTHCHECK running `check` every second. The engine's timeout is generous (a

@@ -232,6 +232,8 @@ fn a_recreate_stop_names_the_generation_it_stopped() {
     );
 }
 
+// Long by design: one record per step of the journal, each with what its words must say,
+// so that a step added without its words fails here.
 #[test]
 fn every_step_says_what_its_own_record_holds() {
     let c = || "0123456789abcdef".to_owned();
