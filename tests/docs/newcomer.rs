@@ -211,4 +211,19 @@ fn the_getting_started_commands_bring_up_the_demo_on_a_fresh_copy() {
         "after the push, v2: {}",
         answers[1]
     );
+    // `down --purge` leaves none of the demo's images behind (a whole run used to leave
+    // two per run of this page).
+    let registry = ports[0].1;
+    let left = docker_images(&format!("127.0.0.1:{registry}/demo/web"));
+    assert_eq!(left.trim(), "", "images of the demo's registry left behind");
+}
+
+/// `docker images -q <repository>`: the ids, one a line.
+fn docker_images(repository: &str) -> String {
+    let out = Command::new("docker")
+        .args(["images", "-q", repository])
+        .output()
+        .expect("run docker images");
+    assert!(out.status.success(), "docker images: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
