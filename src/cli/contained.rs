@@ -128,17 +128,28 @@ async fn list_volumes(
     Ok(())
 }
 
+/// The engine of `target`, and the ownership record of volume `name` on it.
+async fn volume_on<'t>(
+    store: &Store,
+    targets: &'t crate::target::Targets,
+    name: &str,
+    target: &str,
+) -> anyhow::Result<(&'t crate::engine::Engine, Option<crate::store::VolumeOwner>)> {
+    let engine = &targets
+        .get(target)
+        .with_context(|| format!("no target `{target}` in the config"))?
+        .engine;
+    Ok((engine, store.volume_owner(target, name).await?))
+}
+
 async fn remove_volume(
     store: &Store,
     targets: &crate::target::Targets,
     name: &str,
     target: &str,
 ) -> anyhow::Result<()> {
-    let engine = &targets
-        .get(target)
-        .with_context(|| format!("no target `{target}` in the config"))?
-        .engine;
-    let Some(owner) = store.volume_owner(target, name).await? else {
+    let (engine, owner) = volume_on(store, targets, name, target).await?;
+    let Some(owner) = owner else {
         bail!("volume {name} is not recorded as Pier's; remove it with docker if you must");
     };
     // The record alone never deletes data: the volume must carry the record's
@@ -176,11 +187,8 @@ async fn adopt_volume(
     name: &str,
     target: &str,
 ) -> anyhow::Result<()> {
-    let engine = &targets
-        .get(target)
-        .with_context(|| format!("no target `{target}` in the config"))?
-        .engine;
-    let Some(owner) = store.volume_owner(target, name).await? else {
+    let (engine, owner) = volume_on(store, targets, name, target).await?;
+    let Some(owner) = owner else {
         bail!("volume {name} on {target} is not recorded as Pier's; nothing was adopted");
     };
     let app = &owner.app;

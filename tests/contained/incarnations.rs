@@ -9,18 +9,6 @@ use crate::support::*;
 
 const DEPLOY: Duration = Duration::from_secs(90);
 
-fn containers_of(app: &str) -> Vec<String> {
-    let (ok, out) = docker_cli(&[
-        "ps",
-        "-aq",
-        "--no-trunc",
-        "--filter",
-        &format!("label=pier.app={app}"),
-    ]);
-    assert!(ok, "{out}");
-    out.lines().map(str::to_owned).collect()
-}
-
 /// The volume mounted at /www/data in the app's one container.
 fn mounted_volume(app: &str) -> String {
     let ids = containers_of(app);
@@ -122,7 +110,7 @@ async fn an_app_added_again_under_its_name_gets_new_volumes_until_it_adopts_the_
     assert_eq!(note(&env).await.map(|r| r.0), Some(404), "no old data");
     let (ok, out) = docker_cli(&["volume", "inspect", &plain]);
     assert!(ok, "the old volume and its data are kept: {out}");
-    let (_, listed) = volumes_cli(&env, &["volumes"]).await;
+    let (_, listed) = env.pier().cli_text(&["volumes"]).await;
     assert!(
         listed
             .lines()
@@ -131,22 +119,15 @@ async fn an_app_added_again_under_its_name_gets_new_volumes_until_it_adopts_the_
     );
 
     // The operator wants the old data: adopt, then the next deployment mounts it.
-    let (ok, out) = volumes_cli(&env, &["volumes", "adopt", &plain]).await;
+    let (ok, out) = env.pier().cli_text(&["volumes", "adopt", &plain]).await;
     assert!(ok && out.contains("now belongs to app"), "{out}");
-    let (ok, out) = volumes_cli(&env, &["volumes", "adopt", "pier-nobody-data"]).await;
+    let (ok, out) = env
+        .pier()
+        .cli_text(&["volumes", "adopt", "pier-nobody-data"])
+        .await;
     assert!(!ok && out.contains("not recorded"), "{out}");
     deploy(&env, "v3", &mut done).await;
     assert_eq!(mounted_volume(&app), plain);
     assert_eq!(note(&env).await, Some((200, "first-life\n".into())));
     env.cleanup().await;
-}
-
-async fn volumes_cli(env: &TestEnv, args: &[&str]) -> (bool, String) {
-    let out = env.pier().run_cli(args).await;
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
 }

@@ -48,18 +48,6 @@ async fn reconcile_with(toml: &str) -> Reconciled {
         .expect("reconcile")
 }
 
-fn containers_of(app: &str) -> Vec<String> {
-    let (ok, out) = docker_cli(&[
-        "ps",
-        "-aq",
-        "--no-trunc",
-        "--filter",
-        &format!("label=pier.app={app}"),
-    ]);
-    assert!(ok, "{out}");
-    out.lines().map(str::to_owned).collect()
-}
-
 #[tokio::test]
 async fn the_network_of_an_app_removed_from_the_config_is_removed_by_reconcile() {
     let kept = AppSpec::new("kept");

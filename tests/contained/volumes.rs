@@ -70,16 +70,6 @@ async fn records_of(env: &TestEnv, volume: &str) -> i64 {
         .unwrap()
 }
 
-async fn cli(env: &TestEnv, args: &[&str]) -> (bool, String) {
-    let out = env.pier().run_cli(args).await;
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
-}
-
 #[tokio::test]
 async fn a_hand_made_volume_is_refused_and_never_recorded_as_the_apps() {
     let env = TestEnv::builder()
@@ -119,10 +109,10 @@ async fn a_hand_made_volume_is_refused_and_never_recorded_as_the_apps() {
 
     // Nothing records it as the app's: not listed, and `rm` refuses it.
     assert_eq!(records_of(&env, &name).await, 0);
-    let (ok, listed) = cli(&env, &["volumes"]).await;
+    let (ok, listed) = env.pier().cli_text(&["volumes"]).await;
     assert!(ok, "{listed}");
     assert!(!listed.contains(&name), "listed as the app's: {listed}");
-    let (ok, rm) = cli(&env, &["volumes", "rm", &name]).await;
+    let (ok, rm) = env.pier().cli_text(&["volumes", "rm", &name]).await;
     assert!(!ok, "{rm}");
     assert!(rm.contains("not recorded as Pier's"), "{rm}");
     assert!(hand.exists());
@@ -139,7 +129,7 @@ async fn a_hand_made_volume_is_refused_and_never_recorded_as_the_apps() {
     .execute(&env.db.pool)
     .await
     .unwrap();
-    let (ok, listed) = cli(&env, &["volumes"]).await;
+    let (ok, listed) = env.pier().cli_text(&["volumes"]).await;
     assert!(ok, "{listed}");
     assert!(
         listed
@@ -147,7 +137,7 @@ async fn a_hand_made_volume_is_refused_and_never_recorded_as_the_apps() {
             .any(|l| l.starts_with(&name) && l.contains("NOT made by Pier")),
         "{listed}"
     );
-    let (ok, rm) = cli(&env, &["volumes", "rm", &name]).await;
+    let (ok, rm) = env.pier().cli_text(&["volumes", "rm", &name]).await;
     assert!(!ok, "{rm}");
     assert!(rm.contains("nothing was removed"), "{rm}");
     assert!(hand.exists());
@@ -220,7 +210,7 @@ async fn a_volume_made_by_hand_after_a_crash_between_record_and_create_loses_tha
         0,
         "the record was not undone"
     );
-    let (ok, rm) = cli(&env, &["volumes", "rm", &name]).await;
+    let (ok, rm) = env.pier().cli_text(&["volumes", "rm", &name]).await;
     assert!(!ok, "{rm}");
     assert_eq!(hand.sh(&image, "cat /d/note"), "precious\n");
     drop(hand);

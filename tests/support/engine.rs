@@ -276,6 +276,19 @@ fn remove_app_resources(app: &str) {
     }
 }
 
+/// The ids of every container labelled `pier.app=<app>`, in any state (`docker ps -aq`).
+pub fn containers_of(app: &str) -> Vec<String> {
+    let (ok, out) = docker_cli(&[
+        "ps",
+        "-aq",
+        "--no-trunc",
+        "--filter",
+        &format!("label=pier.app={app}"),
+    ]);
+    assert!(ok, "{out}");
+    out.lines().map(str::to_owned).collect()
+}
+
 /// `docker <args>` to completion: (success, stdout and stderr).
 /// What `format` prints for each container the engine created since `since` (unix seconds)
 /// with the label `label` (`key=value`): read from the engine's own event log, so a

@@ -313,6 +313,17 @@ impl PierProcess {
     pub async fn run_cli(&self, args: &[&str]) -> std::process::Output {
         run_pier_cli(&self.config_path(), args).await
     }
+
+    /// `pier <args>` with this process's config: (success, stdout then stderr).
+    pub async fn cli_text(&self, args: &[&str]) -> (bool, String) {
+        let out = self.run_cli(args).await;
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    }
 }
 
 /// The inline `server.admin_token` of a pier.toml (none for an `env:`/`file:` reference).
